@@ -1,0 +1,136 @@
+"""Claim results: what one claim observed, what it expected, and what it concluded."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"  # the checkpoint or deployment does not meet the claim
+    BROKEN = "broken"  # the harness could not evaluate it (bad input, server down)
+    SKIPPED = "skipped"  # not applicable, with the reason
+
+
+PHASE_TITLES = {
+    "phase0": "Phase 0 — quick probe",
+    "phase1": "Phase 1 — fine-tune",
+    "phase2": "Phase 2 — data scale-up",
+}
+
+FAMILY_TITLES = {
+    "config": "config",
+    "weights": "weights",
+    "vocab": "vocab",
+    "env": "environment",
+    "perf": "baseline",
+    "spec": "speculative",
+    "finetune": "fine-tune",
+    "eval": "evaluation",
+    "data": "data",
+    "regress": "regression",
+}
+
+
+def family_of(claim_id: str) -> str:
+    """The Allure feature of a claim id: its first dotted component, spelled for people."""
+    head = claim_id.split(".", 1)[0]
+    return FAMILY_TITLES.get(head, head)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attachment:
+    """A file shown beside a claim in the report (text, csv, json or png)."""
+
+    name: str
+    body: bytes | str
+    kind: str = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    """The outcome of one claim, as it goes to the verdict and the report."""
+
+    id: str
+    phase: str
+    status: Status
+    message: str
+    observed: Any = None
+    expected: Any = None
+    unit: str | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "phase": self.phase,
+            "status": self.status.value,
+            "observed": _jsonable(self.observed),
+            "expected": _jsonable(self.expected),
+            "unit": self.unit,
+            "message": self.message,
+        }
+        if self.details:
+            out["details"] = _jsonable(self.details)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimResult:
+        return cls(
+            id=str(data["id"]),
+            phase=str(data.get("phase", "phase0")),
+            status=Status(data["status"]),
+            message=str(data.get("message", "")),
+            observed=data.get("observed"),
+            expected=data.get("expected"),
+            unit=data.get("unit"),
+            details=dict(data.get("details") or {}),
+        )
+
+
+def passed(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
+    return ClaimResult(claim_id, phase, Status.PASSED, message, **kw)
+
+
+def failed(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
+    return ClaimResult(claim_id, phase, Status.FAILED, message, **kw)
+
+
+def broken(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
+    return ClaimResult(claim_id, phase, Status.BROKEN, message, **kw)
+
+
+def skipped(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
+    return ClaimResult(claim_id, phase, Status.SKIPPED, message, **kw)
+
+
+def judged(ok: bool, claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
+    """passed when ok, else failed, with the same message and figures."""
+    return ClaimResult(claim_id, phase, Status.PASSED if ok else Status.FAILED, message, **kw)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types for numpy scalars, tuples, paths and the like."""
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    return str(value)

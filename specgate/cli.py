@@ -1,0 +1,82 @@
+"""The `specgate` command: report, generate, remap-vocab, eval, preflight."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from specgate.errors import SpecgateError
+
+USAGE = """specgate COMMAND [options]
+
+commands:
+  report       build the Allure HTML report from reports/allure-results (with history)
+  generate     write a drafter checkpoint (any shape; sparse full-size Kimi presets)
+  remap-vocab  move a drafter's lm_head rows to another vocab map (--from OLD --to MAP --out NEW)
+  eval         offline teacher-forced evaluation of a drafter on a hidden-state dump
+  preflight    check the launch commands of a profile with the installed SGLang's own parser
+
+The claims themselves run under pytest: `pytest -m probe`, `pytest -m gate` (see README.md).
+"""
+
+
+def _report(argv: Sequence[str]) -> int:
+    from specgate.report import main_report
+
+    return main_report(list(argv))
+
+
+def _generate(argv: Sequence[str]) -> int:
+    from specgate.generate import main_generate
+
+    return main_generate(list(argv))
+
+
+def _remap(argv: Sequence[str]) -> int:
+    from specgate.remap import main_remap
+
+    return main_remap(list(argv))
+
+
+def _eval(argv: Sequence[str]) -> int:
+    from specgate.evaluate import main_eval
+
+    return main_eval(list(argv))
+
+
+def _preflight(argv: Sequence[str]) -> int:
+    from specgate.preflight import main_preflight
+
+    return main_preflight(list(argv))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "report": _report,
+    "generate": _generate,
+    "remap-vocab": _remap,
+    "eval": _eval,
+    "preflight": _preflight,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"specgate: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return command(args[1:])
+    except SpecgateError as exc:
+        print(f"specgate {args[0]}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"specgate {args[0]}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

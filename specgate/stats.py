@@ -1,0 +1,243 @@
+"""Small-sample statistics for benchmark repeats: t intervals, ratios, break-even and accept length."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any, Literal
+
+Verdict = Literal["above", "below", "inconclusive", "no_interval"]
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom."""
+    if math.isinf(df):
+        return statistics.NormalDist().cdf(t)
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t: the incomplete beta inverted by bisection (no scipy)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"probability must be in (0, 1), got {p}")
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    if math.isinf(df) or df > 1e7:
+        return statistics.NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Spread and a t-based confidence interval of one metric over repeats."""
+
+    n: int
+    mean: float
+    std: float  # sample standard deviation (n - 1); nan for one value
+    cv: float  # std / |mean|
+    ci_low: float  # nan when there is no interval (one value)
+    ci_high: float
+    confidence: float
+    df: float = math.nan
+
+    @property
+    def has_interval(self) -> bool:
+        return not math.isnan(self.ci_low)
+
+    @property
+    def half_width(self) -> float:
+        return (self.ci_high - self.ci_low) / 2.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Summary:
+        def num(key: str) -> float:
+            value = data.get(key)
+            return math.nan if value is None else float(value)
+
+        return cls(n=int(data["n"]), mean=num("mean"), std=num("std"), cv=num("cv"),
+                   ci_low=num("ci_low"), ci_high=num("ci_high"),
+                   confidence=float(data["confidence"]), df=num("df"))
+
+    def compare(self, threshold: float) -> Verdict:
+        """Where the interval lies against a threshold; a straddling interval is inconclusive."""
+        if not self.has_interval:
+            return "no_interval"
+        if self.ci_low >= threshold:
+            return "above"
+        if self.ci_high < threshold:
+            return "below"
+        return "inconclusive"
+
+    def describe(self, unit: str = "", digits: int = 2) -> str:
+        u = f" {unit}" if unit else ""
+        if not self.has_interval:
+            return f"{self.mean:.{digits}f}{u} (1 repeat: no confidence interval)"
+        pct = round(self.confidence * 100)
+        return (f"{self.mean:.{digits}f}{u}, {pct} % CI [{self.ci_low:.{digits}f}, "
+                f"{self.ci_high:.{digits}f}], CV {self.cv * 100:.1f} %, n = {self.n}")
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
+    """Mean, sample std, CV and the t interval mean ± t(1-α/2, n-1)·s/√n."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values to summarize")
+    mean = math.fsum(values) / n
+    if n == 1:
+        return Summary(1, mean, math.nan, math.nan, math.nan, math.nan, confidence)
+    std = statistics.stdev(values)
+    cv = std / abs(mean) if mean else math.nan
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
+    return Summary(n, mean, std, cv, mean - half, mean + half, confidence, float(n - 1))
+
+
+def ratio_summary(num: Summary, den: Summary, confidence: float = 0.95) -> Summary:
+    """The ratio of two independent means with a delta-method interval and Welch df.
+
+    Var(R) ≈ R²(s_a²/(n_a·a²) + s_b²/(n_b·b²)); the degrees of freedom follow
+    Welch–Satterthwaite on the two relative variance terms.
+    """
+    ratio = num.mean / den.mean
+    if not (num.has_interval and den.has_interval):
+        return Summary(min(num.n, den.n), ratio, math.nan, math.nan, math.nan, math.nan,
+                       confidence)
+    va = (num.std / num.mean) ** 2 / num.n
+    vb = (den.std / den.mean) ** 2 / den.n
+    rel = va + vb
+    se = abs(ratio) * math.sqrt(rel)
+    if rel == 0.0:
+        df = math.inf
+    else:
+        df = rel**2 / (va**2 / (num.n - 1) + vb**2 / (den.n - 1))
+    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    cv = se / abs(ratio) * math.sqrt(min(num.n, den.n))
+    return Summary(min(num.n, den.n), ratio, se * math.sqrt(min(num.n, den.n)), cv,
+                   ratio - half, ratio + half, confidence, df)
+
+
+def product_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summary:
+    """The product of two independent means (break-even = cycle × baseline tok/s), delta method."""
+    prod = a.mean * b.mean
+    if not (a.has_interval and b.has_interval):
+        return Summary(min(a.n, b.n), prod, math.nan, math.nan, math.nan, math.nan, confidence)
+    va = (a.std / a.mean) ** 2 / a.n
+    vb = (b.std / b.mean) ** 2 / b.n
+    rel = va + vb
+    se = abs(prod) * math.sqrt(rel)
+    df = math.inf if rel == 0.0 else rel**2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    n = min(a.n, b.n)
+    return Summary(n, prod, se * math.sqrt(n), se / abs(prod) * math.sqrt(n) if prod else math.nan,
+                   prod - half, prod + half, confidence, df)
+
+
+def difference_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summary:
+    """a − b for two independent means, with a Welch interval."""
+    diff = a.mean - b.mean
+    if not (a.has_interval and b.has_interval):
+        return Summary(min(a.n, b.n), diff, math.nan, math.nan, math.nan, math.nan, confidence)
+    va, vb = a.std**2 / a.n, b.std**2 / b.n
+    se = math.sqrt(va + vb)
+    df = math.inf if se == 0.0 else (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    n = min(a.n, b.n)
+    return Summary(n, diff, se * math.sqrt(n), math.nan, diff - half, diff + half, confidence, df)
+
+
+def breakeven_accept_len(cycle_s: float, baseline_tps: float) -> float:
+    """Accept length at which speculation merely matches the baseline: T_cycle × baseline tok/s."""
+    return cycle_s * baseline_tps
+
+
+def required_accept_len(target_tps: float, cycle_s: float) -> float:
+    """Accept length needed for target_tps at a fixed cycle time (tok/s = τ / T_cycle)."""
+    return target_tps * cycle_s
+
+
+def expected_accept_len(rate: float, steps: int) -> float:
+    """τ = Σ_{k=0..steps} a^k for a chain of `steps` drafts with equal conditional rate a."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"conditional acceptance rate must be in [0, 1], got {rate}")
+    return math.fsum(rate**k for k in range(steps + 1))
+
+
+def required_rate(accept_len: float, steps: int) -> float | None:
+    """The equal conditional rate a with Σ_{k=0..steps} a^k = accept_len; None if out of reach."""
+    if accept_len <= 1.0:
+        return 0.0
+    if accept_len > steps + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if expected_accept_len(mid, steps) < accept_len:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
