@@ -34,18 +34,25 @@ def clean_results(results_dir: Path) -> None:
 
 
 def finish(profile: Profile | None, reports_dir: Path, verdict_doc: dict[str, Any],
-           results_dir: Path | None) -> None:
-    """After the verdict: Allure's environment, executor and categories files, and the history."""
+           results_dir: Path | None) -> list[str]:
+    """After the verdict: Allure's environment, executor and categories files, and the history.
+
+    The verdict is already on disk when this runs; a problem here is reported as a warning and
+    never costs the run its verdict.
+    """
+    warnings: list[str] = []
     if results_dir is not None and results_dir.exists():
         try:
             from specgate import allure_meta
-        except ImportError:  # pragma: no cover - during bootstrap only
-            allure_meta = None  # type: ignore[assignment]
-        if allure_meta is not None:
+
             allure_meta.write_all(results_dir, profile, verdict_doc)
-    try:
-        from specgate import history
-    except ImportError:  # pragma: no cover
-        return
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            warnings.append(f"writing Allure environment files failed: {exc}")
     if profile is not None and verdict_doc.get("complete"):
-        history.append_run(reports_dir, profile, verdict_doc)
+        try:
+            from specgate import history
+
+            history.append_run(reports_dir, profile, verdict_doc)
+        except Exception as exc:  # noqa: BLE001
+            warnings.append(f"appending to the run history failed: {exc}")
+    return warnings

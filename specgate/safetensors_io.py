@@ -201,7 +201,7 @@ def read_array(path: Path | str, info: TensorInfo) -> np.ndarray[Any, Any]:
 
 def write_sparse(path: Path | str, tensors: Mapping[str, TensorSpec],
                  metadata: Mapping[str, str] | None = None) -> Path:
-    """Write a safetensors file; tensors without bytes stay holes, so huge files cost little disk."""
+    """Write a safetensors file; tensors without bytes stay holes, so big files cost little disk."""
     path = Path(path)
     header: dict[str, Any] = {}
     if metadata:

@@ -1,0 +1,69 @@
+"""Fault modes the simulator can inject, read from SPECGATE_SIM_FAULT (comma-separated)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+ENV_FAULT = "SPECGATE_SIM_FAULT"
+
+FLAGS = (
+    "exit_at_start",
+    "never_ready",
+    "http500",
+    "http503",
+    "malformed_json",
+    "truncated_json",
+    "drop_stream",
+    "no_spec_fields",
+)
+COUNTED = ("die_after", "hang_after")
+TIMED = ("slow_start",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    """Which faults are on; die_after/hang_after count POST /generate requests served first."""
+
+    flags: frozenset[str] = frozenset()
+    die_after: int | None = None
+    hang_after: int | None = None
+    slow_start_s: float | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.flags
+
+
+def parse_faults(text: str) -> Faults:
+    """`exit_at_start`, `die_after:3,no_spec_fields`, `slow_start:2.5`, … ; unknown names fail."""
+    flags: set[str] = set()
+    counts: dict[str, int] = {}
+    slow: float | None = None
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition(":")
+        try:
+            if name in FLAGS and not value:
+                flags.add(name)
+            elif name in COUNTED and value:
+                counts[name] = int(value)
+            elif name in TIMED and value:
+                slow = float(value)
+            else:
+                raise ValueError(item)
+        except ValueError:
+            known = ", ".join([*FLAGS, *(f"{n}:N" for n in COUNTED), "slow_start:S"])
+            raise ValueError(
+                f"{ENV_FAULT}: cannot read {item!r}; known faults are {known}"
+            ) from None
+    return Faults(
+        flags=frozenset(flags),
+        die_after=counts.get("die_after"),
+        hang_after=counts.get("hang_after"),
+        slow_start_s=slow,
+    )
+
+
+def faults_from_env(env: Mapping[str, str]) -> Faults:
+    return parse_faults(env.get(ENV_FAULT, ""))

@@ -1,0 +1,423 @@
+"""The simulator's timing and acceptance model: pure functions shared by server and tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SIM_FILE = "specgate_sim.json"
+
+# Defaults are deliberately fast so the harness's own tests take seconds, and shaped like the
+# Kimi story: a verify cycle costs ~1.6 target steps, so speculation pays only above AL ~1.6.
+DEFAULT_DECODE_MS = 2.0
+DEFAULT_PREFILL_BASE_MS = 1.0
+DEFAULT_PREFILL_MS_PER_TOKEN = 0.01
+DEFAULT_VERIFY_BASE_MS = 2.0
+DEFAULT_VERIFY_MS_PER_DRAFT_TOKEN = 0.1
+DEFAULT_DRAFT_STEP_MS = 0.3
+DEFAULT_START_DELAY_S = 0.3
+DEFAULT_ACCEPTANCE = (0.8, 0.7, 0.6, 0.5, 0.4)
+
+ENV_ACCEPTANCE = "SPECGATE_SIM_ACCEPTANCE"
+ENV_TIMING = {
+    "decode_ms": "SPECGATE_SIM_DECODE_MS",
+    "prefill_base_ms": "SPECGATE_SIM_PREFILL_BASE_MS",
+    "prefill_ms_per_token": "SPECGATE_SIM_PREFILL_MS_PER_TOKEN",
+    "verify_ms": "SPECGATE_SIM_VERIFY_MS",
+    "verify_ms_per_draft_token": "SPECGATE_SIM_VERIFY_MS_PER_DRAFT_TOKEN",
+    "draft_step_ms": "SPECGATE_SIM_DRAFT_STEP_MS",
+    "start_delay_s": "SPECGATE_SIM_START_DELAY_S",
+}
+
+# SGLang's auto choice of (steps, topk, draft tokens) by target architecture (facts §1.3).
+_LLAMA_LIKE = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ModelForCausalLM")
+
+_WORDS = (
+    "the model drafts tokens and the target verifies them in one pass so that accepted "
+    "prefixes cost a single step while rejected ones cost a little more than plain decoding "
+    "speed depends on how often the draft agrees with the target and on the cycle time"
+).split()
+TOKEN_ID_BASE = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Per-target costs in milliseconds (verify cost = base + per draft token × draft tokens)."""
+
+    decode_ms: float = DEFAULT_DECODE_MS
+    prefill_base_ms: float = DEFAULT_PREFILL_BASE_MS
+    prefill_ms_per_token: float = DEFAULT_PREFILL_MS_PER_TOKEN
+    verify_base_ms: float = DEFAULT_VERIFY_BASE_MS
+    verify_ms_per_draft_token: float = DEFAULT_VERIFY_MS_PER_DRAFT_TOKEN
+    draft_step_ms: float = DEFAULT_DRAFT_STEP_MS
+    start_delay_s: float = DEFAULT_START_DELAY_S
+
+
+@dataclasses.dataclass(frozen=True)
+class Category:
+    """Prompts containing any keyword (case-insensitive) get acceptance × multiplier."""
+
+    name: str
+    keywords: tuple[str, ...]
+    multiplier: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Drafter:
+    """Conditional acceptance per draft position: a_k = P(position k accepted | 1..k-1 were)."""
+
+    acceptance: tuple[float, ...] = DEFAULT_ACCEPTANCE
+    categories: tuple[Category, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SimParams:
+    """Everything the model needs: timing, drafter, and the resolved speculative settings."""
+
+    timing: Timing = Timing()
+    drafter: Drafter = Drafter()
+    speculative: bool = False
+    num_steps: int = 3
+    eagle_topk: int = 1
+    num_draft_tokens: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+    """What a perfect single-stream measurement of the simulator would find."""
+
+    baseline_tps: float
+    cycle_ms: float
+    tau: float
+    spec_tps: float
+    breakeven_accept_length: float
+    speedup: float
+    acceptance: tuple[float, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestPlan:
+    """One request's deterministic outcome: tokens, how they arrive, and the spec counters."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: dict[str, Any]
+    output_ids: tuple[int, ...]
+    # Tokens released per event after the prefill token: one per decode step or verify cycle.
+    tokens_per_event: tuple[int, ...]
+    event_ms: float
+    verify_ct: int
+    num_correct_drafts: int
+    histogram: tuple[int, ...]
+
+
+def auto_spec_settings(architectures: Sequence[str]) -> tuple[int, int, int]:
+    """SGLang's (num_steps, eagle_topk, num_draft_tokens) when none of the three is given."""
+    arch = architectures[0] if architectures else ""
+    if arch in _LLAMA_LIKE:
+        return (5, 4, 8)
+    return (3, 1, 4)
+
+
+def cycle_ms(params: SimParams) -> float:
+    """One speculative cycle: num_steps draft forwards plus one target verify."""
+    t = params.timing
+    verify = t.verify_base_ms + t.verify_ms_per_draft_token * params.num_draft_tokens
+    return verify + t.draft_step_ms * params.num_steps
+
+
+def effective_acceptance(params: SimParams, prompt: str = "") -> tuple[float, ...]:
+    """Conditional acceptance per reachable depth, after category and tree (topk) adjustments.
+
+    Chain (topk 1): depth k uses a_k (the last a repeats when the list is shorter than
+    num_steps). Tree (topk > 1), an approximation: each depth offers topk independent candidates,
+    so a_k becomes 1 - (1 - a_k)^topk, and depth is capped at min(num_steps, num_draft_tokens - 1)
+    because the tree cannot be deeper than the nodes it keeps.
+    """
+    base = params.drafter.acceptance or DEFAULT_ACCEPTANCE
+    multiplier = category_multiplier(params.drafter, prompt)
+    depth = params.num_steps
+    if params.eagle_topk > 1:
+        depth = min(depth, params.num_draft_tokens - 1)
+    rates = []
+    for k in range(depth):
+        a = min(1.0, max(0.0, base[min(k, len(base) - 1)] * multiplier))
+        if params.eagle_topk > 1:
+            a = 1.0 - (1.0 - a) ** params.eagle_topk
+        rates.append(a)
+    return tuple(rates)
+
+
+def category_multiplier(drafter: Drafter, prompt: str) -> float:
+    lowered = prompt.lower()
+    for category in drafter.categories:
+        if any(word.lower() in lowered for word in category.keywords):
+            return category.multiplier
+    return 1.0
+
+
+def tau_of(rates: Sequence[float]) -> float:
+    """Expected tokens per verify cycle: 1 + Σ_k Π_{i≤k} a_i (the bonus token plus drafts)."""
+    total, reach = 1.0, 1.0
+    for a in rates:
+        reach *= a
+        total += reach
+    return total
+
+
+def truth(params: SimParams, prompt: str = "") -> Truth:
+    """Exact model figures; `prompt` selects a category's multiplier when categories are set."""
+    baseline_tps = 1000.0 / params.timing.decode_ms
+    cycle = cycle_ms(params)
+    rates = effective_acceptance(params, prompt)
+    tau = tau_of(rates)
+    spec_tps = 1000.0 * tau / cycle
+    return Truth(
+        baseline_tps=baseline_tps,
+        cycle_ms=cycle,
+        tau=tau,
+        spec_tps=spec_tps,
+        breakeven_accept_length=cycle * baseline_tps / 1000.0,
+        speedup=spec_tps / baseline_tps,
+        acceptance=rates,
+    )
+
+
+def count_prompt_tokens(prompt: str | Sequence[int]) -> int:
+    if isinstance(prompt, str):
+        return max(1, len(re.findall(r"\w+|[^\w\s]", prompt)))
+    return max(1, len(prompt))
+
+
+def prompt_key(prompt: str | Sequence[int]) -> str:
+    return prompt if isinstance(prompt, str) else " ".join(str(i) for i in prompt)
+
+
+def _unit(key: str, salt: str) -> float:
+    digest = hashlib.blake2b(f"{salt}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def output_length(key: str, max_new_tokens: int, *, ignore_eos: bool = False) -> int:
+    """Deterministic length in [50 %, 100 %] of max_new_tokens; ~1 prompt in 4 hits the cap."""
+    if max_new_tokens <= 1 or ignore_eos:
+        return max(0, max_new_tokens)
+    fraction = 0.5 + 0.65 * _unit(key, "length")
+    return max(1, min(max_new_tokens, math.ceil(fraction * max_new_tokens)))
+
+
+def plan_request(
+    params: SimParams,
+    prompt: str | Sequence[int],
+    max_new_tokens: int,
+    *,
+    eos_token_id: int = 2,
+    ignore_eos: bool = False,
+    text_seed: str | None = None,
+) -> RequestPlan:
+    """The whole request, decided up front so the server only has to keep the deadlines.
+
+    Acceptance uses per-depth error diffusion instead of Bernoulli draws: each depth k keeps an
+    accumulator e_k that starts at a per-request phase u_k in [0, 1); whenever a cycle reaches
+    depth k it adds a_k, accepts if e_k ≥ 1 (then subtracts 1) and otherwise stops the cycle.
+    Accepts at depth k then equal floor(u_k + a_k × reaches) — off from the mean by less than one
+    per request and unbiased over the phase — so tau is matched within a few tenths of a percent
+    over a few hundred cycles, while the pattern still varies from cycle to cycle.
+    """
+    key = prompt_key(prompt)
+    length = output_length(key, max_new_tokens, ignore_eos=ignore_eos)
+    rng = random.Random(text_seed if text_seed is not None else key)
+    output_ids = tuple(TOKEN_ID_BASE + rng.randrange(len(_WORDS)) for _ in range(length))
+    if length < max_new_tokens:
+        finish: dict[str, Any] = {"type": "stop", "matched": eos_token_id}
+    else:
+        finish = {"type": "length", "length": max_new_tokens}
+    remaining = max(0, length - 1)
+    if not params.speculative:
+        return RequestPlan(
+            prompt_tokens=count_prompt_tokens(prompt),
+            completion_tokens=length,
+            finish_reason=finish,
+            output_ids=output_ids,
+            tokens_per_event=(1,) * remaining,
+            event_ms=params.timing.decode_ms,
+            verify_ct=0,
+            num_correct_drafts=0,
+            histogram=(),
+        )
+    rates = effective_acceptance(params, key if isinstance(prompt, str) else "")
+    errors = [_unit(key, f"phase{k}") for k in range(len(rates))]
+    histogram = [0] * (len(rates) + 1)
+    per_cycle: list[int] = []
+    correct = 0
+    while remaining > 0:
+        accepted = 0
+        for k, a in enumerate(rates):
+            errors[k] += a
+            if errors[k] < 1.0:
+                break
+            errors[k] -= 1.0
+            accepted += 1
+        # The last cycle is clipped to the tokens still owed, as SGLang trims at the limit.
+        released = min(accepted + 1, remaining)
+        per_cycle.append(released)
+        correct += released - 1
+        histogram[released - 1] += 1
+        remaining -= released
+    return RequestPlan(
+        prompt_tokens=count_prompt_tokens(prompt),
+        completion_tokens=length,
+        finish_reason=finish,
+        output_ids=output_ids,
+        tokens_per_event=tuple(per_cycle),
+        event_ms=cycle_ms(params),
+        verify_ct=len(per_cycle),
+        num_correct_drafts=correct,
+        histogram=tuple(histogram),
+    )
+
+
+def detokenize(output_ids: Sequence[int]) -> str:
+    return "".join(" " + _WORDS[(i - TOKEN_ID_BASE) % len(_WORDS)] for i in output_ids)
+
+
+def prefill_ms(timing: Timing, uncached_tokens: int) -> float:
+    return timing.prefill_base_ms + timing.prefill_ms_per_token * max(0, uncached_tokens)
+
+
+# --- reading parameters -------------------------------------------------------------------
+
+
+def read_sim_file(model_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """`specgate_sim.json` of a model directory, {} when there is none."""
+    if model_dir is None:
+        return {}
+    path = Path(model_dir) / SIM_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read simulator parameters ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def read_config(model_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """A model directory's config.json, {} when absent or unreadable."""
+    if model_dir is None:
+        return {}
+    path = Path(model_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def parse_acceptance(text: str) -> tuple[float, ...]:
+    problem = ValueError(f"acceptance must be comma-separated numbers in [0, 1], found {text!r}")
+    try:
+        rates = tuple(float(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise problem from None
+    if not rates or any(not 0.0 <= a <= 1.0 for a in rates):
+        raise problem
+    return rates
+
+
+def timing_from(sim: Mapping[str, Any], env: Mapping[str, str]) -> Timing:
+    """Timing from a target's specgate_sim.json, then SPECGATE_SIM_* env overrides.
+
+    `verify_ms` (file or SPECGATE_SIM_VERIFY_MS) is the whole verify cost: it sets the base and
+    zeroes the per-draft-token part unless that is given too.
+    """
+    values: dict[str, float] = {}
+    for source in (sim, {name: env[var] for name, var in ENV_TIMING.items() if env.get(var)}):
+        if "verify_ms" in source:
+            values["verify_base_ms"] = float(source["verify_ms"])
+            values["verify_ms_per_draft_token"] = 0.0
+        for field in dataclasses.fields(Timing):
+            if field.name in source:
+                values[field.name] = float(source[field.name])
+    return Timing(**values)
+
+
+def drafter_from(sim: Mapping[str, Any], env: Mapping[str, str]) -> Drafter:
+    acceptance: tuple[float, ...] = DEFAULT_ACCEPTANCE
+    if "acceptance" in sim:
+        raw = sim["acceptance"]
+        acceptance = parse_acceptance(",".join(str(a) for a in raw) if isinstance(raw, list)
+                                      else str(raw))
+    if env.get(ENV_ACCEPTANCE):
+        acceptance = parse_acceptance(env[ENV_ACCEPTANCE])
+    categories = tuple(
+        Category(
+            name=str(name),
+            keywords=tuple(str(k) for k in spec.get("keywords", [name])),
+            multiplier=float(spec.get("multiplier", 1.0)),
+        )
+        for name, spec in dict(sim.get("categories", {})).items()
+    )
+    return Drafter(acceptance=acceptance, categories=categories)
+
+
+def load_params(
+    target_path: str | os.PathLike[str] | None,
+    draft_path: str | os.PathLike[str] | None = None,
+    *,
+    speculative: bool | None = None,
+    num_steps: int | None = None,
+    eagle_topk: int | None = None,
+    num_draft_tokens: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SimParams:
+    """Parameters as the simulator resolves them: files, then env overrides, then SGLang's rules."""
+    env = os.environ if env is None else env
+    timing = timing_from(read_sim_file(target_path), env)
+    drafter = drafter_from(read_sim_file(draft_path), env)
+    if num_steps is None:
+        architectures = read_config(target_path).get("architectures") or []
+        num_steps, eagle_topk, num_draft_tokens = auto_spec_settings(architectures)
+    eagle_topk = 1 if eagle_topk is None else eagle_topk
+    if eagle_topk == 1 or num_draft_tokens is None:
+        num_draft_tokens = num_steps + 1
+    return SimParams(
+        timing=timing,
+        drafter=drafter,
+        speculative=bool(draft_path) if speculative is None else speculative,
+        num_steps=num_steps,
+        eagle_topk=eagle_topk,
+        num_draft_tokens=num_draft_tokens,
+    )
+
+
+def truth_for_profile(profile: Any, env: Mapping[str, str] | None = None) -> Truth:
+    """Truth for a specgate Profile run on the simulator (its [server] env overrides apply)."""
+    merged = dict(os.environ if env is None else env)
+    merged.update(profile.server.env)
+    target = profile.resolve(profile.target.path) if profile.target.path else None
+    draft = profile.resolve(profile.drafter.path) if profile.drafter.path else None
+    spec = profile.speculative
+    params = load_params(
+        target,
+        draft,
+        speculative=True,
+        num_steps=spec.num_steps,
+        eagle_topk=spec.eagle_topk,
+        num_draft_tokens=spec.num_draft_tokens,
+        env=merged,
+    )
+    return truth(params)

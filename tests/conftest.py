@@ -1,0 +1,3 @@
+"""Shared fixtures for the harness's own tests."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,149 @@
+"""The plugin end to end: claims become verdict entries with the right status, under xdist too."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SUITE = '''
+import os, time
+import pytest
+from specgate import claims
+
+@pytest.mark.claim("demo.pass")
+@pytest.mark.phase0
+@pytest.mark.gate
+def test_pass(check):
+    check(claims.passed("demo.pass", "phase0", "fine", observed=3, expected=">= 2"))
+
+@pytest.mark.claim("demo.fail")
+@pytest.mark.phase0
+def test_fail(check):
+    check(claims.failed("demo.fail", "phase0", "252 of 32000 positions match",
+                        observed=252, expected=">= 31680", unit="positions"))
+
+@pytest.mark.claim("demo.broken")
+@pytest.mark.phase1
+def test_broken(check):
+    check(claims.broken("demo.broken", "phase1", "/x/model.safetensors: header length 9e9 > file"))
+
+@pytest.mark.claim("demo.skip")
+@pytest.mark.phase0
+def test_skip(check):
+    check(claims.skipped("demo.skip", "phase0", "no reference drafter given"))
+
+@pytest.fixture
+def exploding():
+    raise RuntimeError("fixture blew up")
+
+@pytest.mark.claim("demo.fixture_error")
+@pytest.mark.phase0
+def test_fixture_error(exploding, check):
+    pass
+
+@pytest.mark.claim("demo.slow")
+@pytest.mark.phase0
+def test_slow(check):
+    if os.environ.get("SLOW_TEST"):
+        open(os.environ["SLOW_TEST"], "w").close()
+        time.sleep(60)
+    check(claims.passed("demo.slow", "phase0", "ok"))
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["fixtures.plugin"]\n')
+    (tmp_path / "p.toml").write_text('name = "plugtest"\n[drafter]\npath = "d"\n')
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
+    return tmp_path
+
+
+def _run(project: Path, *args: str, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml", *args],
+                          cwd=project, capture_output=True, text=True, timeout=120, env=env)
+
+
+def _verdict(project: Path) -> dict:
+    return json.loads((project / "reports" / "verdict.json").read_text())
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist2"])
+def test_statuses_reach_the_verdict(project: Path, xdist: list[str]) -> None:
+    proc = _run(project, *xdist)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = _verdict(project)
+    by_id = {c["id"]: c for c in doc["claims"]}
+    assert {k: v["status"] for k, v in by_id.items()} == {
+        "demo.pass": "passed", "demo.fail": "failed", "demo.broken": "broken",
+        "demo.skip": "skipped", "demo.fixture_error": "broken", "demo.slow": "passed"}
+    assert doc["outcome"] == "failed"
+    assert doc["complete"] is True
+    assert by_id["demo.fail"]["observed"] == 252
+    assert by_id["demo.broken"]["phase"] == "phase1"
+    assert "fixture blew up" in by_id["demo.fixture_error"]["message"]
+    # Broken claims read as sentences, not tracebacks.
+    assert "header length 9e9 > file" in proc.stdout
+    assert "Traceback" not in proc.stdout
+    results = list((project / "reports" / "allure-results").glob("*-result.json"))
+    assert len(results) == 6
+    statuses = sorted(json.loads(r.read_text())["status"] for r in results)
+    assert statuses == ["broken", "broken", "failed", "passed", "passed", "skipped"]
+    labels = [json.loads(r.read_text())["labels"] for r in results]
+    epics = {lab["value"] for ls in labels for lab in ls if lab["name"] == "epic"}
+    assert epics == {"Phase 0 — quick probe", "Phase 1 — fine-tune"}
+    assert (project / "reports" / "junit.xml").exists()
+
+
+def test_gate_with_nothing_selected_fails(project: Path) -> None:
+    proc = _run(project, "-m", "gate and phase2")
+    assert proc.returncode == 1
+    assert _verdict(project)["outcome"] == "error"
+
+
+def test_passing_selection_exits_zero(project: Path) -> None:
+    proc = _run(project, "-m", "gate")
+    assert proc.returncode == 0, proc.stdout
+    assert _verdict(project)["outcome"] == "passed"
+
+
+def test_profile_typo_is_one_clear_error(project: Path) -> None:
+    (project / "p.toml").write_text('name = "x"\n[servr]\nport = 1\n')
+    proc = _run(project)
+    assert proc.returncode == 4
+    assert "unknown key 'servr'" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    doc = _verdict(project)
+    assert doc["outcome"] == "error"
+    assert doc["claims"][0]["id"] == "profile"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_leaves_an_interrupted_verdict(project: Path, tmp_path: Path,
+                                                 sig: signal.Signals) -> None:
+    marker = tmp_path / "started"
+    env = {**__import__("os").environ, "SLOW_TEST": str(marker)}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--profile", "p.toml"],
+                            cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2, out
+    doc = _verdict(project)
+    assert doc["outcome"] == "interrupted"
+    assert doc["complete"] is True
+    assert {c["id"] for c in doc["claims"]} >= {"demo.pass", "demo.fail"}

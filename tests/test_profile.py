@@ -1,0 +1,114 @@
+"""Profiles: validation messages, overrides, shipped profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specgate.errors import ProfileError
+from specgate.profile import Profile, choose_profile_path, load_profile, parse_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_profiles_load(path: Path) -> None:
+    profile = load_profile(path)
+    assert profile.name
+    assert profile.speculative.algorithm == "EAGLE3"
+
+
+def test_kimi_profile_carries_the_seeds_deployment() -> None:
+    p = load_profile(ROOT / "profiles" / "kimi-k2.5-8x-rtx-pro-6000.toml")
+    assert p.server.tp == 8
+    assert (p.speculative.num_steps, p.speculative.eagle_topk, p.speculative.num_draft_tokens) == (
+        2, 1, 3)
+    assert p.thresholds.baseline_tps_min == 82.0
+    assert p.thresholds.accept_len_min == 2.46
+    expect = p.drafter.expect
+    assert expect["hidden_size"] == 7168
+    assert expect["draft_vocab_size"] == 32000
+    assert expect["eagle_config.eagle_aux_hidden_state_layer_ids"] == [2, 30, 58]
+    assert not p.is_simulated
+
+
+def test_demo_profile_is_simulated() -> None:
+    assert load_profile(ROOT / "profiles" / "demo.toml").is_simulated
+
+
+def test_typo_in_key_names_file_key_and_suggestion(tmp_path: Path) -> None:
+    f = tmp_path / "p.toml"
+    f.write_text('name = "x"\n[server]\nprot = 3000\n')
+    with pytest.raises(ProfileError) as err:
+        load_profile(f)
+    text = str(err.value)
+    assert str(f) in text
+    assert "server.prot" in text
+    assert "did you mean 'port'" in text
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="not found"):
+        load_profile(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_profile(bad)
+
+
+def test_wrong_type_names_key_and_found_value() -> None:
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "x", "server": {"tp": "eight"}})
+    assert "server.tp" in str(err.value)
+    assert "'eight'" in str(err.value)
+
+
+def test_missing_name_is_reported() -> None:
+    with pytest.raises(ProfileError, match="'name' is required"):
+        parse_profile({})
+
+
+@pytest.mark.parametrize("spec", [
+    {"num_steps": 2},
+    {"num_steps": 2, "eagle_topk": 1},
+    {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 4},
+])
+def test_speculative_steps_rules(spec: dict[str, int]) -> None:
+    with pytest.raises(ProfileError):
+        parse_profile({"name": "x", "speculative": spec})
+
+
+def test_overrides_apply_and_resolve_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    monkeypatch.chdir(tmp_path)
+    p = parse_profile({"name": "x", "drafter": {"path": "a"}}, source=tmp_path / "sub" / "p.toml")
+    assert p.resolve(p.drafter.path) == (tmp_path / "sub" / "a").resolve()
+    q = p.with_overrides(drafter="d", sglang_launcher="ssh gpu-box python -m sglang.launch_server",
+                         server_url="http://127.0.0.1:1")
+    assert q.resolve(q.drafter.path) == (tmp_path / "d").resolve()
+    assert q.server.launcher[:2] == ["ssh", "gpu-box"]
+    assert q.server.url == "http://127.0.0.1:1"
+    assert p.drafter.path == "a"  # the original is untouched
+
+
+def test_profile_choice_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPECGATE_PROFILE", str(tmp_path / "env.toml"))
+    assert choose_profile_path(None) == tmp_path / "env.toml"
+    assert choose_profile_path("given.toml") == Path("given.toml")
+    monkeypatch.delenv("SPECGATE_PROFILE")
+    assert choose_profile_path(None).name == "demo.toml"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=12), st.integers(), max_size=4))
+def test_unknown_top_level_keys_always_rejected(extra: dict[str, int]) -> None:
+    known = set(Profile.model_fields)
+    extra = {k: v for k, v in extra.items() if k not in known}
+    data = {"name": "x", **extra}
+    if not extra:
+        assert parse_profile(data).name == "x"
+        return
+    with pytest.raises(ProfileError, match="unknown key"):
+        parse_profile(data)

@@ -1,0 +1,151 @@
+"""Tests for specgate.stats: t quantiles, interval coverage, break-even and accept-length formulas."""
+
+import math
+import random
+import statistics
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specgate import stats
+
+# Two-sided 95 % (p = 0.975) and 99 % (p = 0.995) critical values from standard t tables.
+T_TABLE = [
+    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 3, 3.182), (0.975, 4, 2.776),
+    (0.975, 5, 2.571), (0.975, 9, 2.262), (0.975, 10, 2.228), (0.975, 20, 2.086),
+    (0.975, 30, 2.042), (0.975, 120, 1.980), (0.995, 1, 63.657), (0.995, 5, 4.032),
+    (0.995, 30, 2.750), (0.95, 1, 6.314), (0.95, 7, 1.895), (0.90, 3, 1.638),
+]
+
+
+@pytest.mark.parametrize(("p", "df", "expected"), T_TABLE)
+def test_t_quantile_matches_tables(p, df, expected):
+    assert stats.t_quantile(p, df) == pytest.approx(expected, abs=1e-3)
+
+
+def test_t_quantile_tends_to_normal_and_is_symmetric():
+    assert stats.t_quantile(0.975, 1e9) == pytest.approx(1.959964, abs=1e-5)
+    assert stats.t_quantile(0.975, 1e5) == pytest.approx(1.95999, abs=1e-3)
+    assert stats.t_quantile(0.025, 7) == pytest.approx(-stats.t_quantile(0.975, 7))
+    assert stats.t_quantile(0.5, 4) == pytest.approx(0.0, abs=1e-9)
+
+
+@given(st.floats(0.51, 0.999), st.floats(1.0, 200.0))
+def test_t_cdf_inverts_t_quantile(p, df):
+    assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-8)
+
+
+@given(st.floats(0.6, 0.99), st.integers(1, 50))
+def test_t_quantile_decreases_with_df(p, df):
+    assert stats.t_quantile(p, df) >= stats.t_quantile(p, df + 1) - 1e-9
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="probability"):
+        stats.t_quantile(1.0, 3)
+    with pytest.raises(ValueError, match="degrees"):
+        stats.t_quantile(0.9, 0)
+    with pytest.raises(ValueError, match="no values"):
+        stats.summarize([])
+
+
+def test_summary_figures():
+    s = stats.summarize([10.0, 12.0, 14.0])
+    assert s.mean == 12.0
+    assert s.std == pytest.approx(2.0)
+    assert s.cv == pytest.approx(2.0 / 12.0)
+    half = 4.303 * 2.0 / math.sqrt(3)
+    assert (s.ci_low, s.ci_high) == pytest.approx((12 - half, 12 + half), abs=1e-2)
+    assert s.compare(5.0) == "above"
+    assert s.compare(20.0) == "below"
+    assert s.compare(12.0) == "inconclusive"
+    assert stats.Summary.from_json(s.to_json()) == s
+
+
+def test_one_value_has_no_interval():
+    s = stats.summarize([3.0])
+    assert not s.has_interval
+    assert s.compare(1.0) == "no_interval"
+    assert "no confidence interval" in s.describe()
+    back = stats.Summary.from_json(s.to_json())
+    assert back.mean == 3.0
+    assert not back.has_interval
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_interval_covers_the_true_mean_at_its_nominal_rate(n):
+    rng = random.Random(1234 + n)
+    trials = 2000
+    covered = 0
+    for _ in range(trials):
+        values = [rng.gauss(82.0, 4.0) for _ in range(n)]
+        s = stats.summarize(values, 0.95)
+        covered += s.ci_low <= 82.0 <= s.ci_high
+    # Binomial sd at p = 0.95, 2000 trials is ~0.5 %: 2.5 % leaves room and still catches a z
+    # interval (coverage ~0.88 at n = 3) or a wrong quantile.
+    assert covered / trials == pytest.approx(0.95, abs=0.025)
+
+
+def test_ratio_interval_covers_true_ratio():
+    rng = random.Random(7)
+    trials, covered = 1500, 0
+    for _ in range(trials):
+        spec = stats.summarize([rng.gauss(100.0, 3.0) for _ in range(5)])
+        base = stats.summarize([rng.gauss(80.0, 2.0) for _ in range(5)])
+        r = stats.ratio_summary(spec, base)
+        covered += r.ci_low <= 1.25 <= r.ci_high
+    assert covered / trials == pytest.approx(0.95, abs=0.03)
+
+
+def test_product_and_difference_of_exact_values():
+    a = stats.summarize([30.0, 30.0, 30.0])
+    b = stats.summarize([82.0, 82.0, 82.0])
+    p = stats.product_summary(a, b)
+    assert p.mean == pytest.approx(2460.0)
+    assert (p.ci_low, p.ci_high) == (pytest.approx(2460.0), pytest.approx(2460.0))
+    d = stats.difference_summary(stats.summarize([2.0, 2.0]), stats.summarize([2.46, 2.46]))
+    assert d.mean == pytest.approx(-0.46)
+    assert d.compare(0.0) == "below"
+
+
+def test_breakeven_matches_the_seeds():
+    # 30 ms verify cycle × 82 tok/s baseline = 2.46 tokens per cycle to break even.
+    assert stats.breakeven_accept_len(0.030, 82.0) == pytest.approx(2.46)
+    assert stats.required_accept_len(150.0, 0.030) == pytest.approx(4.5)
+
+
+@given(st.floats(0.001, 0.1), st.floats(1.0, 500.0), st.floats(1.01, 2.0))
+def test_breakeven_is_monotone(cycle, tps, factor):
+    base = stats.breakeven_accept_len(cycle, tps)
+    assert stats.breakeven_accept_len(cycle * factor, tps) > base
+    assert stats.breakeven_accept_len(cycle, tps * factor) > base
+
+
+@given(st.floats(0.0, 0.99), st.floats(0.001, 0.01), st.integers(1, 8))
+def test_expected_accept_len_is_monotone(rate, step, steps):
+    tau = stats.expected_accept_len(rate, steps)
+    assert 1.0 <= tau <= steps + 1
+    assert stats.expected_accept_len(min(rate + step, 1.0), steps) > tau
+    assert stats.expected_accept_len(rate, steps + 1) >= tau
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 8))
+def test_required_rate_inverts_expected_accept_len(rate, steps):
+    tau = stats.expected_accept_len(rate, steps)
+    back = stats.required_rate(tau, steps)
+    assert back is not None
+    assert stats.expected_accept_len(back, steps) == pytest.approx(tau, abs=1e-9)
+
+
+def test_required_rate_edges():
+    assert stats.required_rate(1.0, 2) == 0.0
+    assert stats.required_rate(3.5, 2) is None  # more than steps + 1 tokens per cycle
+    assert stats.expected_accept_len(1.0, 2) == 3.0
+    with pytest.raises(ValueError, match="rate"):
+        stats.expected_accept_len(1.5, 2)
+
+
+def test_summary_std_is_sample_std():
+    values = [1.0, 2.0, 4.0, 8.0]
+    assert stats.summarize(values).std == pytest.approx(statistics.stdev(values))

@@ -1,0 +1,52 @@
+"""The verdict file: outcome rules, atomic writes, JSON shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specgate import claims, verdict
+from specgate.claims import ClaimResult, Status
+
+
+def _c(status: Status) -> ClaimResult:
+    return ClaimResult("x.y", "phase0", status, "m")
+
+
+@given(st.lists(st.sampled_from(list(Status)), max_size=8), st.booleans())
+def test_outcome_rules(statuses: list[Status], interrupted: bool) -> None:
+    out = verdict.outcome_of([_c(s) for s in statuses], interrupted=interrupted)
+    if interrupted:
+        assert out == "interrupted"
+    elif Status.FAILED in statuses:
+        assert out == "failed"
+    elif Status.BROKEN in statuses or Status.PASSED not in statuses:
+        assert out == "error"
+    else:
+        assert out == "passed"
+
+
+def test_written_document_matches_the_contract(tmp_path: Path) -> None:
+    result = claims.failed("vocab.d2t_match", "phase0", "d2t: 252 of 32000",
+                           observed=np.int64(252), expected=">= 31680", unit="positions")
+    doc = verdict.build([result], profile="p", drafter="/d", outcome="failed")
+    path = tmp_path / "deep" / "verdict.json"
+    verdict.write(path, doc)
+    data = json.loads(path.read_text())
+    assert data["schema"] == 1
+    assert data["outcome"] == "failed"
+    assert data["claims"][0] == {
+        "id": "vocab.d2t_match", "phase": "phase0", "status": "failed", "observed": 252,
+        "expected": ">= 31680", "unit": "positions", "message": "d2t: 252 of 32000"}
+    assert [p.name for p in path.parent.iterdir()] == ["verdict.json"]
+
+
+def test_claim_round_trip() -> None:
+    c = claims.passed("spec.accept_len", "phase0", "ok", observed=2.5, expected=">= 2.46",
+                      details={"ci": (2.4, 2.6)})
+    back = ClaimResult.from_json(json.loads(json.dumps(c.to_json())))
+    assert back.id == c.id and back.status is Status.PASSED and back.details == {"ci": [2.4, 2.6]}
