@@ -62,24 +62,30 @@ def accept_per_prompt(
             f"accept_per_prompt: {len(values)} values, {len(labels)} labels and "
             f"{len(categories)} categories; give one of each per prompt"
         )
-    rows = sorted(zip(categories, values, labels, strict=True), key=lambda r: (r[0], -r[1]))
     names = list(dict.fromkeys(categories))
+    rows = sorted(zip(categories, values, labels, strict=True),
+                  key=lambda r: (names.index(r[0]), -r[1]))
     colors = _palette(len(names))
-    height = min(max(2.6, 0.22 * len(rows) + 1.2), 24.0)
+    show_labels = len(rows) <= 60
+    height = min(max(2.6, (0.22 if show_labels else 0.09) * len(rows) + 1.2), 20.0)
     fig, ax = _figure(7.5, height)
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [r[1] for r in rows], color=[colors[names.index(r[0])] for r in rows])
-    show_labels = len(rows) <= 60
+    ax.margins(y=0.01)
     ax.set_yticks(y, [_short(r[2]) for r in rows] if show_labels else [""] * len(rows),
                   fontsize=7 if len(rows) > 25 else 8)
-    for name, color in zip(names, colors, strict=True):
-        ax.barh([], [], color=color, label=name)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [Patch(color=c, label=n) for n, c in zip(names, colors, strict=True)]
     if values:
         mean = sum(values) / len(values)
-        ax.axvline(mean, color="black", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+        ax.axvline(mean, color="black", linestyle="--", linewidth=1)
+        handles.append(Line2D([], [], color="black", linestyle="--", label=f"mean {mean:.2f}"))
     ax.set_xlabel("accept length (tokens per verify step)")
     ax.set_title(f"Accept length per prompt ({len(rows)} prompts)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title="category", title_fontsize=8)
     return _png(fig)
 
 

@@ -1,0 +1,250 @@
+"""Phase 1 claims about a fine-tune: its init checkpoint, vocab alignment and training logs."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+from specgate import claims
+from specgate.checkpoint import Drafter, open_drafter
+from specgate.claims import Attachment, ClaimResult
+from specgate.errors import CheckpointError, DataError
+from specgate.metrics_log import MetricsLog, read_metrics
+from specgate.profile import Profile
+from specgate.vocab import compare as compare_maps
+from specgate.vocab import load_map
+
+PHASE = "phase1"
+# What a fine-tune's loader leaves out (SpecForge's and the seeds' --finetune-from): the vocab
+# map is the new data's, embed_tokens is frozen and comes from the target.
+SKIPPED = ("d2t", "t2d", "embed_tokens.weight")
+SKIPPED_PREFIXES = ("verifier_lm_head",)
+# "Clearly below random": the first loss must beat the uniform guess ln(Vd) by 10 %.
+LOSS_MARGIN = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class InitParity:
+    """How an init checkpoint's tensors land in the drafter being trained."""
+
+    loaded: tuple[str, ...]
+    skipped: tuple[str, ...]
+    missing: tuple[str, ...]  # in init, no place in the drafter
+    mismatched: tuple[tuple[str, str, str], ...]  # (name, init shape/dtype, drafter shape/dtype)
+    fresh: tuple[str, ...]  # in the drafter, not given by init: trained from their own init
+
+
+def _skipped(canonical: str) -> bool:
+    return canonical in SKIPPED or canonical.startswith(SKIPPED_PREFIXES)
+
+
+def init_parity(init: Drafter, drafter: Drafter) -> InitParity:
+    """Match tensors by normalized name (midlayer.* ≡ layers.0.*), shape and dtype."""
+    mine = drafter.by_canonical()
+    theirs = init.by_canonical()
+    loaded, skipped, missing, mismatched = [], [], [], []
+    for name, info in sorted(theirs.items()):
+        if _skipped(name):
+            skipped.append(name)
+            continue
+        twin = mine.get(name)
+        if twin is None:
+            missing.append(name)
+        elif twin.shape != info.shape or twin.dtype != info.dtype:
+            mismatched.append((name, f"{list(info.shape)} {info.dtype}",
+                               f"{list(twin.shape)} {twin.dtype}"))
+        else:
+            loaded.append(name)
+    fresh = tuple(n for n in sorted(mine) if n not in theirs and not _skipped(n))
+    return InitParity(tuple(loaded), tuple(skipped), tuple(missing), tuple(mismatched), fresh)
+
+
+def init_parity_claim(profile: Profile) -> ClaimResult:
+    cid = "finetune.init_parity"
+    init_path = profile.resolve(profile.finetune.init)
+    drafter_path = profile.resolve(profile.drafter.path)
+    if init_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] init checkpoint in the profile")
+    if drafter_path is None:
+        return claims.skipped(cid, PHASE, "no [drafter] path: the drafter being trained")
+    try:
+        parity = init_parity(open_drafter(init_path), open_drafter(drafter_path))
+    except CheckpointError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    total = len(parity.loaded) + len(parity.missing) + len(parity.mismatched)
+    skipped = f"skipped as a fine-tune loader does: {', '.join(parity.skipped) or 'none'}"
+    problems = [f"{n}: init {a}, drafter {b}" for n, a, b in parity.mismatched]
+    problems += [f"{n}: no such tensor in the drafter" for n in parity.missing]
+    if problems:
+        message = (f"{init_path}: {len(problems)} of {total} trainable tensors have no same-shape,"
+                   f" same-dtype place in {drafter_path} ({'; '.join(problems[:6])}"
+                   f"{'; …' if len(problems) > 6 else ''}); a loader would drop or fail on them. "
+                   f"Names were normalised (midlayer.* ≡ layers.0.*); {skipped}")
+    else:
+        fresh = (f"; {len(parity.fresh)} drafter tensor(s) not in init start from their own "
+                 f"initialisation: {', '.join(parity.fresh)}" if parity.fresh else "")
+        message = (f"{init_path}: all {total} trainable tensors load into {drafter_path} with the"
+                   f" same shape and dtype (midlayer.* ≡ layers.0.*); {skipped}{fresh}")
+    return claims.judged(
+        not problems, cid, PHASE, message, observed=len(parity.loaded), expected=f"= {total}",
+        unit="tensors", details={"skipped": list(parity.skipped), "missing": list(parity.missing),
+                                 "mismatched": [list(m) for m in parity.mismatched],
+                                 "fresh": list(parity.fresh)})
+
+
+def vocab_alignment_claim(profile: Profile) -> ClaimResult:
+    cid = "finetune.vocab_alignment"
+    init_path = profile.resolve(profile.finetune.init)
+    map_path = profile.resolve(profile.finetune.vocab_map)
+    if init_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] init checkpoint in the profile")
+    if map_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] vocab_map (the training data's map)")
+    try:
+        init_map, data_map = load_map(init_path), load_map(map_path)
+    except CheckpointError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    cmp = compare_maps(init_map, data_map)
+    vd = cmp.reference_draft_vocab_size
+    need = math.ceil(profile.thresholds.d2t_match_min * vd)
+    matches = cmp.d2t_positional_matches
+    same_size = cmp.draft_vocab_size == vd
+    ok = same_size and matches >= need
+    head = (f"{init_path}: d2t matches {map_path} at {matches} of {vd} draft positions "
+            f"({matches / vd:.1%})" if vd else f"{map_path}: the map is empty")
+    if ok:
+        message = (f"{head}: lm_head rows of the init score the tokens the training data "
+                   f"expects at those positions")
+    else:
+        size = ("" if same_size else f"; the init's draft vocabulary has "
+                f"{cmp.draft_vocab_size} positions, the data's {vd}")
+        message = (f"{head}{size}: at {vd - matches} positions the init's lm_head row scores a "
+                   f"different target token than training will label it with, so the fine-tune "
+                   f"starts from wrong predictions (loss at or above random ln({vd}) = "
+                   f"{math.log(max(vd, 1)):.2f}). The maps share {cmp.shared_tokens} tokens: "
+                   f"run `specgate remap-vocab --from {init_path} --to {map_path} --out NEW` to "
+                   f"move those rows to the data's positions, then fine-tune from NEW")
+    return claims.judged(
+        ok, cid, PHASE, message, observed=matches, expected=f">= {need}", unit="positions",
+        details={"shared_tokens": cmp.shared_tokens, "draft_vocab_size": vd,
+                 "init_draft_vocab_size": cmp.draft_vocab_size,
+                 "first_mismatch": cmp.first_mismatch},
+        attachments=(Attachment("vocab alignment", cmp.table_csv(), "csv"),))
+
+
+def draft_vocab_size(profile: Profile) -> tuple[int, str] | None:
+    """Vd and where it came from: the drafter's config, the init's, or [drafter.expect]."""
+    for section, value in (("[drafter] path", profile.drafter.path),
+                           ("[finetune] init", profile.finetune.init)):
+        path = profile.resolve(value)
+        if path is None:
+            continue
+        try:
+            config = open_drafter(path).config
+        except CheckpointError:
+            continue
+        vd = config.get("draft_vocab_size") or config.get("vocab_size")
+        if isinstance(vd, int) and vd > 1:
+            return vd, f"{section} {path}"
+    expected = profile.drafter.expect.get("draft_vocab_size")
+    if isinstance(expected, int) and expected > 1:
+        return expected, "[drafter.expect] draft_vocab_size"
+    return None
+
+
+def initial_loss_claim(profile: Profile) -> ClaimResult:
+    cid = "finetune.initial_loss"
+    log_path = profile.resolve(profile.finetune.log)
+    if log_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] log (the fine-tune's metrics log)")
+    sized = draft_vocab_size(profile)
+    if sized is None:
+        return claims.broken(cid, PHASE, "the draft vocabulary size is unknown: give [drafter] "
+                             "path, [finetune] init or [drafter.expect] draft_vocab_size")
+    try:
+        log = read_metrics(log_path)
+    except DataError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    return judge_initial_loss(log, *sized)
+
+
+def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimResult:
+    cid = "finetune.initial_loss"
+    row = log.first_loss()
+    if row is None or row.loss is None:
+        return claims.broken(cid, PHASE, f"{log.path}: no record carries a loss")
+    random_loss = math.log(vd)
+    limit = LOSS_MARGIN * random_loss
+    where = f"{log.path}:{row.line} (epoch {row.epoch:g}, step {row.step})"
+    ok = math.isfinite(row.loss) and row.loss < limit
+    if ok:
+        tail = "the init predicts the training data better than a uniform guess"
+    elif row.loss > random_loss:
+        tail = (f"that is worse than a uniform guess over the draft vocabulary, which scores "
+                f"ln({vd}) = {random_loss:.2f}: the init is confidently wrong, typically because "
+                f"its lm_head rows score other tokens than the data's map says (check "
+                f"finetune.vocab_alignment; fix with `specgate remap-vocab`). If the log sums "
+                f"the loss over several draft steps, compare it with that many × {random_loss:.2f}")
+    else:
+        tail = ("that is about what a uniform guess over the draft vocabulary scores: the init "
+                "carries no usable knowledge of this data (check finetune.vocab_alignment and "
+                "the capture layers)")
+    message = (f"{where}: first logged loss {row.loss:.3f} vs random ln({vd}) = "
+               f"{random_loss:.3f} (needs < {limit:.3f}); {tail}")
+    return claims.judged(ok, cid, PHASE, message, observed=round(row.loss, 4),
+                         expected=f"< {limit:.4f}", unit="nats",
+                         details={"random_loss": round(random_loss, 4), "draft_vocab_size": vd,
+                                  "draft_vocab_size_from": vd_source})
+
+
+def progress_claim(profile: Profile) -> ClaimResult:
+    cid = "finetune.progress"
+    log_path = profile.resolve(profile.finetune.log)
+    ref_path = profile.resolve(profile.finetune.reference_log)
+    if log_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] log (the fine-tune's metrics log)")
+    if ref_path is None:
+        return claims.skipped(cid, PHASE, "no [finetune] reference_log (a from-scratch run)")
+    try:
+        log, ref = read_metrics(log_path), read_metrics(ref_path)
+    except DataError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    return judge_progress(log, ref)
+
+
+def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
+    cid = "finetune.progress"
+    mine, theirs = log.accuracy_by_epoch(), ref.accuracy_by_epoch()
+    for which, acc in ((log.path, mine), (ref.path, theirs)):
+        if not acc:
+            return claims.broken(cid, PHASE, f"{which}: no record carries an accuracy")
+    epochs = sorted(set(mine) & set(theirs))
+    if not epochs:
+        return claims.skipped(cid, PHASE, f"the logs share no epoch yet ({log.path}: epochs "
+                              f"{sorted(mine)}; {ref.path}: epochs {sorted(theirs)})")
+    table = io.StringIO()
+    table.write("epoch,finetune_accuracy,reference_accuracy,gap\n")
+    for e in epochs:
+        table.write(f"{e},{mine[e]:.4f},{theirs[e]:.4f},{mine[e] - theirs[e]:+.4f}\n")
+    behind = [e for e in epochs if mine[e] < theirs[e]]
+    last = epochs[-1]
+    if behind:
+        worst = min(behind, key=lambda e: mine[e] - theirs[e])
+        message = (f"{log.path}: the fine-tune trails the from-scratch reference {ref.path} at "
+                   f"{len(behind)} of {len(epochs)} shared epochs; at epoch {worst} its accuracy "
+                   f"is {mine[worst]:.1%} against {theirs[worst]:.1%} (epoch {last}: "
+                   f"{mine[last]:.1%} vs {theirs[last]:.1%}). The init is a worse starting point "
+                   f"than random weights for this data: train from scratch or pick another init")
+        observed = round(mine[worst], 4)
+        expected = f">= {theirs[worst]:.4f}"
+    else:
+        message = (f"{log.path}: the fine-tune's accuracy is at or above the from-scratch "
+                   f"reference's at all {len(epochs)} shared epochs (epoch {last}: "
+                   f"{mine[last]:.1%} vs {theirs[last]:.1%})")
+        observed = round(mine[last], 4)
+        expected = f">= {theirs[last]:.4f}"
+    return claims.judged(not behind, cid, PHASE, message, observed=observed, expected=expected,
+                         unit="accuracy", details={"epochs": epochs, "behind": behind},
+                         attachments=(Attachment("accuracy by epoch", table.getvalue(), "csv"),))
+

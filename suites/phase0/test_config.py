@@ -1,0 +1,25 @@
+"""Phase 0 config claims: the [drafter.expect] fields, and the drafter against its target."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from specgate import config_claims
+from specgate.claims import ClaimResult
+from specgate.profile import Profile
+
+pytestmark = [pytest.mark.probe, pytest.mark.phase0, pytest.mark.gate]
+
+
+# The plugin parametrizes config_field from [drafter.expect]; the claim id is config.<field>.
+@pytest.mark.claim("config.<field>")
+def test_config_field(config_field: str, profile: Profile,
+                      check: Callable[[ClaimResult], None]) -> None:
+    check(config_claims.config_field_claim(profile, config_field))
+
+
+@pytest.mark.claim("config.target_compat")
+def test_target_compat(profile: Profile, check: Callable[[ClaimResult], None]) -> None:
+    check(config_claims.target_compat_claim(profile))

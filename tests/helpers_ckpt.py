@@ -1,0 +1,49 @@
+"""Shared helpers for the checkpoint tests: tiny drafters, profiles, and tensor surgery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgate.generate import tiny, write_drafter
+from specgate.profile import Profile, parse_profile
+from specgate.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
+
+
+def tiny_drafter(folder: Path, **kw: Any) -> Path:
+    """A healthy tiny drafter (random weights, real d2t/t2d)."""
+    kw.setdefault("fill", "random")
+    return write_drafter(folder, tiny(), **kw)
+
+
+def make_profile(drafter: Path | None = None, reference: Path | None = None,
+                 target: Path | None = None, expect: dict[str, Any] | None = None,
+                 **thresholds: Any) -> Profile:
+    raw: dict[str, Any] = {"name": "test", "drafter": {}, "target": {}}
+    if drafter is not None:
+        raw["drafter"]["path"] = str(drafter)
+    if reference is not None:
+        raw["drafter"]["reference"] = str(reference)
+    if expect:
+        raw["drafter"]["expect"] = expect
+    if target is not None:
+        raw["target"]["path"] = str(target)
+    if thresholds:
+        raw["thresholds"] = thresholds
+    return parse_profile(raw)
+
+
+def rewrite(file: Path, changes: dict[str, TensorSpec | None]) -> None:
+    """Rewrite a small safetensors file with some tensors replaced (spec) or removed (None)."""
+    specs: dict[str, TensorSpec] = {}
+    for name, info in read_header(file).items():
+        raw = np.fromfile(file, dtype=DTYPES[info.dtype], count=info.numel, offset=info.start)
+        specs[name] = TensorSpec(info.dtype, info.shape, data=raw.reshape(info.shape))
+    for name, spec in changes.items():
+        if spec is None:
+            specs.pop(name, None)
+        else:
+            specs[name] = spec
+    write_sparse(file, specs)
