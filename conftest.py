@@ -1,3 +1,3 @@
 """Loads the specgate plugin for every pytest run from this checkout."""
 
-pytest_plugins = ["fixtures.plugin"]
+pytest_plugins = ["fixtures.plugin", "fixtures.live"]

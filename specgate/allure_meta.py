@@ -12,9 +12,12 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specgate.claims import ClaimResult
+
+if TYPE_CHECKING:
+    from specgate.profile import Profile
 
 # Values of keys like these never reach a report, whoever passes them in (SPEC: secrets).
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
@@ -34,9 +37,12 @@ class Category:
     exclude_message: str | None = None  # messages matching this never land here
 
 
+# Broken claims whose message says the server, or a request to it, went wrong (the wording of
+# ServerError in client.py and of Failure.text() in live.py).
 _SERVER_TROUBLE = (
-    r"ServerError|SGLang|sglang|[Ss]erver (?:died|exited|did not|is not|not ready|refused)"
-    r"|[Cc]onnection (?:refused|reset|aborted)|/health"
+    r"ServerError|SGLang|sglang|server log|measurement could not be made"
+    r"|[Ss]erver (?:died|exited|did not|is not|not ready|refused|reported|aborted)"
+    r"|[Cc]onnection (?:refused|reset|aborted|failed)|(?:GET|POST) https?://|/health"
 )
 
 CATEGORIES: tuple[Category, ...] = (
@@ -174,7 +180,7 @@ def write_environment(
     lines = [f"{_prop_escape(k, key=True)}={_prop_escape(v)}" for k, v in merged.items()]
     path = Path(results_dir) / "environment.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="ascii")
+    path.write_text("".join(line + "\n" for line in lines), encoding="ascii")
     return path
 
 
@@ -199,6 +205,42 @@ def write_executor(
     return _write_json(
         Path(results_dir) / "executor.json", executor_info(env, report_name=report_name)
     )
+
+
+def write_all(
+    results_dir: Path, profile: Profile | None, verdict_doc: Mapping[str, Any]
+) -> None:
+    """After a run: categories.json, executor.json and environment.properties from its verdict.
+
+    sglang.version and server.url are taken from the verdict when the run put them there.
+    """
+    results_dir = Path(results_dir)
+    write_categories(results_dir)
+    name = profile.name if profile else str(verdict_doc.get("profile") or "")
+    write_executor(results_dir, report_name=f"specgate — {name}" if name else "specgate")
+    simulated = verdict_doc.get("simulated")
+    info: dict[str, object] = {
+        "profile": name or None,
+        "profile.file": profile.source if profile else None,
+        "drafter": verdict_doc.get("drafter"),
+        "reference_drafter": verdict_doc.get("reference"),
+        "target": verdict_doc.get("target"),
+        "server": None if simulated is None else ("simulated" if simulated else "real"),
+        "sglang.version": verdict_doc.get("sglang_version"),
+        "server.url": verdict_doc.get("server_url"),
+        "outcome": verdict_doc.get("outcome"),
+        "selection": verdict_doc.get("selection"),
+    }
+    if profile is not None:
+        spec = profile.speculative
+        info["speculative"] = " ".join(
+            f"{k}={v}" for k, v in (("algorithm", spec.algorithm), ("num_steps", spec.num_steps),
+                                    ("eagle_topk", spec.eagle_topk),
+                                    ("num_draft_tokens", spec.num_draft_tokens))
+            if v is not None
+        )
+        info["server.tp"] = profile.server.tp
+    write_environment(results_dir, info)
 
 
 def _ci_build(env: Mapping[str, str]) -> dict[str, Any]:
@@ -226,12 +268,10 @@ def _ci_build(env: Mapping[str, str]) -> dict[str, Any]:
             env.get("BUILD_NUMBER"),
         )
     if env.get("BUILDKITE_BUILD_URL"):
-        return _build(
-            "buildkite",
-            f"{env.get('BUILDKITE_PIPELINE_SLUG', 'pipeline')} #{env.get('BUILDKITE_BUILD_NUMBER', '')}",
-            env["BUILDKITE_BUILD_URL"],
-            env.get("BUILDKITE_BUILD_NUMBER"),
-        )
+        number = env.get("BUILDKITE_BUILD_NUMBER")
+        pipeline = env.get("BUILDKITE_PIPELINE_SLUG", "pipeline")
+        return _build("buildkite", f"{pipeline} #{number or ''}", env["BUILDKITE_BUILD_URL"],
+                      number)
     return {}
 
 

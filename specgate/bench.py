@@ -153,8 +153,9 @@ class Measurement:
         return buf.getvalue()
 
     def stats_table(self) -> str:
-        lines = [f"{self.config}: {self.repeats} repeats × {len(self.samples) // max(self.repeats, 1)}"
-                 f" prompts, template {self.template} ({self.template_source}), "
+        per_pass = len(self.samples) // max(self.repeats, 1)
+        lines = [f"{self.config}: {self.repeats} repeats × {per_pass} prompts, template "
+                 f"{self.template} ({self.template_source}), "
                  f"temperature {self.temperature}, max_new_tokens {self.max_new_tokens}",
                  f"{'metric':<12}{'n':>4}{'mean':>12}{'std':>10}{'CV %':>8}"
                  f"{'CI low':>12}{'CI high':>12}  unit"]

@@ -16,7 +16,9 @@ from specgate.safetensors_io import TensorInfo, read_array, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
-FROZEN_TENSORS = frozenset({"embed_tokens.weight", "d2t", "t2d"})
+# Not trained by the drafter: taken from the target (embeddings, the training-only verifier head)
+# or built from data (the vocab maps).
+FROZEN_TENSORS = frozenset({"embed_tokens.weight", "verifier_lm_head.weight", "d2t", "t2d"})
 
 _LEGACY_RENAMES = (
     (re.compile(r"^midlayer\."), "layers.0."),

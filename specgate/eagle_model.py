@@ -116,7 +116,9 @@ class EagleDrafter:
         self.fc_norms = [self.w.get(f"fc_norm.{i}.weight") for i in range(shape.n_aux)]
         d = shape.head_dim
         inv = 1.0 / (shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        self.inv_freq = inv.to(device=self.device, dtype=torch.float32)
+        self.inv_freq = inv.to(self.device)
+        # attention math in float32 at least (float64 models stay exact)
+        self.acc = torch.promote_types(self.dtype, torch.float32)
 
     @classmethod
     def from_checkpoint(cls, path: Path | str | Drafter, *, device: str = "cpu",
@@ -137,6 +139,14 @@ class EagleDrafter:
                 device=device, dtype=dtype)
         return cls(shape, weights, d2t)
 
+    def use_map(self, d2t: np.ndarray[Any, Any]) -> None:
+        """Read lm_head rows through another map, as a fine-tune that skips the init's d2t does."""
+        if d2t.shape != (self.shape.draft_vocab_size,):
+            raise ValueError(f"the map has {d2t.shape[0]} draft positions, lm_head has "
+                             f"{self.shape.draft_vocab_size} rows")
+        ids = d2t.astype(np.int64) + np.arange(d2t.shape[0], dtype=np.int64)
+        self.hot_ids = torch.from_numpy(ids).to(self.device)
+
     def own_embeddings(self, drafter: Drafter) -> Embeddings | None:
         """The drafter's own embed_tokens, when its checkpoint carries one."""
         info = drafter.find("embed_tokens.weight")
@@ -148,9 +158,9 @@ class EagleDrafter:
     # --- the forward ---------------------------------------------------------------------------
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.shape.rms_norm_eps)
-        return weight * x32.to(weight.dtype)
+        xa = x.to(self.acc)
+        xa = xa * torch.rsqrt(xa.pow(2).mean(-1, keepdim=True) + self.shape.rms_norm_eps)
+        return weight * xa.to(weight.dtype)
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
         """fc over the concatenated aux hidden states [T, n_aux × th] → [T, h]."""
@@ -167,7 +177,7 @@ class EagleDrafter:
         return out if bias is None else out + bias
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
+        angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
         cos = torch.cat([angles.cos(), angles.cos()], -1)[:, None, :].to(x.dtype)
         sin = torch.cat([angles.sin(), angles.sin()], -1)[:, None, :].to(x.dtype)
         half = x.shape[-1] // 2
@@ -228,10 +238,11 @@ class EagleDrafter:
         groups = s.num_heads // s.num_kv_heads
         kk = keys.repeat_interleave(groups, dim=1) if groups > 1 else keys
         vv = values.repeat_interleave(groups, dim=1) if groups > 1 else values
-        scores = torch.einsum("hd,khd->hk", q[0].float(), kk.float()) / math.sqrt(s.head_dim)
+        scores = torch.einsum("hd,khd->hk", q[0].to(self.acc), kk.to(self.acc)) / math.sqrt(
+            s.head_dim)
         visible = torch.arange(keys.shape[0], device=keys.device) <= position
         probs = torch.softmax(scores.masked_fill(~visible[None], float("-inf")), dim=-1)
-        attn = torch.einsum("hk,khd->hd", probs, vv.float()).to(q.dtype).reshape(1, -1)
+        attn = torch.einsum("hk,khd->hd", probs, vv.to(self.acc)).to(q.dtype).reshape(1, -1)
         hidden = residual + self._linear(attn, f"{p}.self_attn.o_proj")
         residual = hidden
         x = self.rms_norm(hidden, w[f"{p}.post_attention_layernorm.weight"])
@@ -254,18 +265,18 @@ class EagleDrafter:
         out = torch.empty_like(q)
         for start in range(0, n, ATTENTION_BLOCK):
             stop = min(n, start + ATTENTION_BLOCK)
-            qb = q[start:stop].float()
+            qb = q[start:stop].to(self.acc)
             # [heads, block, n] against step-0 keys, causal
-            scores = torch.einsum("qhd,khd->hqk", qb, k0.float()) * scale
+            scores = torch.einsum("qhd,khd->hqk", qb, k0.to(self.acc)) * scale
             mask = torch.arange(n, device=q.device)[None, :] > torch.arange(
                 start, stop, device=q.device)[:, None]
             scores = scores.masked_fill(mask[None], float("-inf"))
-            extra = [((qb * kj[start:stop].float()).sum(-1) * scale).T[:, :, None]
+            extra = [((qb * kj[start:stop].to(self.acc)).sum(-1) * scale).T[:, :, None]
                      for kj, _ in diag]
             probs = torch.softmax(torch.cat([scores, *extra], dim=-1), dim=-1)
-            ctx = torch.einsum("hqk,khd->qhd", probs[..., :n], v0.float())
+            ctx = torch.einsum("hqk,khd->qhd", probs[..., :n], v0.to(self.acc))
             for j, (_, vj) in enumerate(diag):
-                ctx = ctx + probs[..., n + j].T[:, :, None] * vj[start:stop].float()
+                ctx = ctx + probs[..., n + j].T[:, :, None] * vj[start:stop].to(self.acc)
             out[start:stop] = ctx.to(q.dtype)
         return out
 

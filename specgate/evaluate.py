@@ -201,17 +201,28 @@ class EvalReport:
 
 def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
                    steps: int = DEFAULT_STEPS, target_path: Path | str | None = None,
-                   device: str = "cpu", dtype: str = "float32") -> EvalReport:
-    """Evaluate a drafter checkpoint on a dump (needs torch)."""
+                   device: str = "cpu", dtype: str = "float32",
+                   vocab_map: Path | str | None = None) -> EvalReport:
+    """Evaluate a drafter checkpoint on a dump (needs torch).
+
+    With vocab_map the lm_head rows are read through that map's d2t instead of the drafter's:
+    what a fine-tune that keeps the init's weights but the data's map starts from.
+    """
     import torch
 
     from specgate.eagle_model import EagleDrafter
 
     drafter = open_drafter(drafter_path)
     model = EagleDrafter.from_checkpoint(drafter, device=device, dtype=getattr(torch, dtype))
+    label = str(drafter.path)
+    if vocab_map is not None:
+        from specgate.vocab import load_map
+
+        model.use_map(load_map(vocab_map).d2t)
+        label += f" read through {vocab_map}"
     dump = open_dump(dump_path)
     embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
-    return evaluate_model(model, dump, embed, steps=steps, drafter_label=str(drafter.path),
+    return evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
                           embedding_source=source)
 
 
@@ -358,9 +369,12 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     dump = profile.resolve(profile.finetune.hidden_states)
     if dump is None:
         return claims.skipped(cid, PHASE, "no [finetune] hidden_states dump in the profile")
-    subjects = [p for p in (profile.resolve(profile.finetune.init),
-                            profile.resolve(profile.drafter.path),
-                            profile.resolve(profile.drafter.reference)) if p is not None]
+    init = profile.resolve(profile.finetune.init)
+    # A fine-tune keeps the init's lm_head but labels with the data's map: evaluate it so.
+    data_map = profile.resolve(profile.finetune.vocab_map)
+    subjects = [(init, data_map)] if init is not None else []
+    subjects += [(p, None) for p in (profile.resolve(profile.drafter.path),
+                                     profile.resolve(profile.drafter.reference)) if p is not None]
     subjects = list(dict.fromkeys(subjects))
     if not subjects:
         return claims.skipped(cid, PHASE, "no drafter to evaluate: give [finetune] init or "
@@ -373,7 +387,8 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     steps = profile.speculative.num_steps or DEFAULT_STEPS
     target = profile.resolve(profile.target.path)
     try:
-        reports = [teacher_forced(s, dump, steps=steps, target_path=target) for s in subjects]
+        reports = [teacher_forced(path, dump, steps=steps, target_path=target, vocab_map=vmap)
+                   for path, vmap in subjects]
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
         return claims.broken(cid, PHASE, f"the evaluation could not run: {exc}")
     main = reports[0]

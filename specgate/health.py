@@ -13,8 +13,9 @@ import numpy as np
 from specgate.checkpoint import Drafter, is_trainable, normalize_name
 from specgate.safetensors_io import TensorInfo
 
-CHUNK_BYTES = 64 * 1024 * 1024
-PARALLEL_MIN_BYTES = 1 << 30
+# Small enough that the mask and max passes run from cache: measured on a warm 1.2 GB file,
+# 4 MiB chunks scan at ~13.7 GB/s (cat: ~11), 64 MiB chunks at ~3.8 GB/s.
+CHUNK_BYTES = 4 * 1024 * 1024
 
 # Per float dtype: the unsigned view, the mask dropping the sign bit, and the smallest masked
 # value that is NaN or Inf (exponent all ones). Masked max == 0 means the chunk is all ±0.
@@ -65,35 +66,46 @@ class HealthReport:
         return self.bytes_scanned / self.seconds / 1e9 if self.seconds > 0 else float("inf")
 
 
-def scan(drafter: Drafter, *, workers: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+def scan(drafter: Drafter, *, workers: int = 1, chunk_bytes: int = CHUNK_BYTES,
          skip_holes: bool = True) -> HealthReport:
-    """Scan every tensor of a drafter; holes in sparse files read as zeros, so they are skipped."""
+    """Scan every tensor of a drafter; holes in sparse files read as zeros, so they are skipped.
+
+    workers > 1 splits the bytes over processes; from page cache one process is already
+    memory-bound, so it only pays off on storage that serves parallel reads faster.
+    """
     started = time.perf_counter()
     infos = sorted(drafter.tensors.values(), key=lambda i: (str(i.file), i.start))
     total = sum(i.nbytes for i in infos)
-    if workers is None:
-        workers = min(2, os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
-    jobs = [(info, chunk_bytes, skip_holes) for info in infos]
-    if workers > 1 and len(jobs) > 1:
-        # Largest first keeps the two workers' loads even.
-        order = sorted(range(len(jobs)), key=lambda k: -jobs[k][0].nbytes)
+    if workers > 1:
+        # Pieces of big tensors, not whole tensors, so one huge embed_tokens cannot leave the
+        # other worker idle.
+        piece = max(chunk_bytes, -(-total // (4 * workers)))
+        jobs = [(info, lo, min(lo + piece, info.nbytes), chunk_bytes, skip_holes)
+                for info in infos for lo in range(0, max(info.nbytes, 1), piece)]
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            found = dict(zip(order, pool.map(_scan_job, [jobs[k] for k in order]), strict=True))
-        results = [found[k] for k in range(len(jobs))]
+            pieces = list(pool.map(_scan_job, jobs))
     else:
-        results = [_scan_job(job) for job in jobs]
-    tensors = tuple(r[0] for r in results)
-    holes = sum(r[1] for r in results)
+        pieces = [scan_tensor(info, chunk_bytes, skip_holes) for info in infos]
+    merged: dict[str, TensorHealth] = {}
+    holes = 0
+    for found, piece_holes in pieces:
+        holes += piece_holes
+        seen = merged.get(found.name)
+        merged[found.name] = found if seen is None else dataclasses.replace(
+            seen, nonfinite=seen.nonfinite + found.nonfinite,
+            all_zero=seen.all_zero and found.all_zero)
+    tensors = tuple(merged[i.name] for i in infos)
     return HealthReport(tensors, total - holes, holes, time.perf_counter() - started)
 
 
-def _scan_job(job: tuple[TensorInfo, int, bool]) -> tuple[TensorHealth, int]:
-    return scan_tensor(*job)
+def _scan_job(job: tuple[TensorInfo, int, int, int, bool]) -> tuple[TensorHealth, int]:
+    info, lo, hi, chunk_bytes, skip_holes = job
+    return scan_tensor(info, chunk_bytes, skip_holes, span=(lo, hi))
 
 
-def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES,
-                skip_holes: bool = True) -> tuple[TensorHealth, int]:
-    """One tensor's health and the number of its bytes that were holes (not read)."""
+def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, skip_holes: bool = True,
+                span: tuple[int, int] | None = None) -> tuple[TensorHealth, int]:
+    """One tensor's health (or that of the byte span of it) and how many bytes were holes."""
     canonical = normalize_name(info.name)
     checked_zero = is_trainable(canonical) and info.numel > 0
     bits = _FLOAT_BITS.get(info.dtype)
@@ -101,19 +113,20 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES,
         return TensorHealth(info.name, info.dtype, 0, False, False), 0
     view, mask, nan_floor = bits if bits else (np.uint8, 0xFF, 0x100)
     width = np.dtype(view).itemsize
+    lo, hi = span or (0, info.nbytes)
+    start, end = info.start + lo - lo % width, info.start + hi - hi % width
     chunk_bytes = max(width, chunk_bytes - chunk_bytes % width)
     buf = np.empty(chunk_bytes // width, dtype=view)
     raw = memoryview(buf.view(np.uint8).data).cast("B")
     nonfinite = 0
     any_nonzero = False
-    holes = 0
     fd = os.open(info.file, os.O_RDONLY)
     try:
-        ranges = _data_ranges(fd, info.start, info.end) if skip_holes else [(info.start, info.end)]
-        for lo, hi in ranges:
-            pos = lo
-            while pos < hi:
-                n = min(chunk_bytes, hi - pos)
+        ranges = _data_ranges(fd, start, end) if skip_holes else [(start, end)]
+        for range_lo, range_hi in ranges:
+            pos = range_lo
+            while pos < range_hi:
+                n = min(chunk_bytes, range_hi - pos)
                 got = os.preadv(fd, [raw[:n]], pos)
                 if got != n:
                     raise OSError(f"{info.file}: short read at byte {pos}")
@@ -127,7 +140,7 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES,
                 pos += n
     finally:
         os.close(fd)
-    holes = info.nbytes - sum(hi - lo for lo, hi in ranges)
+    holes = (end - start) - sum(r_hi - r_lo for r_lo, r_hi in ranges)
     return (TensorHealth(info.name, info.dtype, nonfinite, not any_nonzero, checked_zero), holes)
 
 

@@ -195,26 +195,20 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         return dataclasses.asdict(obj)
     if isinstance(obj, dict):
         return dict(obj)
-    return {k: getattr(obj, k) for k in ("pid", "name", "gpu", "memory_mib") if hasattr(obj, k)}
+    return {k: getattr(obj, k) for k in ("pid", "process_name", "gpu_index", "used_memory_mib")
+            if hasattr(obj, k)}
 
 
 def check_env(profile: Profile, handle: Any) -> EnvCheck:
-    """The launched process's environment against [server] env (skipped when unreadable)."""
+    """The server process's environment against [server] env (skipped when unreadable)."""
     from specgate import server
 
     expected = dict(profile.server.env)
-    if getattr(handle, "pid", None) is None:
-        return EnvCheck(False, "the server was attached, not launched by specgate, so its "
-                               "environment cannot be read", expected)
-    got = server.process_env(handle)
-    reason = "cannot read the server process's environment"
-    if isinstance(got, tuple):  # (env or None, reason)
-        got, reason = got[0], str(got[1])
-    if got is None:
-        return EnvCheck(False, reason, expected)
-    env: dict[str, str] = dict(got)
-    return EnvCheck(True, f"environment of pid {handle.pid} read", expected,
-                    {k: env.get(k) for k in expected})
+    reading = server.process_env_detail(handle)
+    if reading.env is None:
+        return EnvCheck(False, reading.reason, expected)
+    return EnvCheck(True, f"environment of pid {reading.pid} {reading.reason}", expected,
+                    {k: reading.env.get(k) for k in expected})
 
 
 def _keep_going(profile: Profile, config: str,
@@ -283,23 +277,25 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
     if not attached:
         try:
             fields["gpu"] = check_gpus(profile)
-        except Exception as exc:  # noqa: BLE001 - a broken check must not stop the session
+        except Exception as exc:  # a broken check must not stop the session
             fields["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
     handle: Any = None
     log_path = reports_dir / "live" / f"{config}-server.log"
+    stage = "prompts"
     try:
         chosen, _label = load_prompts(profile)
         template = prompts.choose_template(profile.bench.chat_template,
                                            profile.resolve(profile.target.path))
+        stage = "start"
         with _server(profile, config, log_path, say) as (handle, display, attached):
             fields.update(launch=display, url=handle.url, simulated=bool(handle.simulated),
                           server_info=_server_spec(dict(handle.server_info or {})))
-            if not attached:
-                try:
-                    fields["env"] = check_env(profile, handle)
-                except Exception as exc:  # noqa: BLE001
-                    fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
-                                             dict(profile.server.env))
+            try:
+                fields["env"] = check_env(profile, handle)
+            except Exception as exc:  # a broken check must not stop the session
+                fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
+                                         dict(profile.server.env))
+            stage = "measure"
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=profile.bench.request_timeout_s) as client:
                 try:
@@ -313,17 +309,30 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
                     alive = _alive(handle)
                     note = "" if alive is not False else " (the server process has exited)"
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
+            stage = "stop"
+            fields["stop"] = _stop(handle)
     except SpecgateError as exc:
-        stage = "start" if "url" not in fields else "stop"
         if "failure" not in fields:
             fields["failure"] = Failure(stage, str(exc), getattr(exc, "log_tail", "")
                                         or _tail(handle))
-    except Exception as exc:  # noqa: BLE001 - recorded so every claim can say what broke
+    except Exception as exc:  # recorded, so every claim can say what broke
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        fields.setdefault("failure", Failure("harness", f"internal error: {detail}",
+        fields.setdefault("failure", Failure(stage, f"internal error: {detail}",
                                              _tail(handle)))
-    fields["stop"] = "attached: left running" if attached else "stopped"
+    fields.setdefault("stop", "attached: left running" if attached else "")
     return ConfigRun(**fields)
+
+
+def _stop(handle: Any) -> str:
+    """Stop now (running() would too) so the report of what was left behind is kept."""
+    report = handle.stop()
+    text = str(report.how)
+    if not report.clean:
+        text += (f"; left behind: pids {list(report.leftovers)}, port free {report.port_free}, "
+                 f"GPU pids {list(report.gpu_leftovers)}")
+    if report.notes:
+        text += "; " + "; ".join(report.notes)
+    return text
 
 
 def _tail(handle: Any) -> str:
@@ -331,14 +340,14 @@ def _tail(handle: Any) -> str:
         return ""
     try:
         return str(handle.log_tail())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 
 def _alive(handle: Any) -> bool | None:
     try:
         return bool(handle.alive())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

@@ -127,8 +127,8 @@ def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     offenders = [(c, o) for c, g in done for o in g.offenders]
     if offenders:
         listed = "; ".join(
-            f"before the {c} launch: pid {o.get('pid')} {o.get('name', '?')} on GPU "
-            f"{o.get('gpu', o.get('gpu_index', '?'))} holding {o.get('memory_mib', '?')} MiB"
+            f"before the {c} launch: pid {o.get('pid')} {o.get('process_name', '?')} on GPU "
+            f"{o.get('gpu_index', '?')} holding {o.get('used_memory_mib', '?')} MiB"
             for c, o in offenders)
         return claims.failed(cid, PHASE, _sim(live) + f"other processes hold the server's GPUs: "
                              f"{listed}. Stop them (or pick free GPUs in [server] gpus) so the "
@@ -307,7 +307,8 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     cycle, base_tps, breakeven = be
     accept = got.stats["accept_len"]
     margin = stats.difference_summary(accept, breakeven, got.confidence)
-    arithmetic = (f"cycle {cycle.mean:.1f} ms × {base_tps.mean:.1f} tok/s = break-even "
+    ms = f"{cycle.mean:.1f}" if cycle.mean >= 10 else f"{cycle.mean:.2f}"
+    arithmetic = (f"cycle {ms} ms × {base_tps.mean:.1f} tok/s = break-even "
                   f"{breakeven.mean:.2f}; measured {accept.mean:.2f}")
     ok, how = _judge(margin, 0.0)
     if ok:

@@ -49,7 +49,8 @@ def tps_repeats(
         title += f" — speedup {means[1] / means[0]:.2f}×"
     ax.set_title(title)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="lower right", fontsize=8, title="bar: mean, band: CI", title_fontsize=8)
+    if baseline or speculative:
+        ax.legend(loc="lower right", fontsize=8, title="bar: mean, band: CI", title_fontsize=8)
     return _png(fig)
 
 

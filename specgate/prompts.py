@@ -1,4 +1,4 @@
-"""Benchmark prompts (built-in or JSONL) and the chat template that wraps them as users send them."""
+"""Benchmark prompts (built-in or JSONL) and the chat template that wraps them as users send."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Prompt:
 
 @dataclasses.dataclass(frozen=True)
 class ChatTemplate:
-    """How a user's text is wrapped before it is sent to /generate, and where that choice came from."""
+    """How a user's text is wrapped before it goes to /generate, and where that choice came from."""
 
     name: str
     prefix: str

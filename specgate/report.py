@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -13,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,27 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
     return BuiltReport(final / "index.html", summary, install_s, generate_s, append)
 
 
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """One line for a terminal or CI log out of the report's summary.json."""
+    stats = summary.get("stats") or {}
+    parts = [f"{stats[k]} {k}" for k in ("passed", "failed", "broken", "skipped") if stats.get(k)]
+    return f"{stats.get('total', 0)} claims: " + (", ".join(parts) or "none ran")
+
+
+def main_report(argv: Sequence[str] | None = None) -> int:
+    """`specgate report`: build DIR/allure-report/index.html from DIR/allure-results."""
+    parser = argparse.ArgumentParser(prog="specgate report", description=main_report.__doc__)
+    parser.add_argument("--reports", type=Path, default=Path("reports"), metavar="DIR",
+                        help="the reports folder of a run (default reports/)")
+    parser.add_argument("--name", help="report title (default: specgate — <profile>)")
+    args = parser.parse_args(argv)
+    built = build(args.reports, name=args.name)
+    print(f"report: {built.index} ({summary_line(built.summary)})")
+    print(f"history: {built.index.parent.parent / 'history'}"
+          + ("" if built.history_appended else " (this run was already in it)"))
+    return 0
+
+
 def strip_analytics(html: Path) -> bool:
     """Remove Allure's Google Analytics tags from a generated page; True if there were any."""
     text = html.read_text(encoding="utf-8")
@@ -298,4 +320,11 @@ def _package_json() -> dict[str, Any]:
 
 
 def _data_dir() -> Path:
-    return Path(str(importlib.resources.files("specgate"))) / "data" / "allure"
+    data = Path(str(importlib.resources.files("specgate"))) / "data" / "allure"
+    if not (data / "package-lock.json").exists():
+        raise ReportError(
+            f"{data}: package.json and package-lock.json of the pinned Allure Report are "
+            "missing, so this specgate was packaged without them; reinstall specgate from a "
+            "checkout (`pip install -e .`) or a wheel that includes specgate/data/allure/."
+        )
+    return data

@@ -1,4 +1,4 @@
-"""Small-sample statistics for benchmark repeats: t intervals, ratios, break-even and accept length."""
+"""Small-sample statistics for benchmark repeats: t intervals, ratios, break-even, accept length."""
 
 from __future__ import annotations
 

@@ -220,7 +220,16 @@ def _load_torch_map(path: Path) -> VocabMap:
         keys = ", ".join(map(str, obj)) if isinstance(obj, dict) else type(obj).__name__
         raise CheckpointError(f"{path}: expected a dict with 'd2t' and 't2d', found {keys}")
     t2d = obj.get("t2d")
-    return VocabMap(obj["d2t"].numpy(), t2d.numpy() if t2d is not None else None, str(path))
+    return VocabMap(_numpy(obj["d2t"]), _numpy(t2d) if t2d is not None else None, str(path))
+
+
+def _numpy(value: Any) -> np.ndarray[Any, Any]:
+    """A tensor (bf16 widened: numpy has no bf16) or list as a numpy array, dtype kept."""
+    if hasattr(value, "numpy"):
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            value = value.float()
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
 
 
 # --- claims -------------------------------------------------------------------------------
@@ -242,8 +251,8 @@ def invariants_claim(profile: Profile) -> ClaimResult:
                              "invariant(s): " + "; ".join(problems),
                              observed=len(problems), expected=0, unit="problems",
                              details={"problems": problems})
-    return claims.passed(cid, PHASE, f"d2t ({vmap.draft_vocab_size} draft ids) and t2d agree and "
-                         f"map into the {v}-token vocabulary in order",
+    return claims.passed(cid, PHASE, f"{folder}: d2t ({vmap.draft_vocab_size} draft ids) and t2d "
+                         f"agree and map into the {v}-token vocabulary in order",
                          observed=0, expected=0, unit="problems")
 
 
@@ -262,9 +271,15 @@ def _pair(profile: Profile, cid: str) -> tuple[VocabMap, VocabMap, Path, Path] |
         return claims.skipped(cid, PHASE, "no reference drafter given ([drafter] reference or "
                               "--reference-drafter)")
     try:
-        return load_map(folder), load_map(reference), folder, reference
+        mine, ref = load_map(folder), load_map(reference)
     except CheckpointError as exc:
         return claims.broken(cid, PHASE, str(exc))
+    for vmap, where in ((mine, folder), (ref, reference)):
+        if vmap.d2t.ndim != 1:
+            return claims.broken(cid, PHASE, f"{where}: d2t has shape {list(vmap.d2t.shape)}, "
+                                 "expected one dimension; it cannot be compared (see "
+                                 "vocab.invariants)")
+    return mine, ref, folder, reference
 
 
 def _attachment(cmp: MapComparison) -> tuple[Attachment, ...]:

@@ -121,7 +121,7 @@ def shape_parity_claim(profile: Profile) -> ClaimResult:
                          observed=0, expected=0, unit="mismatches", details=details)
 
 
-def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult:
+def health_claim(profile: Profile, *, workers: int = 1) -> ClaimResult:
     cid = "weights.health"
     drafter = _drafter(profile, cid)
     if isinstance(drafter, ClaimResult):
@@ -137,8 +137,7 @@ def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult
                                "bytes_in_holes": report.bytes_in_holes,
                                "seconds": round(report.seconds, 3)}
     scanned = (f"{len(report.tensors)} tensors, "
-               f"{(report.bytes_scanned + report.bytes_in_holes) / 1e9:.2f} GB in "
-               f"{report.seconds:.1f} s")
+               f"{_size(report.bytes_scanned + report.bytes_in_holes)} in {report.seconds:.2f} s")
     if problems:
         return claims.failed(cid, PHASE, f"{drafter.path}: {_listing(problems)} ({scanned}); "
                              "re-export the drafter from a good training checkpoint",
@@ -148,3 +147,9 @@ def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult
                          f"tensor ({scanned})", observed=0, expected=0, unit="bad tensors",
                          details=details)
 
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"

@@ -4,6 +4,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -17,7 +18,7 @@ FINAL_META = {"completion_tokens": 3, "prompt_tokens": 5, "e2e_latency": 0.01,
 class FakeSGLang(BaseHTTPRequestHandler):
     mode = "ok"
     flush_failures = 0
-    seen: list = []
+    seen: ClassVar[list[tuple[str, str | None]]] = []
 
     def log_message(self, *args):
         pass
@@ -61,8 +62,9 @@ class FakeSGLang(BaseHTTPRequestHandler):
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        if mode != "drop":
-            self.send_header("Connection", "close")
+        self.send_header("Connection", "close")
+        if mode == "drop":
+            self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         partial = {"completion_tokens": 1, "prompt_tokens": 5, "finish_reason": None}
         chunks = [{"text": "a", "meta_info": partial}, {"text": "a b c", "meta_info": FINAL_META}]
@@ -77,14 +79,16 @@ class FakeSGLang(BaseHTTPRequestHandler):
             meta = dict(FINAL_META)
             del meta["spec_verify_ct"]
             chunks[1] = {"text": "a b c", "meta_info": meta}
+        if mode == "drop":
+            event = f"data: {json.dumps(chunks[0])}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.write(b"400\r\ndata: {\"te")  # promised 1 KiB, then the server dies
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            return
         for chunk in chunks:
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-        if mode == "drop":
-            # Claims a chunked body and ends mid-chunk: the client sees a broken stream.
-            self.wfile.write(b"")
-            self.connection.shutdown(2)
-            return
         if mode != "truncated":
             self.wfile.write(b"data: [DONE]\n\n")
 
@@ -93,7 +97,7 @@ class FakeSGLang(BaseHTTPRequestHandler):
 def fake() -> Iterator[type[FakeSGLang]]:
     handler = type("Handler", (FakeSGLang,), {"mode": "ok", "flush_failures": 0, "seen": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield handler
@@ -153,7 +157,7 @@ def test_flush_cache_retries_on_400(fake):
 
 def test_flush_cache_gives_up(fake):
     fake.flush_failures = 99
-    with pytest.raises(ServerError, match="cache not flushed .*HTTP 400"):
+    with pytest.raises(ServerError, match=r"cache not flushed .*HTTP 400"):
         SGLangClient(fake.url).flush_cache(attempts=2, wait_s=0.01)
 
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.stats: t quantiles, interval coverage, break-even and accept-length formulas."""
+"""Tests for specgate.stats: t quantiles, interval coverage, break-even and accept length."""
 
 import math
 import random

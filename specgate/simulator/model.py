@@ -13,6 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# specgate_sim.json in the TARGET dir (all optional, milliseconds unless named _s):
+#   decode_ms, prefill_base_ms, prefill_ms_per_token, verify_ms (whole verify cost) or
+#   verify_base_ms + verify_ms_per_draft_token, draft_step_ms, start_delay_s.
+# specgate_sim.json in the DRAFT dir: acceptance = [a1, a2, ...] (conditional per depth) and
+#   categories = {"name": {"keywords": [...], "multiplier": m}} (first keyword hit wins).
+# Env overrides (win over files): SPECGATE_SIM_DECODE_MS, _PREFILL_BASE_MS,
+#   _PREFILL_MS_PER_TOKEN, _VERIFY_MS, _VERIFY_MS_PER_DRAFT_TOKEN, _DRAFT_STEP_MS,
+#   _START_DELAY_S, SPECGATE_SIM_ACCEPTANCE="0.8,0.7".
 SIM_FILE = "specgate_sim.json"
 
 # Defaults are deliberately fast so the harness's own tests take seconds, and shaped like the
@@ -210,10 +218,10 @@ def _unit(key: str, salt: str) -> float:
 
 
 def output_length(key: str, max_new_tokens: int, *, ignore_eos: bool = False) -> int:
-    """Deterministic length in [50 %, 100 %] of max_new_tokens; ~1 prompt in 4 hits the cap."""
+    """Deterministic length in [50 %, 100 %] of max_new_tokens; ~1 prompt in 6 hits the cap."""
     if max_new_tokens <= 1 or ignore_eos:
         return max(0, max_new_tokens)
-    fraction = 0.5 + 0.65 * _unit(key, "length")
+    fraction = 0.5 + 0.6 * _unit(key, "length")
     return max(1, min(max_new_tokens, math.ceil(fraction * max_new_tokens)))
 
 
@@ -236,32 +244,50 @@ def plan_request(
     over a few hundred cycles, while the pattern still varies from cycle to cycle.
     """
     key = prompt_key(prompt)
-    length = output_length(key, max_new_tokens, ignore_eos=ignore_eos)
+    natural = output_length(key, max_new_tokens, ignore_eos=ignore_eos)
     rng = random.Random(text_seed if text_seed is not None else key)
-    output_ids = tuple(TOKEN_ID_BASE + rng.randrange(len(_WORDS)) for _ in range(length))
+    # Drawn up to the cap so every length is a prefix of the same text.
+    all_ids = [TOKEN_ID_BASE + rng.randrange(len(_WORDS)) for _ in range(max(0, max_new_tokens))]
+    per_event: list[int] = [1] * max(0, natural - 1)
+    histogram: list[int] = []
+    correct = 0
+    if params.speculative and natural > 1:
+        per_event, histogram, correct = _spec_cycles(
+            params, key, prompt if isinstance(prompt, str) else "", natural - 1,
+            max_new_tokens - 1,
+        )
+    length = min(natural, 1) + sum(per_event)
     if length < max_new_tokens:
         finish: dict[str, Any] = {"type": "stop", "matched": eos_token_id}
     else:
         finish = {"type": "length", "length": max_new_tokens}
-    remaining = max(0, length - 1)
-    if not params.speculative:
-        return RequestPlan(
-            prompt_tokens=count_prompt_tokens(prompt),
-            completion_tokens=length,
-            finish_reason=finish,
-            output_ids=output_ids,
-            tokens_per_event=(1,) * remaining,
-            event_ms=params.timing.decode_ms,
-            verify_ct=0,
-            num_correct_drafts=0,
-            histogram=(),
-        )
-    rates = effective_acceptance(params, key if isinstance(prompt, str) else "")
+    return RequestPlan(
+        prompt_tokens=count_prompt_tokens(prompt),
+        completion_tokens=length,
+        finish_reason=finish,
+        output_ids=tuple(all_ids[:length]),
+        tokens_per_event=tuple(per_event),
+        event_ms=cycle_ms(params) if params.speculative else params.timing.decode_ms,
+        verify_ct=len(per_event) if params.speculative else 0,
+        num_correct_drafts=correct,
+        histogram=tuple(histogram),
+    )
+
+
+def _spec_cycles(
+    params: SimParams, key: str, text: str, wanted: int, budget: int
+) -> tuple[list[int], list[int], int]:
+    """Verify cycles until `wanted` decode tokens are out, never past `budget` (the cap).
+
+    A natural stop lands at the end of the cycle that reaches it (the EOS is that cycle's bonus
+    token), so only length-capped requests lose tokens to a clipped last cycle, as in SGLang.
+    """
+    rates = effective_acceptance(params, text)
     errors = [_unit(key, f"phase{k}") for k in range(len(rates))]
     histogram = [0] * (len(rates) + 1)
     per_cycle: list[int] = []
-    correct = 0
-    while remaining > 0:
+    correct, released_total = 0, 0
+    while released_total < wanted:
         accepted = 0
         for k, a in enumerate(rates):
             errors[k] += a
@@ -269,23 +295,20 @@ def plan_request(
                 break
             errors[k] -= 1.0
             accepted += 1
-        # The last cycle is clipped to the tokens still owed, as SGLang trims at the limit.
-        released = min(accepted + 1, remaining)
+        released = min(accepted + 1, budget - released_total)
         per_cycle.append(released)
         correct += released - 1
         histogram[released - 1] += 1
-        remaining -= released
-    return RequestPlan(
-        prompt_tokens=count_prompt_tokens(prompt),
-        completion_tokens=length,
-        finish_reason=finish,
-        output_ids=output_ids,
-        tokens_per_event=tuple(per_cycle),
-        event_ms=cycle_ms(params),
-        verify_ct=len(per_cycle),
-        num_correct_drafts=correct,
-        histogram=tuple(histogram),
-    )
+        released_total += released
+    return per_cycle, histogram, correct
+
+
+def expected_totals(
+    params: SimParams, prompts: Sequence[str | Sequence[int]], max_new_tokens: int
+) -> tuple[int, int]:
+    """(Σ completion_tokens, Σ spec_verify_ct) the simulator will report for greedy requests."""
+    plans = [plan_request(params, prompt, max_new_tokens) for prompt in prompts]
+    return sum(p.completion_tokens for p in plans), sum(p.verify_ct for p in plans)
 
 
 def detokenize(output_ids: Sequence[int]) -> str:

@@ -477,6 +477,7 @@ class Handler(BaseHTTPRequestHandler):
         jobs, batch = _jobs(body)
         with state.lock:
             state.running += 1
+        self._counted = True
         try:
             if jobs[0].stream:
                 self._stream(jobs[0], t0)
@@ -486,10 +487,17 @@ class Handler(BaseHTTPRequestHandler):
                 _sleep_until(deadline)
                 e2e = time.monotonic() - t0
                 payload = [self._finish(r[0], e2e) for r in results]
+                self._release()
                 self._respond_json(payload if batch else payload[0])
         finally:
-            with state.lock:
-                state.running -= 1
+            self._release()
+
+    def _release(self) -> None:
+        """The request stops counting as running before its last bytes go out, as in SGLang."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            with self.state.lock:
+                self.state.running -= 1
 
     # -- generation -----------------------------------------------------------------------
 
@@ -589,6 +597,7 @@ class Handler(BaseHTTPRequestHandler):
                 return  # connection closes without the terminating chunk
             if finished:
                 self._log_decode(done)
+                self._release()
             ids = plan.output_ids[:count]
             event = {
                 "text": model.detokenize(ids),

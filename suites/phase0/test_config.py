@@ -13,8 +13,8 @@ from specgate.profile import Profile
 pytestmark = [pytest.mark.probe, pytest.mark.phase0, pytest.mark.gate]
 
 
-# The plugin parametrizes config_field from [drafter.expect]; the claim id is config.<field>.
-@pytest.mark.claim("config.<field>")
+# The plugin parametrizes config_field from [drafter.expect] and formats the claim id with it.
+@pytest.mark.claim("config.{config_field}")
 def test_config_field(config_field: str, profile: Profile,
                       check: Callable[[ClaimResult], None]) -> None:
     check(config_claims.config_field_claim(profile, config_field))

@@ -1,0 +1,126 @@
+"""The config claims: [drafter.expect] fields and drafter-versus-target compatibility."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers_ckpt import make_profile, tiny_drafter
+
+from specgate.claims import Status
+from specgate.config_claims import (
+    config_field_claim,
+    config_field_claims,
+    config_field_ids,
+    lookup,
+    target_compat_claim,
+)
+from specgate.generate import aq_medai_k2, kimi_k25, write_target_config
+
+EXPECT = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 32,
+    "eagle_config.eagle_aux_hidden_state_layer_ids": [1, 3, 5],
+    "eagle_config.use_aux_hidden_state": True,
+}
+
+
+def _write_config(folder: Path, config: dict[str, object]) -> Path:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_fields_pass_including_nested(tmp_path: Path) -> None:
+    profile = make_profile(tiny_drafter(tmp_path / "d"), expect=EXPECT)
+    assert config_field_ids(profile) == list(EXPECT)
+    results = config_field_claims(profile)
+    assert [r.id for r in results] == [f"config.{k}" for k in EXPECT]
+    assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
+
+
+def test_wrong_and_missing_fields_fail(tmp_path: Path) -> None:
+    folder = tiny_drafter(tmp_path / "d")
+    profile = make_profile(folder, expect={"hidden_size": 64, "fc_norm": True,
+                                           "eagle_config.eagle_aux_hidden_state_layer_ids":
+                                               [2, 4, 6]})
+    wrong = config_field_claim(profile, "hidden_size")
+    assert (wrong.status, wrong.observed, wrong.expected) == (Status.FAILED, 32, 64)
+    assert str(folder / "config.json") in wrong.message
+    missing = config_field_claim(profile, "fc_norm")
+    assert missing.status is Status.FAILED
+    assert "config.json has no field 'fc_norm'" in missing.message
+    aux = config_field_claim(profile, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    assert "[1, 29, 57] and [2, 30, 58]" in aux.message
+
+
+def test_bool_is_not_one(tmp_path: Path) -> None:
+    folder = _write_config(tmp_path / "d", {"flag": 1})
+    assert config_field_claim(make_profile(folder, expect={"flag": True}),
+                              "flag").status is Status.FAILED
+
+
+def test_short_context_says_how_to_fix(tmp_path: Path) -> None:
+    folder = _write_config(tmp_path / "aq", aq_medai_k2().config())
+    result = config_field_claim(make_profile(folder, expect={"max_position_embeddings": 262144}),
+                                "max_position_embeddings")
+    assert result.status is Status.FAILED
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in result.message
+    assert "[server] env" in result.message
+    assert "262144" in result.message
+
+
+def test_bad_or_absent_config_is_broken_or_skipped(tmp_path: Path) -> None:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "config.json").write_text("{not json")
+    result = config_field_claim(make_profile(folder, expect={"hidden_size": 1}), "hidden_size")
+    assert result.status is Status.BROKEN
+    assert "config.json" in result.message
+    assert "not valid JSON" in result.message
+    assert config_field_claim(make_profile(expect={"a": 1}), "a").status is Status.SKIPPED
+    assert config_field_claim(make_profile(folder), "a").status is Status.BROKEN
+
+
+def test_lookup_prefers_literal_keys() -> None:
+    config = {"a.b": 1, "a": {"b": 2, "c": {"d": 3}}}
+    assert lookup(config, "a.b") == 1
+    assert lookup(config, "a.c.d") == 3
+    assert lookup(config, "a.x") is lookup(config, "nope")
+
+
+def test_target_compat_passes_for_k25(tmp_path: Path) -> None:
+    drafter = _write_config(tmp_path / "k25", kimi_k25().config())
+    for target in (write_target_config(tmp_path / "t"),
+                   write_target_config(tmp_path / "mm", multimodal=True)):
+        result = target_compat_claim(make_profile(drafter, target=target))
+        assert result.status is Status.PASSED, result.message
+        assert "aux layer ids [2, 30, 58]" in result.message
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"hidden_size": 4096}, "hidden size"),
+    ({"vocab_size": 129280}, "vocab_size"),
+    ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}}, r"ids \[61\]"),
+    ({"max_position_embeddings": 131072}, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"),
+])
+def test_target_compat_fails_per_mismatch(tmp_path: Path, change: dict[str, object],
+                                          match: str) -> None:
+    drafter = _write_config(tmp_path / "d", {**kimi_k25().config(), **change})
+    target = write_target_config(tmp_path / "t")
+    result = target_compat_claim(make_profile(drafter, target=target))
+    assert result.status is Status.FAILED
+    assert result.observed == 1
+    assert pytest.importorskip("re").search(match, result.message), result.message
+
+
+def test_target_compat_skips_or_breaks(tmp_path: Path) -> None:
+    drafter = _write_config(tmp_path / "d", kimi_k25().config())
+    assert target_compat_claim(make_profile(drafter)).status is Status.SKIPPED
+    missing = target_compat_claim(make_profile(drafter, target=tmp_path / "nowhere"))
+    assert missing.status is Status.BROKEN
+    assert "nowhere" in missing.message
+    empty = _write_config(tmp_path / "empty", {"foo": 1})
+    assert target_compat_claim(make_profile(drafter, target=empty)).status is Status.BROKEN

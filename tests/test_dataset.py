@@ -1,0 +1,167 @@
+"""Phase 2 data claims on good and deliberately broken hidden-state dumps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specgate import dataset
+from specgate.claims import Status
+from specgate.dataset import capture_layers, vocab_map_from_data
+from specgate.evaluate import bf16_bits, open_dump
+from specgate.generate import tiny, write_drafter
+from specgate.profile import Profile, parse_profile
+from specgate.safetensors_io import TensorSpec, write_sparse
+
+SHAPE = tiny()  # hidden 32, vocab 256, draft vocab 64, aux ids [1, 3, 5]
+WIDTH = 3 * SHAPE.hidden_size
+
+
+def write_dump(folder: Path, samples: list[dict[str, Any]],
+               metadata: dict[str, Any] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, sample in enumerate(samples):
+        ids = np.asarray(sample["ids"], dtype=np.int64)
+        aux = sample.get("aux")
+        if aux is None:
+            aux = np.random.default_rng(i).standard_normal((len(ids), WIDTH)).astype(np.float32)
+        dtype = sample.get("dtype", "BF16")
+        data = bf16_bits(aux) if dtype == "BF16" else aux.astype(
+            {"F16": np.float16, "F32": np.float32}[dtype])
+        mask = np.asarray(sample.get("mask", np.ones(len(ids))), dtype=np.uint8)
+        write_sparse(folder / f"s{i:03d}.safetensors", {
+            "input_ids": TensorSpec("I64", ids.shape, ids),
+            "aux_hidden_states": TensorSpec(dtype, aux.shape, data),
+            "loss_mask": TensorSpec("U8", mask.shape, mask)})
+    meta = {"aux_hidden_state_layer_ids": list(SHAPE.aux_layer_ids)} if metadata is None \
+        else metadata
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    return folder
+
+
+def _tokens(seed: int, n: int = 600) -> np.ndarray[Any, Any]:
+    """Zipf-like token ids over the whole vocabulary: more distinct tokens than the draft vocab."""
+    rng = np.random.default_rng(seed)
+    return (rng.zipf(1.3, n) * 7 % SHAPE.vocab_size).astype(np.int64)
+
+
+def _profile(data: Path, drafter: Path | None = None, target: Path | None = None) -> Profile:
+    raw: dict[str, Any] = {"name": "t", "data": {"path": str(data)}}
+    if drafter is not None:
+        raw["drafter"] = {"path": str(drafter)}
+    if target is not None:
+        raw["target"] = {"path": str(target)}
+    return parse_profile(raw)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("data")
+    samples = [{"ids": _tokens(s, 200), "mask": [0] * 20 + [1] * 180} for s in range(3)]
+    dump = write_dump(root / "dump", samples)
+    data_map, _ = vocab_map_from_data(open_dump(dump), SHAPE.draft_vocab_size, SHAPE.vocab_size)
+    drafter = write_drafter(root / "drafter", SHAPE, token_ids=data_map.target_ids())
+    other = write_drafter(root / "other", SHAPE, seed=5)
+    return {"root": root, "dump": dump, "drafter": drafter, "other": other}
+
+
+@pytest.mark.parametrize("claim", ["counts_claim", "shapes_claim", "dtypes_claim",
+                                   "finite_claim", "capture_layers_claim", "vocab_map_claim"])
+def test_every_data_claim_passes_on_a_good_dataset(good: dict[str, Path], claim: str) -> None:
+    result = getattr(dataset, claim)(_profile(good["dump"], good["drafter"]))
+    assert result.status is Status.PASSED, result.message
+
+
+def test_counts_report_samples_tokens_and_masked_tokens(good: dict[str, Path]) -> None:
+    result = dataset.counts_claim(_profile(good["dump"]))
+    assert result.details == {"samples": 3, "tokens": 600, "loss_masked": 540}
+    assert "3 samples, 600 tokens, 540 loss-masked" in result.message
+
+
+def test_a_sample_with_nothing_to_learn_fails_counts(tmp_path: Path) -> None:
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3]}, {"ids": [4, 5], "mask": [0, 0]}])
+    result = dataset.counts_claim(_profile(dump))
+    assert result.status is Status.FAILED
+    assert "s001.safetensors" in result.message
+
+
+def test_wrong_aux_width_fails_shapes_naming_the_file(tmp_path: Path,
+                                                      good: dict[str, Path]) -> None:
+    aux = np.zeros((4, 2 * SHAPE.hidden_size), np.float32)
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3, 4], "aux": aux}])
+    result = dataset.shapes_claim(_profile(dump, good["drafter"]))
+    assert result.status is Status.FAILED
+    assert f"s000.safetensors: aux_hidden_states [4, 64], expected [4, {WIDTH}]" in result.message
+
+
+def test_mixed_dtypes_fail(tmp_path: Path) -> None:
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2]}, {"ids": [3, 4], "dtype": "F16"}])
+    result = dataset.dtypes_claim(_profile(dump))
+    assert result.status is Status.FAILED
+    assert "mix dtypes" in result.message
+
+
+@pytest.mark.parametrize(("dtype", "bad"), [("BF16", np.nan), ("F16", np.inf), ("F32", -np.inf)])
+def test_non_finite_values_fail_finite(tmp_path: Path, dtype: str, bad: float) -> None:
+    aux = np.ones((5, WIDTH), np.float32)
+    aux[3, 7] = bad
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3, 4, 5]},
+                                       {"ids": [1, 2, 3, 4, 5], "aux": aux, "dtype": dtype}])
+    result = dataset.finite_claim(_profile(dump))
+    assert result.status is Status.FAILED
+    assert "s001.safetensors: 1 non-finite value(s), first in row 3" in result.message
+
+
+def _target(folder: Path, model_type: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type,
+                                                    "num_hidden_layers": 8}))
+    return folder
+
+
+def test_kimi_treats_1_29_57_and_2_30_58_alike(tmp_path: Path) -> None:
+    assert capture_layers([1, 29, 57], "deepseek") == capture_layers([2, 30, 58], "deepseek")
+    assert capture_layers([1, 29, 57], "llama") != capture_layers([2, 30, 58], "llama")
+    drafter = write_drafter(tmp_path / "k", SHAPE, config_overrides={
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}})
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2]}],
+                      {"aux_hidden_state_layer_ids": [1, 29, 57]})
+    kimi = dataset.capture_layers_claim(_profile(dump, drafter, _target(tmp_path / "t", "kimi_k2")))
+    assert kimi.status is Status.PASSED, kimi.message
+    llama = dataset.capture_layers_claim(_profile(dump, drafter, _target(tmp_path / "l", "llama")))
+    assert llama.status is Status.FAILED
+    assert "[2, 30, 58] vs [3, 31, 59]" in llama.message
+
+
+def test_capture_layers_skip_without_metadata(tmp_path: Path, good: dict[str, Path]) -> None:
+    dump = write_dump(tmp_path / "d", [{"ids": [1, 2]}], metadata={})
+    result = dataset.capture_layers_claim(_profile(dump, good["drafter"]))
+    assert result.status is Status.SKIPPED
+
+
+def test_a_map_from_other_data_fails_vocab_map(good: dict[str, Path]) -> None:
+    result = dataset.vocab_map_claim(_profile(good["dump"], good["other"]))
+    assert result.status is Status.FAILED
+    assert "rebuild the map from this dataset" in result.message
+
+
+def test_data_map_is_the_top_tokens_sorted(good: dict[str, Path]) -> None:
+    vmap, counts = vocab_map_from_data(open_dump(good["dump"]), SHAPE.draft_vocab_size,
+                                       SHAPE.vocab_size)
+    ids = vmap.target_ids()
+    assert np.all(np.diff(ids) > 0)
+    cutoff = min(counts[int(t)] for t in ids)
+    assert all(c <= cutoff for t, c in counts.items() if t not in set(ids.tolist()))
+
+
+def test_claims_skip_without_data_and_break_on_a_bad_folder(tmp_path: Path) -> None:
+    skipped = dataset.counts_claim(parse_profile({"name": "t"}))
+    assert skipped.status is Status.SKIPPED
+    (tmp_path / "x.safetensors").write_bytes(b"\x01")
+    broken = dataset.shapes_claim(_profile(tmp_path))
+    assert broken.status is Status.BROKEN
+    assert "x.safetensors" in broken.message

@@ -1,0 +1,194 @@
+"""Teacher-forced evaluation on generated dumps whose answers are known, and the seeds' replay."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+
+from specgate import evaluate
+from specgate.claims import Status
+from specgate.evaluate import (
+    EvalReport,
+    StepStats,
+    bf16_bits,
+    generate_dump,
+    main_eval,
+    open_dump,
+    teacher_forced,
+    teacher_forced_claim,
+)
+from specgate.generate import shifted_token_ids, tiny, write_drafter
+from specgate.profile import parse_profile
+from specgate.remap import remap_vocab
+from specgate.safetensors_io import TensorSpec, read_array, read_file_header, write_sparse
+from specgate.vocab import VocabMap
+
+K2_IDS = np.sort(np.random.default_rng(7).choice(200, size=tiny().draft_vocab_size,
+                                                 replace=False)).astype(np.int64)
+
+
+def sharp_drafter(folder: Path, seed: int = 0, scale: float = 60.0,
+                  token_ids: np.ndarray[Any, Any] = K2_IDS) -> Path:
+    """A tiny random drafter whose lm_head is scaled up, so its predictions are confident."""
+    write_drafter(folder, tiny(), fill="random", seed=seed, name_style="midlayer",
+                  token_ids=token_ids)
+    file = folder / "model.safetensors"
+    header = read_file_header(file)
+    specs = {}
+    for name, info in header.tensors.items():
+        array = read_array(file, info)
+        if name == "lm_head.weight":
+            array = array * np.float32(scale)
+        data = bf16_bits(array) if info.dtype == "BF16" else array
+        specs[name] = TensorSpec(info.dtype, info.shape, data=data)
+    write_sparse(file, specs, header.metadata)
+    return folder
+
+
+def write_map(path: Path, ids: np.ndarray[Any, Any], vocab_size: int) -> Path:
+    vmap = VocabMap.from_token_ids(ids, vocab_size)
+    assert vmap.t2d is not None
+    write_sparse(path, {"d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
+                        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
+    return path
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An init drafter, a dump of its own predictions, and the data's shifted map (the seeds)."""
+    root = tmp_path_factory.mktemp("eval")
+    init = sharp_drafter(root / "init")
+    dump = generate_dump(root / "dump", init, samples=2, tokens=40, prompt_tokens=6, seed=1)
+    noisy = generate_dump(root / "noisy", init, samples=2, tokens=40, prompt_tokens=6,
+                          noise=0.5, seed=2)
+    shifted = shifted_token_ids(K2_IDS, matches=8, vocab_size=256)
+    data_map = write_map(root / "k25_map.safetensors", shifted, tiny().vocab_size)
+    return {"root": root, "init": init, "dump": dump, "noisy": noisy, "map": data_map}
+
+
+def test_the_generating_drafter_predicts_its_dump_exactly(known: dict[str, Path]) -> None:
+    report = teacher_forced(known["init"], known["dump"], steps=3)
+    step0 = report.steps[0]
+    assert step0.scored == 2 * (40 - 6)
+    assert step0.accuracy == 1.0
+    assert step0.loss < 0.9 * math.log(tiny().draft_vocab_size)
+    assert report.accept_length >= 2.0  # step 0 always accepted
+    assert report.embedding_source.endswith("embeddings.safetensors")
+
+
+def test_noise_lowers_step_zero_accuracy_to_about_one_minus_noise(known: dict[str, Path]) -> None:
+    report = teacher_forced(known["init"], known["noisy"], steps=1)
+    # 68 scored tokens, p = 0.5: a 4-sigma band
+    assert 0.25 <= report.steps[0].accuracy <= 0.75
+
+
+def test_reading_the_init_through_the_data_map_is_worse_than_random(known: dict[str, Path]) -> None:
+    vd = tiny().draft_vocab_size
+    report = teacher_forced(known["init"], known["dump"], steps=2, vocab_map=known["map"])
+    # only the 8 leading positions of the shifted map still score their own token
+    assert report.steps[0].accuracy < 0.4
+    assert report.steps[0].loss > math.log(vd)
+
+
+def test_remapped_init_predicts_through_the_data_map_again(known: dict[str, Path]) -> None:
+    out = known["root"] / "remapped"
+    remap_vocab(known["init"], known["map"], out)
+    report = teacher_forced(out, known["dump"], steps=2, vocab_map=known["map"])
+    # every token but the one the data map dropped keeps its row
+    assert report.steps[0].accuracy > 0.9
+    assert report.steps[0].loss < 0.9 * math.log(tiny().draft_vocab_size)
+
+
+def _profile(**finetune: Any) -> Any:
+    return parse_profile({"name": "t", "finetune": {k: str(v) for k, v in finetune.items()},
+                          "speculative": {"num_steps": 2, "eagle_topk": 1,
+                                          "num_draft_tokens": 3}})
+
+
+def test_claim_fails_for_the_seeds_init_and_compares_drafters(known: dict[str, Path]) -> None:
+    finetune = {"init": str(known["init"]), "vocab_map": str(known["map"]),
+                "hidden_states": str(known["dump"])}
+    profile = parse_profile({"name": "t", "drafter": {"path": str(known["init"])},
+                             "finetune": finetune})
+    result = teacher_forced_claim(profile)
+    assert result.status is Status.FAILED
+    assert "not clearly below random" in result.message
+    assert result.unit == "nats"
+    table = result.attachments[0].body
+    assert isinstance(table, str)
+    assert len(table.strip().splitlines()) == 3  # header, the init through the map, the drafter
+    assert "read through" in table
+
+
+def test_claim_passes_for_a_sound_init(known: dict[str, Path]) -> None:
+    result = teacher_forced_claim(_profile(init=known["init"], hidden_states=known["dump"]))
+    assert result.status is Status.PASSED, result.message
+    assert "predicted accept length" in result.message
+
+
+def test_claim_skips_without_a_dump_and_breaks_on_a_bad_one(tmp_path: Path,
+                                                          known: dict[str, Path]) -> None:
+    assert teacher_forced_claim(_profile(init=known["init"])).status is Status.SKIPPED
+    (tmp_path / "empty").mkdir()
+    result = teacher_forced_claim(_profile(init=known["init"], hidden_states=tmp_path / "empty"))
+    assert result.status is Status.BROKEN
+    assert "no sample" in result.message
+
+
+def test_main_eval_prints_a_comparison(known: dict[str, Path],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_eval(["--drafter", str(known["init"]), "--drafter", str(known["init"]),
+                      "--hidden-states", str(known["dump"]), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc) == 2
+    assert doc[0]["steps"][0]["accuracy"] == 1.0
+    assert main_eval(["--drafter", str(known["init"]), "--hidden-states", "/nonexistent"]) == 2
+
+
+def test_dump_format_written_by_the_generator(known: dict[str, Path]) -> None:
+    dump = open_dump(known["dump"])
+    assert len(dump.samples) == 2
+    assert dump.samples[0].aux.shape == (40, 3 * tiny().hidden_size)
+    assert dump.samples[0].aux.dtype == "BF16"
+    assert dump.metadata["aux_hidden_state_layer_ids"] == list(tiny().aux_layer_ids)
+    assert dump.metadata["generated_by"].endswith("init")
+
+
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_accept_length_is_one_plus_the_sum_of_chain_products(hist: list[int]) -> None:
+    total = sum(hist)
+    if total == 0:
+        return
+    steps = len(hist) - 1 or 1
+    hist = [*hist, 0][: steps + 1]
+    accept = tuple(sum(hist[k + 1:]) / total for k in range(steps))
+    stats = tuple(StepStats(k, 1, 1, 1, 0.0) for k in range(steps))
+    report = EvalReport("d", "h", 1, 1, 10, stats, total, accept, "", 1.0)
+    cond = report.conditional_accuracy
+    products = [math.prod(cond[: k + 1]) for k in range(steps)]
+    assert report.accept_length == pytest.approx(1 + sum(products))
+    assert 1.0 <= report.accept_length <= 1 + steps
+    assert all(0.0 <= c <= 1.0 for c in cond)
+
+
+def test_bf16_bits_round_to_nearest_even_like_torch() -> None:
+    import torch
+
+    values = np.array([1.0, -2.5, 3.14159, 1e-3, 65504.0, 1.00390625, 1.01171875],
+                      dtype=np.float32)
+    want = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(bf16_bits(values), want)
+
+
+def test_eval_module_has_no_torch_at_import() -> None:
+    assert "torch" not in evaluate.__dict__

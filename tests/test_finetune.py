@@ -1,0 +1,196 @@
+"""Phase 1 claims replay the seeds: 252 of 32000, a loss worse than random, 38 % vs 75 %."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specgate.claims import Status
+from specgate.finetune import (
+    init_parity_claim,
+    initial_loss_claim,
+    progress_claim,
+    vocab_alignment_claim,
+)
+from specgate.generate import (
+    aq_medai_k2,
+    default_token_ids,
+    kimi_k25,
+    shifted_token_ids,
+    small,
+    tiny,
+    write_drafter,
+)
+from specgate.profile import Profile, parse_profile
+from specgate.safetensors_io import TensorSpec, read_file_header, write_sparse
+from specgate.vocab import VocabMap
+
+
+def _profile(drafter: Path | None = None, **finetune: Any) -> Profile:
+    raw: dict[str, Any] = {"name": "t", "finetune": {k: str(v) for k, v in finetune.items()}}
+    if drafter is not None:
+        raw["drafter"] = {"path": str(drafter)}
+    return parse_profile(raw)
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Full-size sparse drafters (holes on disk): AQ-MedAI's K2 init and a K2.5 from scratch."""
+    root = tmp_path_factory.mktemp("seeds")
+    k2_ids = default_token_ids(aq_medai_k2(), seed=1)
+    k2 = write_drafter(root / "aq_medai_k2", aq_medai_k2(), token_ids=k2_ids)
+    k25_ids = shifted_token_ids(k2_ids, matches=252, vocab_size=163840)
+    k25 = write_drafter(root / "k25_scratch", kimi_k25(), token_ids=k25_ids)
+    vmap = VocabMap.from_token_ids(k25_ids, 163840)
+    assert vmap.t2d is not None
+    map_file = write_sparse(root / "k25_vocab.safetensors", {
+        "d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
+        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
+    return {"k2": k2, "k25": k25, "map": map_file, "root": root}
+
+
+def test_init_parity_passes_across_midlayer_and_layers0_names(seeds: dict[str, Path]) -> None:
+    result = init_parity_claim(_profile(seeds["k25"], init=seeds["k2"]))
+    assert result.status is Status.PASSED, result.message
+    assert "midlayer.* ≡ layers.0.*" in result.message
+    assert "skipped as a fine-tune loader does: d2t, t2d" in result.message
+    assert result.observed == 13  # fc, 7 projections, 3 layer norms, norm, lm_head
+
+
+def test_init_parity_fails_naming_each_mismatched_tensor(tmp_path: Path,
+                                                         seeds: dict[str, Path]) -> None:
+    drafter = write_drafter(tmp_path / "small", small())
+    result = init_parity_claim(_profile(drafter, init=seeds["k2"]))
+    assert result.status is Status.FAILED
+    assert "13 of 13 trainable tensors" in result.message
+    assert "fc.weight: init [7168, 21504] BF16, drafter [256, 768] BF16" in result.message
+    assert ["lm_head.weight", "[32000, 7168] BF16", "[512, 256] BF16"] in \
+        result.details["mismatched"]
+
+
+def test_init_parity_reports_missing_tensors(tmp_path: Path) -> None:
+    init = write_drafter(tmp_path / "init", tiny(), name_style="midlayer")
+    drafter = write_drafter(tmp_path / "drafter", tiny())
+    file = drafter / "model.safetensors"
+    header = read_file_header(file)
+    write_sparse(file, {n: TensorSpec(i.dtype, i.shape) for n, i in header.tensors.items()
+                        if n != "layers.0.mlp.up_proj.weight"})
+    result = init_parity_claim(_profile(drafter, init=init))
+    assert result.status is Status.FAILED
+    assert "layers.0.mlp.up_proj.weight: no such tensor in the drafter" in result.message
+
+
+def test_vocab_alignment_replays_252_of_32000(seeds: dict[str, Path]) -> None:
+    result = vocab_alignment_claim(_profile(init=seeds["k2"], vocab_map=seeds["map"]))
+    assert result.status is Status.FAILED
+    assert "252 of 32000 draft positions" in result.message
+    assert "share 31999 tokens" in result.message
+    assert f"specgate remap-vocab --from {seeds['k2']} --to {seeds['map']}" in result.message
+    assert (result.observed, result.expected, result.unit) == (252, ">= 31680", "positions")
+
+
+def test_vocab_alignment_passes_against_its_own_map(seeds: dict[str, Path]) -> None:
+    result = vocab_alignment_claim(_profile(init=seeds["k25"], vocab_map=seeds["map"]))
+    assert result.status is Status.PASSED
+    assert result.observed == 32000
+
+
+def test_vocab_alignment_breaks_on_an_unreadable_map(tmp_path: Path,
+                                                     seeds: dict[str, Path]) -> None:
+    bad = tmp_path / "map.safetensors"
+    bad.write_bytes(b"\x00" * 4)
+    result = vocab_alignment_claim(_profile(init=seeds["k2"], vocab_map=bad))
+    assert result.status is Status.BROKEN
+    assert str(bad) in result.message
+
+
+def _log(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_initial_loss_of_18_7_is_worse_than_uniform(tmp_path: Path,
+                                                    seeds: dict[str, Path]) -> None:
+    log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": 10, "loss": 18.7, "accuracy": 0.0},
+                                       {"epoch": 0, "step": 20, "loss": 19.4}])
+    result = initial_loss_claim(_profile(seeds["k25"], log=log))
+    assert result.status is Status.FAILED
+    assert "first logged loss 18.700 vs random ln(32000) = 10.373" in result.message
+    assert "worse than a uniform guess" in result.message
+    assert f"{log}:1 (epoch 0, step 10)" in result.message
+    assert result.observed == 18.7
+
+
+def test_initial_loss_near_random_fails_and_clearly_below_passes(
+        tmp_path: Path, seeds: dict[str, Path]) -> None:
+    near = _log(tmp_path / "near.jsonl", [{"epoch": 0, "step": 0, "loss": 9.8}])
+    result = initial_loss_claim(_profile(seeds["k25"], log=near))
+    assert result.status is Status.FAILED
+    assert "about what a uniform guess" in result.message
+    good = _log(tmp_path / "good.jsonl", [{"epoch": 0, "step": 0, "loss": 4.2}])
+    assert initial_loss_claim(_profile(seeds["k25"], log=good)).status is Status.PASSED
+    assert math.isclose(0.9 * math.log(32000), 9.3357, rel_tol=1e-4)
+
+
+def test_initial_loss_needs_a_draft_vocab_size(tmp_path: Path) -> None:
+    log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": 0, "loss": 1.0}])
+    assert initial_loss_claim(_profile(log=log)).status is Status.BROKEN
+
+
+def test_progress_replays_38_vs_75_percent(tmp_path: Path) -> None:
+    ft = [0.24, 0.31, 0.35, 0.37, 0.38, 0.38]
+    scratch = [0.40, 0.55, 0.64, 0.70, 0.73, 0.75, 0.76]
+    log = _log(tmp_path / "ft.jsonl", [{"epoch": e, "step": 100 * e + s, "loss": 9.0,
+                                        "accuracy": a - 0.01 * (1 - s)}
+                                       for e, a in enumerate(ft) for s in (0, 1)])
+    ref = tmp_path / "scratch.csv"
+    ref.write_text("epoch,step,loss,accuracy\n" + "".join(
+        f"{e},{100 * e},2.0,{a}\n" for e, a in enumerate(scratch)))
+    result = progress_claim(_profile(log=log, reference_log=ref))
+    assert result.status is Status.FAILED
+    assert "at 6 of 6 shared epochs" in result.message
+    assert "(epoch 5: 38.0% vs 75.0%)" in result.message
+    assert "train from scratch" in result.message
+    table = result.attachments[0].body
+    assert isinstance(table, str)
+    assert "5,0.3800,0.7500,-0.3700" in table
+
+
+def test_progress_passes_when_ahead_and_skips_without_shared_epochs(tmp_path: Path) -> None:
+    log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": 0, "accuracy": 0.5},
+                                       {"epoch": 1, "step": 1, "accuracy": 0.7}])
+    ref = _log(tmp_path / "ref.jsonl", [{"epoch": 0, "step": 0, "accuracy": 0.4},
+                                        {"epoch": 1, "step": 1, "accuracy": 0.7}])
+    assert progress_claim(_profile(log=log, reference_log=ref)).status is Status.PASSED
+    later = _log(tmp_path / "later.jsonl", [{"epoch": 3, "step": 0, "accuracy": 0.4}])
+    result = progress_claim(_profile(log=log, reference_log=later))
+    assert result.status is Status.SKIPPED
+    assert "share no epoch" in result.message
+
+
+def test_progress_breaks_on_a_bad_log_naming_the_line(tmp_path: Path) -> None:
+    log = tmp_path / "ft.jsonl"
+    log.write_text('{"epoch": 0, "step": 0, "accuracy": 0.5}\n{"epoch": 1, "step": }\n')
+    ref = _log(tmp_path / "ref.jsonl", [{"epoch": 0, "step": 0, "accuracy": 0.4}])
+    result = progress_claim(_profile(log=log, reference_log=ref))
+    assert result.status is Status.BROKEN
+    assert f"{log}:2" in result.message
+
+
+@pytest.mark.parametrize("claim", [init_parity_claim, vocab_alignment_claim,
+                                   initial_loss_claim, progress_claim])
+def test_claims_skip_without_their_input(claim: Any) -> None:
+    result = claim(_profile())
+    assert result.status is Status.SKIPPED
+    assert "[finetune]" in result.message
+
+
+def test_shifted_ids_keep_the_seeds_numbers() -> None:
+    ids = default_token_ids(aq_medai_k2(), seed=1)
+    shifted = shifted_token_ids(ids, matches=252, vocab_size=163840)
+    assert int((np.sort(ids) == shifted).sum()) == 252

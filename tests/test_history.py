@@ -1,0 +1,221 @@
+"""Run history and the regression claims that compare against the last passing run."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from specgate import claims, history, stats, verdict
+from specgate.claims import Status
+from specgate.history import Figure, RunRecord
+from specgate.profile import Profile, parse_profile
+
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def _run(profile: str, outcome: str, accept: float | None, tps: float | None = None,
+         *, hour: int = 0, ci: float = 0.0) -> RunRecord:
+    figures: dict[str, Figure] = {}
+    if accept is not None:
+        figures["accept_len"] = Figure(accept, accept - ci, accept + ci, "tokens/step")
+    if tps is not None:
+        figures["spec_tps"] = Figure(tps, tps - ci, tps + ci, "tok/s")
+    when = (T0 + dt.timedelta(hours=hour)).isoformat(timespec="seconds")
+    return RunRecord(profile, "/d/drafter", outcome, when, figures)
+
+
+def test_records_round_trip_through_the_file(tmp_path: Path) -> None:
+    path = history.history_file(tmp_path)
+    first = history.record_run(path, profile="demo", drafter="/d/a", outcome="passed",
+                               figures={"accept_len": Figure(2.6, 2.5, 2.7, "tokens/step")},
+                               when=T0)
+    second = history.record_run(path, profile="demo", drafter=None, outcome="failed",
+                                figures={}, when=T0 + dt.timedelta(hours=1))
+    assert history.read_history(path) == [first, second]
+    assert path == tmp_path / "history" / "verdicts.jsonl"
+
+
+def test_torn_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
+    path = history.history_file(tmp_path)
+    kept = history.record_run(path, profile="demo", drafter=None, outcome="passed", figures={})
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"profile": "demo", "outc\n[1, 2]\n{"no": "profile"}\n')
+    assert history.read_history(path) == [kept]
+    assert history.read_history(tmp_path / "missing.jsonl") == []
+
+
+def test_last_passing_is_the_latest_passed_run_of_that_profile() -> None:
+    runs = [_run("demo", "passed", 2.4, hour=0), _run("demo", "passed", 2.6, hour=1),
+            _run("demo", "failed", 1.2, hour=2), _run("other", "passed", 3.0, hour=3)]
+    found = history.last_passing("demo", runs)
+    assert found is runs[1]
+    assert history.last_passing("nobody", runs) is None
+
+
+def test_no_history_is_skipped_with_the_reason() -> None:
+    result = history.regression_claim("regress.accept_len", {"accept_len": Figure(2.0)}, [],
+                                      "demo")
+    assert result.status is Status.SKIPPED
+    assert "no earlier passing run of profile 'demo'" in result.message
+
+
+def test_nothing_measured_now_is_skipped() -> None:
+    result = history.regression_claim("regress.tps", {}, [_run("demo", "passed", 2.6, 100.0)],
+                                      "demo")
+    assert result.status is Status.SKIPPED
+    assert "speculative tok/s" in result.message
+
+
+def test_reference_without_the_figure_is_skipped() -> None:
+    result = history.regression_claim("regress.tps", {"spec_tps": Figure(90.0)},
+                                      [_run("demo", "passed", 2.6, None)], "demo")
+    assert result.status is Status.SKIPPED
+
+
+def test_a_drop_beyond_the_noise_fails_with_both_figures() -> None:
+    past = [_run("demo", "passed", 2.60, ci=0.04)]
+    now = {"accept_len": Figure(2.31, 2.26, 2.36, "tokens/step")}
+    result = history.regression_claim("regress.accept_len", now, past, "demo")
+    assert result.status is Status.FAILED
+    assert result.id == "regress.accept_len"
+    assert result.phase == "phase0"
+    assert "2.31 (±0.05)" in result.message
+    assert "2.6 (±0.04)" in result.message
+    assert result.observed == pytest.approx(2.31)
+    assert result.details["noise"] == pytest.approx(0.052)  # 2 % of 2.6 beats both CIs
+    assert result.unit == "tokens/step"
+
+
+def test_a_drop_within_the_noise_passes() -> None:
+    past = [_run("demo", "passed", 2.60, 110.0, ci=0.1)]
+    now = {"accept_len": Figure(2.52, 2.45, 2.59), "spec_tps": Figure(104.0, 96.0, 112.0)}
+    assert history.regression_claim("regress.accept_len", now, past, "demo").status is (
+        Status.PASSED)
+    assert history.regression_claim("regress.tps", now, past, "demo").status is Status.PASSED
+
+
+def test_unknown_regression_id_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="unknown regression claim"):
+        history.regression_claim("regress.vibes", {}, [], "demo")
+
+
+values = st.floats(min_value=0.1, max_value=1e4, allow_nan=False, allow_infinity=False)
+noises = st.floats(min_value=0.0, max_value=50.0, allow_nan=False, allow_infinity=False)
+
+
+@given(before=values, after=values, ci_before=noises, ci_after=noises)
+def test_an_improvement_never_fails(before: float, after: float, ci_before: float,
+                                    ci_after: float) -> None:
+    assume(after >= before)
+    past = [RunRecord("p", None, "passed", "t",
+                      {"accept_len": Figure(before, before - ci_before, before + ci_before)})]
+    now = {"accept_len": Figure(after, after - ci_after, after + ci_after)}
+    assert history.regression_claim("regress.accept_len", now, past, "p").status is (
+        Status.PASSED)
+
+
+@given(before=values, after=values, lower=st.floats(min_value=0.0, max_value=1.0),
+       ci=noises)
+def test_failing_is_monotone_in_the_current_value(before: float, after: float, lower: float,
+                                                  ci: float) -> None:
+    """If a value fails, any lower value (with the same noise) fails too."""
+    past = [RunRecord("p", None, "passed", "t",
+                      {"spec_tps": Figure(before, before - ci, before + ci)})]
+
+    def status(value: float) -> Status:
+        now = {"spec_tps": Figure(value, value - ci, value + ci)}
+        return history.regression_claim("regress.tps", now, past, "p").status
+
+    if status(after) is Status.FAILED:
+        assert status(after * lower) is Status.FAILED
+
+
+@given(before=values, drop_in_noises=st.floats(min_value=1.01, max_value=100.0), ci=noises)
+def test_a_drop_of_more_than_the_larger_half_width_fails(before: float,
+                                                         drop_in_noises: float,
+                                                         ci: float) -> None:
+    noise = max(ci, before * history.DEFAULT_MIN_REL_NOISE)
+    after = before - drop_in_noises * noise
+    past = [RunRecord("p", None, "passed", "t",
+                      {"accept_len": Figure(before, before - ci, before + ci)})]
+    now = {"accept_len": Figure(after)}
+    assert history.regression_claim("regress.accept_len", now, past, "p").status is (
+        Status.FAILED)
+
+
+def test_figures_come_from_the_summaries_in_the_claims_details() -> None:
+    def summary(mean: float, low: float, high: float) -> dict[str, object]:
+        return {"n": 6, "mean": mean, "std": 0.1, "cv": 0.01, "ci_low": low, "ci_high": high,
+                "confidence": 0.95, "df": 5.0}
+
+    results = [
+        claims.passed("spec.accept_len", "phase0", "ok", observed=2.6,
+                      details={"accept_len": summary(2.613, 2.55, 2.67), "per_category": {}}),
+        claims.failed("perf.baseline_tps", "phase0", "slow", observed=80.5,
+                      details={"tps": summary(80.48, 79.0, 82.0)}),
+        claims.passed("spec.speedup", "phase0", "ok", observed=1.31,
+                      details={"speedup": {**summary(1.31, 1.2, 1.4), "ci_low": None},
+                               "spec_tps": summary(105.2, 101.0, 109.4)}),
+        claims.broken("vocab.d2t_match", "phase0", "no reference"),
+    ]
+    figures = history.figures_from_claims(results)
+    assert figures["accept_len"] == Figure(2.613, 2.55, 2.67, "tokens/verify")
+    assert figures["baseline_tps"] == Figure(80.48, 79.0, 82.0, "tok/s")
+    assert figures["speedup"] == Figure(1.31, None, None, "x")
+    assert figures["spec_tps"] == Figure(105.2, 101.0, 109.4, "tok/s")
+
+
+def test_observed_values_stand_in_when_details_have_no_summary() -> None:
+    results = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.61,
+                             details={"ci": [2.55, 2.67]}),
+               claims.passed("spec.speedup", "phase0", "ok", observed=1.2)]
+    figures = history.figures_from_claims(results)
+    assert figures == {"accept_len": Figure(2.61, 2.55, 2.67, "tokens/verify"),
+                       "speedup": Figure(1.2, None, None, "x")}
+
+
+def test_claims_without_numbers_give_no_figures() -> None:
+    results = [claims.broken("spec.accept_len", "phase0", "server died"),
+               claims.passed("spec.speedup", "phase0", "ok", observed=float("nan"))]
+    assert history.figures_from_claims(results) == {}
+
+
+def _profile(tolerance: float | None = None) -> Profile:
+    raw: dict[str, object] = {"name": "demo", "thresholds": {}}
+    if tolerance is not None:
+        raw["thresholds"] = {"regression_tolerance": tolerance}
+    return parse_profile(raw)
+
+
+def test_append_run_records_the_verdict_and_its_figures(tmp_path: Path) -> None:
+    results = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.6,
+                             details={"accept_len": {"mean": 2.6, "ci_low": 2.5,
+                                                     "ci_high": 2.7}})]
+    doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="passed")
+    record = history.append_run(tmp_path, _profile(), doc)
+    assert history.read_history(history.history_file(tmp_path)) == [record]
+    assert record.drafter == "/d/k25"
+    assert record.figures["accept_len"] == Figure(2.6, 2.5, 2.7, "tokens/verify")
+
+
+def test_check_regression_reads_the_history_and_the_profile_tolerance(tmp_path: Path) -> None:
+    history.record_run(history.history_file(tmp_path), profile="demo", drafter=None,
+                       outcome="passed", figures={"accept_len": Figure(2.6)})
+    now = {"accept_len": Figure(2.4)}
+    strict = history.check_regression("regress.accept_len", _profile(), tmp_path, now)
+    loose = history.check_regression("regress.accept_len", _profile(0.1), tmp_path, now)
+    assert strict.status is Status.FAILED
+    assert loose.status is Status.PASSED
+
+
+def test_figure_of_a_summary_keeps_its_interval() -> None:
+    summary = stats.Summary(n=3, mean=82.0, std=0.5, cv=0.006, ci_low=80.8, ci_high=83.2,
+                            confidence=0.95)
+    assert Figure.of(summary, "tok/s") == Figure(82.0, 80.8, 83.2, "tok/s")
+    one = stats.Summary(n=1, mean=82.0, std=float("nan"), cv=float("nan"),
+                        ci_low=float("nan"), ci_high=float("nan"), confidence=0.95)
+    assert Figure.of(one).half_width == 0.0

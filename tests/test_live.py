@@ -1,0 +1,129 @@
+"""Tests for specgate.live and fixtures.live: a whole live session against the simulator."""
+
+import json
+import sys
+import threading
+
+import pytest
+
+from fixtures.live import shared_live_results
+from specgate import perf_claims
+from specgate.claims import Status
+from specgate.live import LiveResults, run_live
+from specgate.profile import parse_profile
+
+
+def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, bench=None):
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir(exist_ok=True)
+    draft.mkdir(exist_ok=True)
+    (target / "specgate_sim.json").write_text(json.dumps(
+        {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25}))
+    (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": list(acceptance)}))
+    raw = {
+        "name": "live-test",
+        "target": {"path": str(target)},
+        "drafter": {"path": str(draft)},
+        "server": {"launcher": [sys.executable, "-m", "specgate.simulator"], "port": 0,
+                   "startup_timeout_s": 30, "env": env or {"NCCL_PROTO": "Simple"}},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
+                        "num_draft_tokens": 3},
+        "bench": {"prompts_per_category": 1, "max_new_tokens": 48, "warmup": 1, "repeats": 2,
+                  "max_repeats": 3, **(bench or {})},
+        "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": 2.0, **(thresholds or {})},
+    }
+    return parse_profile(raw, source=tmp_path / "profile.toml")
+
+
+@pytest.mark.slow
+def test_run_live_measures_both_servers_and_claims_follow(tmp_path):
+    profile = _profile(tmp_path)
+    live = run_live(profile, tmp_path / "reports")
+    assert live.simulated
+    assert live.baseline.failure is None, live.baseline.failure
+    assert live.speculative.failure is None, live.speculative.failure
+    assert live.baseline.measurement.repeats >= 2
+    assert live.speculative.server_info["speculative_algorithm"] == "EAGLE3"
+    assert live.baseline.env.checked
+    assert live.baseline.env.found == {"NCCL_PROTO": "Simple"}
+    assert live.baseline.stop
+    back = LiveResults.read(tmp_path / "reports" / "live" / "results.json")
+    assert back.speculative.measurement.stats["accept_len"].mean == pytest.approx(
+        live.speculative.measurement.stats["accept_len"].mean)
+
+    results = {c.id: c for c in (
+        perf_claims.baseline_tps_claim(profile, back), perf_claims.accept_len_claim(profile, back),
+        perf_claims.breakeven_claim(profile, back), perf_claims.speedup_claim(profile, back),
+        perf_claims.server_env_claim(profile, back), perf_claims.gpu_clean_claim(profile, back))}
+    for cid in ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup",
+                "env.server_env"):
+        assert results[cid].status is Status.PASSED, results[cid].message
+    assert results["env.gpu_clean"].status in (Status.SKIPPED, Status.PASSED)
+    assert results["spec.breakeven"].message.startswith("[simulated server] cycle ")
+    assert "the drafter makes serving faster" in results["spec.breakeven"].message
+    names = {a.name for a in results["spec.accept_len"].attachments}
+    assert {"speculative requests.csv", "baseline statistics",
+            "required accept length for tok/s targets"} <= names
+
+
+@pytest.mark.slow
+def test_slow_drafter_fails_breakeven_and_speedup(tmp_path):
+    profile = _profile(tmp_path, acceptance=(0.3, 0.1), thresholds={"accept_len_min": "breakeven"})
+    live = run_live(profile, tmp_path / "reports")
+    be = perf_claims.breakeven_claim(profile, live)
+    assert be.status is Status.FAILED
+    assert "the drafter makes serving slower" in be.message
+    assert perf_claims.speedup_claim(profile, live).status is Status.FAILED
+    assert perf_claims.accept_len_claim(profile, live).status is Status.FAILED
+
+
+def test_server_that_dies_at_start_makes_claims_broken_with_log_tail(tmp_path):
+    profile = _profile(tmp_path, env={"SPECGATE_SIM_FAULT": "exit_at_start"})
+    live = run_live(profile, tmp_path / "reports")
+    assert live.baseline.failure is not None
+    assert live.baseline.failure.stage == "start"
+    claim = perf_claims.baseline_tps_claim(profile, live)
+    assert claim.status is Status.BROKEN
+    assert "could not be made" in claim.message
+    for fn in (perf_claims.accept_len_claim, perf_claims.breakeven_claim,
+               perf_claims.speedup_claim, perf_claims.server_env_claim):
+        assert fn(profile, live).status is Status.BROKEN
+
+
+def test_no_spec_fields_is_flagged(tmp_path):
+    profile = _profile(tmp_path, env={"SPECGATE_SIM_FAULT": "no_spec_fields"},
+                       bench={"repeats": 1, "max_repeats": 1, "prompts_per_category": None,
+                              "categories": ["math"]})
+    live = run_live(profile, tmp_path / "reports")
+    claim = perf_claims.accept_len_claim(profile, live)
+    assert claim.status is Status.BROKEN
+    assert "no spec_verify_ct" in claim.message
+
+
+def test_fixture_runs_live_once_for_concurrent_workers(tmp_path, monkeypatch):
+    calls = []
+    fake = LiveResults.from_json(json.loads(json.dumps(_fake_results())))
+
+    def fake_run_live(profile, reports_dir):
+        calls.append(1)
+        return fake
+
+    monkeypatch.setattr("fixtures.live.run_live", fake_run_live)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(
+        shared_live_results(None, tmp_path, "run-1"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(got) == 4
+    assert all(g.profile == "fake" for g in got)
+    shared_live_results(None, tmp_path, "run-2")
+    assert len(calls) == 2
+
+
+def _fake_results():
+    run = {"config": "baseline", "failure": {"stage": "start", "message": "x", "log_tail": ""}}
+    return {"profile": "fake", "simulated": True, "baseline": run,
+            "speculative": {**run, "config": "speculative"}}

@@ -1,0 +1,164 @@
+"""Tests for specgate.perf_claims on constructed measurements: wording, verdicts, silent failures."""
+
+import pytest
+
+from specgate import perf_claims
+from specgate.bench import RequestSample, build_measurement
+from specgate.claims import Status
+from specgate.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
+from specgate.profile import BenchSection, parse_profile
+from specgate.prompts import template_named
+
+PLAIN = template_named("plain", "test")
+
+
+def _profile(**thresholds):
+    return parse_profile({"name": "t", "speculative": {"num_steps": 2, "eagle_topk": 1,
+                                                       "num_draft_tokens": 3},
+                          "server": {"env": {"NCCL_PROTO": "Simple"}},
+                          "thresholds": {"baseline_tps_min": 80.0, "accept_len_min": 2.46,
+                                         **thresholds}})
+
+
+def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests=4):
+    """Requests whose decode rate is exactly the given tok/s in each repeat."""
+    samples = []
+    for repeat, tps in enumerate(tps_per_repeat, 1):
+        for i in range(requests):
+            decode_s = (completion - 1) / tps
+            samples.append(RequestSample(repeat, f"p{i}", "chat" if i % 2 else "math", 10,
+                                         completion, verify, 0.05, 0.05 + decode_s, None,
+                                         "stop", 10))
+    return build_measurement(config=config, url="http://x", template=PLAIN,
+                             bench=BenchSection(), samples=samples)
+
+
+def _live(base=None, spec=None, *, base_run=None, spec_run=None, gpu=None, env=None):
+    base_run = base_run or ConfigRun("baseline", measurement=base, gpu=gpu, env=env)
+    spec_run = spec_run or ConfigRun("speculative", measurement=spec, gpu=gpu, env=env,
+                                     server_info={"speculative_algorithm": "EAGLE3"})
+    return LiveResults("t", False, base_run, spec_run)
+
+
+def _seeds_story():
+    # Baseline 82 tok/s; the drafter: 30 ms cycles with accept length 2.00 (60 tok/s or so).
+    base = _measurement("baseline", tps_per_repeat=[81.5, 82.0, 82.5])
+    spec = _measurement("speculative", tps_per_repeat=[99 / 1.5] * 3, verify=50, completion=100)
+    return base, spec
+
+
+def test_breakeven_message_shows_the_arithmetic_of_the_seeds():
+    base, spec = _seeds_story()
+    result = perf_claims.breakeven_claim(_profile(), _live(base, spec))
+    assert result.status is Status.FAILED
+    assert result.message.startswith(
+        "cycle 30.0 ms × 82.0 tok/s = break-even 2.46; measured 2.00: the drafter makes "
+        "serving slower")
+    assert result.expected == ">= 2.460"
+    names = [a.name for a in result.attachments]
+    assert "required accept length for tok/s targets" in names
+    table = next(a.body for a in result.attachments if a.name.startswith("required"))
+    assert "150.0           4.500       n/a" in table  # 4.5 > 3 = max with 2 steps
+    assert "break-even" in table
+
+
+def test_speedup_fails_below_one_with_interval():
+    base, spec = _seeds_story()
+    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    assert result.status is Status.FAILED
+    assert "makes serving slower" in result.message
+    assert "95 % CI" in result.message
+    assert result.observed == pytest.approx(66.0 / 82.0, rel=1e-3)
+
+
+def test_accept_len_against_breakeven_threshold():
+    base, spec = _seeds_story()
+    result = perf_claims.accept_len_claim(_profile(accept_len_min="breakeven"), _live(base, spec))
+    assert result.status is Status.FAILED
+    assert "measured break-even 2.460" in result.message
+    assert "chat 2.00" in result.message
+
+
+def test_inconclusive_interval_fails_with_that_wording():
+    base = _measurement("baseline", tps_per_repeat=[70.0, 80.0, 90.0])
+    result = perf_claims.baseline_tps_claim(_profile(), _live(base))
+    assert result.status is Status.FAILED
+    assert "inconclusive at 95 %" in result.message
+    assert "CV 12.5 %" in result.message
+
+
+def test_baseline_passes_when_the_interval_clears():
+    base = _measurement("baseline", tps_per_repeat=[90.0, 90.5, 91.0])
+    result = perf_claims.baseline_tps_claim(_profile(), _live(base))
+    assert result.status is Status.PASSED
+    assert result.observed == pytest.approx(90.5)
+    assert {a.kind for a in result.attachments} == {"csv", "text"}
+
+
+def test_secretly_speculative_baseline_is_flagged():
+    base = _measurement("baseline", tps_per_repeat=[90.0, 91.0], verify=30)
+    result = perf_claims.baseline_tps_claim(_profile(), _live(base))
+    assert result.status is Status.BROKEN
+    assert "baseline server is speculative" in result.message
+
+
+def test_accept_len_near_one_says_drafter_not_wired():
+    spec = _measurement("speculative", tps_per_repeat=[50.0, 50.0], verify=82, completion=83)
+    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    assert result.status is Status.FAILED
+    assert "not wired in" in result.message
+    assert "missing d2t" in result.message
+
+
+def test_missing_spec_fields_break_accept_len():
+    spec = _measurement("speculative", tps_per_repeat=[50.0, 50.0])
+    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    assert result.status is Status.BROKEN
+    assert "no spec_verify_ct on 8 of 8 responses" in result.message
+
+
+def test_failures_make_claims_broken_with_log_tail():
+    failure = Failure("start", "server exited with code 1", "CUDA error: out of memory")
+    live = _live(base_run=ConfigRun("baseline", failure=failure),
+                 spec_run=ConfigRun("speculative", failure=failure))
+    for fn in (perf_claims.baseline_tps_claim, perf_claims.accept_len_claim,
+               perf_claims.breakeven_claim, perf_claims.speedup_claim):
+        result = fn(_profile(), live)
+        assert result.status is Status.BROKEN
+        assert "CUDA error: out of memory" in result.message
+
+
+def test_gpu_clean_lists_offenders_or_skips():
+    dirty = GpuCheck(True, "GPUs [0] checked", ({"pid": 4242, "process_name": "python3",
+                                                 "gpu_index": 0, "used_memory_mib": 70000},))
+    result = perf_claims.gpu_clean_claim(_profile(), _live(gpu=dirty))
+    assert result.status is Status.FAILED
+    assert "pid 4242 python3 on GPU 0 holding 70000 MiB" in result.message
+    nosmi = GpuCheck(False, "nvidia-smi is not available")
+    assert perf_claims.gpu_clean_claim(_profile(), _live(gpu=nosmi)).status is Status.SKIPPED
+    assert perf_claims.gpu_clean_claim(_profile(), _live()).status is Status.SKIPPED
+    clean = GpuCheck(True, "GPUs [0] checked")
+    assert perf_claims.gpu_clean_claim(_profile(), _live(gpu=clean)).status is Status.PASSED
+
+
+def test_server_env_mismatch_and_unreadable():
+    want = {"NCCL_PROTO": "Simple"}
+    bad = EnvCheck(True, "read", want, {"NCCL_PROTO": None})
+    result = perf_claims.server_env_claim(_profile(), _live(env=bad))
+    assert result.status is Status.FAILED
+    assert "NCCL_PROTO=None (expected 'Simple')" in result.message
+    good = EnvCheck(True, "read", want, {"NCCL_PROTO": "Simple"})
+    assert perf_claims.server_env_claim(_profile(), _live(env=good)).status is Status.PASSED
+    remote = EnvCheck(False, "remote launcher: the environment lives on the GPU host", want)
+    result = perf_claims.server_env_claim(_profile(), _live(env=remote))
+    assert result.status is Status.SKIPPED
+    assert "remote launcher" in result.message
+
+
+def test_live_results_round_trip(tmp_path):
+    base, spec = _seeds_story()
+    live = _live(base, spec, gpu=GpuCheck(True, "ok"),
+                 env=EnvCheck(True, "read", {"A": "1"}, {"A": "1"}))
+    live.write(tmp_path / "r.json")
+    back = LiveResults.read(tmp_path / "r.json")
+    assert back == live

@@ -1,0 +1,157 @@
+"""`specgate report`: the pinned Allure 3, its config, and a real report built from results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from helpers_allure import CLAIM_IDS, embedded_files, make_results
+
+from specgate import allure_meta, report
+from specgate.report import ReportError
+
+HAVE_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
+
+
+def _fake_tool(folder: Path, name: str, script: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script + "\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_the_pin_is_the_last_allure_whose_quality_gate_runs_on_node_20() -> None:
+    assert report.allure_version() == "3.14.3"
+    data = Path(__file__).resolve().parents[1] / "specgate" / "data" / "allure"
+    lock = json.loads((data / "package-lock.json").read_text(encoding="utf-8"))
+    assert lock["packages"][""]["dependencies"]["allure"] == "3.14.3"
+    assert lock["packages"]["node_modules/allure"]["version"] == "3.14.3"
+    assert lock["packages"]["node_modules/@allurereport/plugin-awesome"]["version"] == "3.14.3"
+
+
+def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECGATE_NPM_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert report.cache_dir() == tmp_path / "xdg" / "specgate" / "allure-3.14.3"
+    monkeypatch.setenv("SPECGATE_NPM_CACHE", str(tmp_path / "npm"))
+    assert report.cache_dir() == tmp_path / "npm" / "allure-3.14.3"
+
+
+def test_config_makes_one_single_file_report_with_categories_and_history(tmp_path: Path) -> None:
+    doc = report.allure_config(tmp_path / "out", tmp_path / "h.jsonl", name="specgate — demo")
+    assert doc["output"] == str(tmp_path / "out")
+    assert doc["historyPath"] == str(tmp_path / "h.jsonl")
+    assert list(doc["plugins"]) == ["awesome"]
+    assert doc["plugins"]["awesome"]["options"]["singleFile"] is True
+    assert [c["name"] for c in doc["categories"]] == [c.name for c in allure_meta.CATEGORIES]
+
+
+def test_strip_analytics_removes_the_tag_manager(tmp_path: Path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text(
+        '<body><div id="app"></div>\n'
+        '    <script async src="https://www.googletagmanager.com/gtag/js?id=G-X"></script>\n'
+        "    <script>\n        window.dataLayer = window.dataLayer || [];\n"
+        "        gtag('config', 'G-X', {});\n    </script>\n"
+        "    <script>window.keep = 1;</script></body>", encoding="utf-8")
+    assert report.strip_analytics(page) is True
+    text = page.read_text(encoding="utf-8")
+    assert "googletagmanager" not in text
+    assert "dataLayer" not in text
+    assert "window.keep = 1" in text
+    assert report.strip_analytics(page) is False
+
+
+def test_missing_node_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report.shutil, "which", lambda name: None)
+    with pytest.raises(ReportError, match=r"needs Node\.js 20\+ with npm.*node and npm is not"):
+        report.find_node()
+
+
+def test_old_node_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_tool(tmp_path, "node", "echo v18.19.0")
+    _fake_tool(tmp_path, "npm", "exit 0")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ReportError, match=r"is Node\.js v18\.19\.0.*needs Node\.js 20"):
+        report.find_node()
+
+
+def test_failed_npm_ci_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = tmp_path / "bin"
+    _fake_tool(tools, "node", "echo v20.20.2")
+    _fake_tool(tools, "npm", "echo 'npm error code ENOTFOUND registry.npmjs.org' >&2; exit 1")
+    monkeypatch.setenv("PATH", str(tools))
+    with pytest.raises(ReportError, match=r"(?s)npm ci.*exit 1.*SPECGATE_NPM_CACHE.*ENOTFOUND"):
+        report.ensure_allure(tmp_path / "cache" / "allure-3.14.3")
+    assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / "allure-3.14.3.lock"]
+
+
+def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match=r"no Allure results in .*allure-results: run the claims"):
+        report.build_report(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_NODE, reason="node and npm are needed to run Allure Report 3")
+def test_a_real_report_across_two_runs(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    results = make_results(tmp_path / "run1", reports / "allure-results", round_=1)
+    allure_meta.write_environment(results, {"profile": "démo", "server": "simulated",
+                                            "sglang.version": "0.5.4"})
+    allure_meta.write_executor(results, env={})
+    (reports / "verdict.json").write_text('{"profile": "démo"}', encoding="utf-8")
+
+    first = report.build(reports)
+    assert first.index == reports / "allure-report" / "index.html"
+    assert first.history_appended
+    assert first.summary["stats"] == {"total": 6, "new": 6, "failed": 2, "passed": 1,
+                                      "skipped": 1, "broken": 2}
+    assert first.summary["name"] == "specgate — démo"
+    html = first.index.read_text(encoding="utf-8")
+    assert "googletagmanager" not in html
+    files = embedded_files(first.index)
+    results_by_name = {}
+    for name, body in files.items():
+        if name.startswith("data/test-results/"):
+            doc = json.loads(body)
+            results_by_name[doc["name"]] = doc
+    assert sorted(results_by_name) == sorted(CLAIM_IDS)
+    category = {n: [c["name"] for c in d.get("categories") or []]
+                for n, d in results_by_name.items()}
+    assert category["vocab.d2t_match"] == ["Checkpoint incompatible"]
+    assert category["spec.breakeven"] == ["Below break-even"]
+    assert category["perf.baseline_tps"] == ["Server failed"]
+    assert category["finetune.progress"] == ["Harness error"]
+    environment = json.loads(files["widgets/allure_environment.json"])
+    assert {"name": "profile", "values": ["démo"]} in environment
+    history_file = reports / "history" / report.ALLURE_HISTORY_FILE
+    assert len(history_file.read_text(encoding="utf-8").splitlines()) == 1
+
+    again = report.build(reports)
+    assert not again.history_appended
+    assert len(history_file.read_text(encoding="utf-8").splitlines()) == 1
+
+    shutil.rmtree(reports / "allure-results")
+    make_results(tmp_path / "run2", reports / "allure-results", round_=2)
+    second = report.build(reports)
+    assert second.history_appended
+    assert len(history_file.read_text(encoding="utf-8").splitlines()) == 2
+    assert second.summary["stats"].get("new", 0) == 0  # the same six claims as before
+    assert second.summary["stats"]["failed"] == 1
+    assert sorted(p.name for p in reports.iterdir()) == [
+        "allure-report", "allure-results", "history", "verdict.json"]
+
+
+def test_summary_line_counts_what_ran() -> None:
+    summary = {"stats": {"total": 6, "failed": 2, "passed": 1, "skipped": 1, "broken": 2}}
+    assert report.summary_line(summary) == "6 claims: 1 passed, 2 failed, 2 broken, 1 skipped"
+    assert report.summary_line({}) == "0 claims: none ran"
+
+
+def test_main_report_without_results_raises_for_the_cli(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="no Allure results"):
+        report.main_report(["--reports", str(tmp_path)])

@@ -1,0 +1,166 @@
+"""The safetensors reader and sparse writer: round trips, cross-checks, and bad input."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgate.errors import CheckpointError
+from specgate.safetensors_io import (
+    DTYPES,
+    TensorSpec,
+    dtype_code,
+    read_array,
+    read_file_header,
+    read_header,
+    write_sparse,
+)
+
+NUMPY_DTYPES = ["F64", "F32", "F16", "I64", "I32", "I16", "I8", "U8", "BOOL"]
+
+
+@pytest.mark.parametrize("code", NUMPY_DTYPES)
+def test_round_trip_each_dtype(tmp_path: Path, code: str) -> None:
+    data = (np.arange(24) % 7).astype(DTYPES[code]).reshape(2, 3, 4)
+    file = write_sparse(tmp_path / "x.safetensors", {"t": TensorSpec(code, (2, 3, 4), data=data)},
+                        {"format": "pt"})
+    header = read_file_header(file)
+    assert header.metadata == {"format": "pt"}
+    info = header.tensors["t"]
+    assert (info.dtype, info.shape, info.nbytes) == (code, (2, 3, 4), data.nbytes)
+    np.testing.assert_array_equal(read_array(file, info), data)
+
+
+def test_bf16_is_widened_to_float32(tmp_path: Path) -> None:
+    bits = np.array([0x3F80, 0xC000, 0x0000, 0x7F80], dtype=np.uint16)  # 1, -2, 0, inf
+    file = write_sparse(tmp_path / "b.safetensors", {"b": TensorSpec("BF16", (4,), data=bits)})
+    values = read_array(file, read_header(file)["b"])
+    assert values.dtype == np.float32
+    np.testing.assert_array_equal(values, [1.0, -2.0, 0.0, np.inf])
+
+
+def test_reads_files_written_by_the_safetensors_library(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    tensors = {"w": torch.randn(5, 3).to(torch.bfloat16), "d2t": torch.arange(4),
+               "t2d": torch.tensor([True, False, True])}
+    save_file(tensors, str(tmp_path / "lib.safetensors"), metadata={"format": "pt"})
+    header = read_header(tmp_path / "lib.safetensors")
+    assert {n: (i.dtype, i.shape) for n, i in header.items()} == {
+        "w": ("BF16", (5, 3)), "d2t": ("I64", (4,)), "t2d": ("BOOL", (3,))}
+    w = read_array(tmp_path / "lib.safetensors", header["w"])
+    np.testing.assert_array_equal(w, tensors["w"].float().numpy())
+
+
+def test_the_safetensors_library_reads_our_files(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    bits = np.array([0x3F80, 0x4000], dtype=np.uint16)
+    write_sparse(tmp_path / "ours.safetensors", {
+        "hole": TensorSpec("BF16", (3, 5)),
+        "b": TensorSpec("BF16", (2,), data=bits),
+        "m": TensorSpec("F32", (4,), mark=True),
+        "i": TensorSpec("I64", (3,), data=np.array([1, 2, 3])),
+    })
+    loaded = load_file(str(tmp_path / "ours.safetensors"))
+    assert loaded["hole"].abs().sum().item() == 0
+    assert loaded["b"].tolist() == [1.0, 2.0]
+    assert loaded["m"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert loaded["i"].dtype == torch.int64
+
+
+@given(shape=st.lists(st.integers(0, 5), min_size=0, max_size=3),
+       code=st.sampled_from(["BF16", "F16", "F32", "I64", "BOOL", "U8"]))
+@settings(max_examples=40, deadline=None)
+def test_header_offsets_tile_the_data(tmp_path_factory: pytest.TempPathFactory,
+                                      shape: list[int], code: str) -> None:
+    file = tmp_path_factory.mktemp("h") / "x.safetensors"
+    write_sparse(file, {"a": TensorSpec(code, tuple(shape)), "b": TensorSpec("F32", (3,))})
+    header = read_file_header(file)
+    a, b = header.tensors["a"], header.tensors["b"]
+    assert a.start == header.data_start
+    assert a.end == b.start
+    assert b.end == header.file_size
+    assert header.data_start % 8 == 0
+
+
+def test_sparse_file_costs_no_disk_and_its_header_reads_fast(tmp_path: Path) -> None:
+    file = write_sparse(tmp_path / "big.safetensors",
+                        {"w": TensorSpec("BF16", (32768, 16384)), "m": TensorSpec("BF16", (8,),
+                                                                                  mark=True)})
+    st_ = file.stat()
+    assert st_.st_size > 1 << 30
+    assert st_.st_blocks * 512 < 1 << 20
+    started = time.perf_counter()
+    assert read_header(file)["w"].nbytes == 32768 * 16384 * 2
+    assert time.perf_counter() - started < 1.0
+
+
+def test_dtype_code_accepts_torch_names() -> None:
+    assert dtype_code("bfloat16") == "BF16"
+    assert dtype_code("torch.int64") == "I64"
+    assert dtype_code("BOOL") == "BOOL"
+    with pytest.raises(ValueError, match="unknown dtype"):
+        dtype_code("complex32")
+
+
+def _good(tmp_path: Path) -> Path:
+    return write_sparse(tmp_path / "good.safetensors",
+                        {"w": TensorSpec("F32", (4,), data=np.ones(4, np.float32))})
+
+
+def _with_header(tmp_path: Path, header: object, data: bytes = b"\0" * 16) -> Path:
+    blob = json.dumps(header).encode()
+    file = tmp_path / "bad.safetensors"
+    file.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+    return file
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda p: (p / "bad.safetensors").write_bytes(b"\1\2\3") and p / "bad.safetensors",
+     "too short"),
+    (lambda p: (p / "bad.safetensors").write_bytes(struct.pack("<Q", 10**6) + b"{}")
+     and p / "bad.safetensors", "header length"),
+    (lambda p: (p / "bad.safetensors").write_bytes(struct.pack("<Q", 5) + b"{nope")
+     and p / "bad.safetensors", "not valid JSON"),
+    (lambda p: _with_header(p, [1, 2]), "expected an object"),
+    (lambda p: _with_header(p, {"w": {"dtype": "F7", "shape": [2], "data_offsets": [0, 8]}}),
+     "unknown dtype"),
+    (lambda p: _with_header(p, {"w": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}),
+     "truncated"),
+    (lambda p: _with_header(p, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}),
+     "needs 12"),
+    (lambda p: _with_header(p, {"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}),
+     "shape"),
+    (lambda p: _with_header(p, {"w": {"dtype": "F32", "shape": [1], "data_offsets": "x"}}),
+     "data_offsets"),
+], ids=["short", "length", "not-json", "not-object", "dtype", "outside", "size", "shape",
+        "offsets"])
+def test_bad_files_name_the_file(tmp_path: Path, make: object, match: str) -> None:
+    file = make(tmp_path)  # type: ignore[operator]
+    with pytest.raises(CheckpointError, match=match) as info:
+        read_header(file)
+    assert str(file) in str(info.value)
+
+
+def test_cut_short_file_is_reported(tmp_path: Path) -> None:
+    file = _good(tmp_path)
+    data = file.read_bytes()
+    file.write_bytes(data[:-4])
+    with pytest.raises(CheckpointError, match="truncated"):
+        read_header(file)
+
+
+def test_write_rejects_data_of_the_wrong_size(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs 16"):
+        write_sparse(tmp_path / "x.safetensors",
+                     {"w": TensorSpec("F32", (4,), data=np.ones(3, np.float32))})

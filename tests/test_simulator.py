@@ -1,0 +1,581 @@
+"""Tests for specgate.simulator run as a real server subprocess on loopback."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from specgate.simulator import args as sim_args
+from specgate.simulator import faults, model
+
+SPEC_KEYS = {
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_correct_drafts_histogram",
+}
+ALWAYS_META = {
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+}
+SPEC_FLAGS = (
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Sim:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        return requests.get(self.url + path, timeout=kwargs.pop("timeout", 5), **kwargs)
+
+    def generate(self, body: dict[str, Any], **kwargs: Any) -> requests.Response:
+        return requests.post(self.url + "/generate", json=body,
+                             timeout=kwargs.pop("timeout", 30), **kwargs)
+
+    def wait_ready(self, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"simulator exited:\n{self.log()}"
+            with contextlib.suppress(requests.ConnectionError):
+                if self.get("/health", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"simulator not ready in {timeout_s} s:\n{self.log()}")
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        parent = psutil.Process(proc.pid)
+        for child in parent.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        parent.kill()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("models")
+    target, draft = root / "target", root / "draft"
+    target.mkdir()
+    draft.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+        "max_position_embeddings": 8192, "eos_token_id": 163585,
+    }))
+    (draft / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "max_position_embeddings": 4096,
+    }))
+    return target, draft
+
+
+@contextlib.contextmanager
+def running(
+    tmp_path: Path,
+    *flags: str,
+    env: Mapping[str, str] | None = None,
+    wait: bool = True,
+) -> Iterator[Sim]:
+    port = free_port()
+    log_path = tmp_path / f"sim-{port}.log"
+    full_env = {**os.environ, "SPECGATE_SIM_START_DELAY_S": "0.05", **(env or {})}
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specgate.simulator", *flags, "--port", str(port)],
+            stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
+        )
+    sim = Sim(proc, f"http://127.0.0.1:{port}", log_path)
+    try:
+        if wait:
+            sim.wait_ready()
+        yield sim
+    finally:
+        kill_tree(proc)
+
+
+def spec_flags(dirs: tuple[Path, Path], *extra: str) -> tuple[str, ...]:
+    target, draft = dirs
+    return ("--model-path", str(target), *SPEC_FLAGS,
+            "--speculative-draft-model-path", str(draft), "--context-length", "4096", *extra)
+
+
+@pytest.fixture(scope="module")
+def spec_sim(dirs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    flags = spec_flags(dirs, "--enable-metrics", "--decode-log-interval", "5")
+    with running(tmp_path_factory.mktemp("spec"), *flags) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def base_sim(dirs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    with running(tmp_path_factory.mktemp("base"), "--model-path", str(dirs[0])) as sim:
+        yield sim
+
+
+def stream_events(response: requests.Response) -> tuple[list[dict[str, Any]], list[float], bool]:
+    events, stamps, done = [], [], False
+    for line in response.iter_lines():
+        if not line:
+            continue
+        assert line.startswith(b"data: ")
+        payload = line[len(b"data: "):]
+        if payload == b"[DONE]":
+            done = True
+            continue
+        events.append(json.loads(payload))
+        stamps.append(time.monotonic())
+    return events, stamps, done
+
+
+# --- command line and start-up rules (in process) ---------------------------------------
+
+
+def parse(*argv: str, env: Mapping[str, str] | None = None) -> sim_args.Resolved:
+    return sim_args.parse(argv, env or {})
+
+
+def test_tp_prefix_and_model_alias_parse() -> None:
+    ns = sim_args.build_parser().parse_args(["--model", "org/m", "--tp", "8"])
+    assert (ns.model_path, ns.tp_size) == ("org/m", 8)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model-path", "m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--model-path", "m", "--cuda-graph-max-bs", "8"], "ambiguous option"),
+        (["--port", "1"], "required: --model-path"),
+    ],
+)
+def test_bad_command_lines_exit_2_with_usage(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        sim_args.build_parser().parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: sglang serve")
+    assert message in err
+
+
+def test_topk_one_rewrites_draft_tokens_with_sglangs_warning(dirs: tuple[Path, Path]) -> None:
+    resolved = parse("--model-path", str(dirs[0]), "--speculative-algorithm", "eagle3",
+                     "--speculative-draft-model-path", str(dirs[1]), "--context-length", "4096",
+                     "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", "8")
+    assert resolved.args["speculative_num_draft_tokens"] == 3
+    assert resolved.params.num_draft_tokens == 3
+    assert resolved.args["speculative_algorithm"] == "EAGLE3"
+    assert sim_args.TOPK1_WARNING in resolved.warnings
+    assert resolved.args["max_running_requests"] == 48
+
+
+def test_steps_settings_are_all_or_none(dirs: tuple[Path, Path]) -> None:
+    with pytest.raises(sim_args.StartupError, match="AssertionError"):
+        parse("--model-path", str(dirs[0]), "--speculative-algorithm", "EAGLE3",
+              "--speculative-draft-model-path", str(dirs[1]), "--speculative-eagle-topk", "1")
+    auto = parse("--model-path", str(dirs[0]), "--speculative-algorithm", "EAGLE3",
+                 "--speculative-draft-model-path", str(dirs[1]), "--context-length", "4096")
+    assert (auto.params.num_steps, auto.params.eagle_topk, auto.params.num_draft_tokens) == (
+        3, 1, 4)
+
+
+def test_short_drafter_context_aborts_unless_overwrite_env(dirs: tuple[Path, Path]) -> None:
+    flags = ("--model-path", str(dirs[0]), *SPEC_FLAGS, "--speculative-draft-model-path",
+             str(dirs[1]))
+    with pytest.raises(sim_args.StartupError) as exc:
+        parse(*flags)
+    text = str(exc.value)
+    assert text.startswith("ValueError: User-specified context_length (8192) is greater than "
+                           "the derived context_length (4096)")
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in text
+    allowed = parse(*flags, env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"})
+    assert any("greater than the derived" in w for w in allowed.warnings)
+
+
+def test_missing_local_model_path_fails_like_sglang(tmp_path: Path) -> None:
+    with pytest.raises(sim_args.StartupError, match="is not a local folder"):
+        parse("--model-path", str(tmp_path / "absent"))
+
+
+def test_fault_parsing() -> None:
+    parsed = faults.parse_faults("die_after:3, no_spec_fields,slow_start:1.5")
+    assert parsed.die_after == 3
+    assert "no_spec_fields" in parsed
+    assert parsed.slow_start_s == 1.5
+    with pytest.raises(ValueError, match="known faults"):
+        faults.parse_faults("explode")
+    with pytest.raises(ValueError, match="known faults"):
+        faults.parse_faults("die_after")
+
+
+# --- the server on the wire -------------------------------------------------------------
+
+
+def test_health_is_503_during_start_delay_then_200(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with running(tmp_path, "--model-path", str(dirs[0]), wait=False,
+                 env={"SPECGATE_SIM_START_DELAY_S": "1.0"}) as sim:
+        codes = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (not codes or codes[-1] != 200):
+            with contextlib.suppress(requests.ConnectionError):
+                codes.append(sim.get("/health_generate", timeout=1).status_code)
+            time.sleep(0.05)
+        assert codes[0] == 503
+        assert codes[-1] == 200
+        assert sim.get("/ready").status_code == 200
+        log = sim.log()
+        assert log.index("server_args=ServerArgs(") < log.index("Load weight begin")
+        assert log.index("Capture cuda graph") < log.index("fired up and ready to roll")
+
+
+def test_plain_generate_shape_and_spec_fields(spec_sim: Sim) -> None:
+    body = {"text": "Explain speculative decoding.",
+            "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
+    reply = spec_sim.generate(body)
+    assert reply.status_code == 200
+    out = reply.json()
+    assert set(out) == {"text", "output_ids", "meta_info"}
+    meta = out["meta_info"]
+    assert set(meta) == ALWAYS_META | {"e2e_latency"} | SPEC_KEYS
+    assert len(out["output_ids"]) == meta["completion_tokens"]
+    assert meta["finish_reason"]["type"] in {"stop", "length"}
+    assert meta["spec_accept_length"] == pytest.approx(
+        meta["completion_tokens"] / meta["spec_verify_ct"])
+    assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * 3
+    assert meta["spec_accept_rate"] == pytest.approx(
+        meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"])
+    assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
+    assert meta["e2e_latency"] > 0
+    again = spec_sim.generate(body).json()
+    assert again["text"] == out["text"]
+    assert again["meta_info"]["cached_tokens"] == meta["prompt_tokens"] - 1
+
+
+def test_stream_is_cumulative_with_spec_fields_only_at_the_end(spec_sim: Sim) -> None:
+    body = {"input_ids": [1, 2, 3, 4], "stream": True,
+            "sampling_params": {"max_new_tokens": 40, "temperature": 0}}
+    with requests.post(spec_sim.url + "/generate", json=body, stream=True, timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("text/event-stream")
+        events, _, done = stream_events(reply)
+    assert done
+    final = events[-1]["meta_info"]
+    assert final["finish_reason"] is not None
+    assert SPEC_KEYS <= set(final)
+    assert len(events) == final["spec_verify_ct"] + 1  # prefill token, then one per verify
+    for earlier, later in itertools.pairwise(events):
+        assert later["text"].startswith(earlier["text"])
+        assert earlier["meta_info"]["finish_reason"] is None
+        assert not SPEC_KEYS & set(earlier["meta_info"])
+        assert "e2e_latency" not in earlier["meta_info"]
+    assert events[0]["meta_info"]["completion_tokens"] == 1
+    plain = spec_sim.generate({**body, "stream": False}).json()
+    assert plain["text"] == events[-1]["text"]
+
+
+def test_baseline_has_no_spec_fields_and_one_event_per_token(base_sim: Sim) -> None:
+    body = {"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 12,
+                                                              "temperature": 0}}
+    with requests.post(base_sim.url + "/generate", json=body, stream=True, timeout=10) as reply:
+        events, _, _ = stream_events(reply)
+    counts = [e["meta_info"]["completion_tokens"] for e in events]
+    assert counts == list(range(1, len(counts) + 1))
+    assert not SPEC_KEYS & set(events[-1]["meta_info"])
+    info = base_sim.get("/server_info").json()
+    assert info["speculative_algorithm"] is None
+    assert info["simulated"] is True
+
+
+def test_server_info_model_info_and_metrics(spec_sim: Sim) -> None:
+    for i in range(3):
+        spec_sim.generate({"text": f"warm {i}", "sampling_params": {"max_new_tokens": 30}})
+    info = spec_sim.get("/server_info").json()
+    assert info["simulated"] is True
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
+            info["speculative_num_draft_tokens"], info["tp_size"]) == (3, 1, 4, 1)
+    assert info["version"].startswith("0.5.")
+    assert "specgate.simulator" in info["launch_command"]
+    assert info["internal_states"][0]["avg_spec_accept_length"] > 1
+    assert spec_sim.get("/get_server_info").json()["version"] == info["version"]
+    model_info = spec_sim.get("/model_info").json()
+    assert model_info["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert model_info["model_type"] == "kimi_k2"
+    assert spec_sim.get("/v1/models").json()["data"][0]["max_model_len"] == 4096
+    metrics = spec_sim.get("/metrics").text
+    assert "sglang:spec_verify_calls_total" in metrics
+    assert spec_sim.get("/nope").status_code == 404
+
+
+def test_metrics_need_enable_metrics(base_sim: Sim) -> None:
+    assert base_sim.get("/metrics").status_code == 404
+
+
+def test_flush_cache_is_400_while_a_request_runs(base_sim: Sim) -> None:
+    body = {"text": "long one", "stream": True,
+            "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}}
+    with requests.post(base_sim.url + "/generate", json=body, stream=True, timeout=10) as reply:
+        next(reply.iter_lines())
+        assert base_sim.get("/flush_cache").status_code == 400
+    # The client hung up; the server notices at its next event and stops counting the request.
+    deadline = time.monotonic() + 5
+    while requests.post(base_sim.url + "/flush_cache", timeout=5).status_code != 200:
+        assert time.monotonic() < deadline, "flush_cache still refused after the stream ended"
+        time.sleep(0.02)
+
+
+def test_bad_requests_are_400(base_sim: Sim) -> None:
+    assert base_sim.generate({"sampling_params": {}}).status_code == 400
+    reply = base_sim.generate({"text": "x", "sampling_params": {"max_new_tokens": -1}})
+    assert reply.status_code == 400
+    assert "max_new_tokens" in reply.json()["error"]["message"]
+
+
+def test_batch_input_returns_a_list(base_sim: Sim) -> None:
+    out = base_sim.generate({"text": ["a", "b"], "sampling_params": {"max_new_tokens": 5}}).json()
+    assert isinstance(out, list)
+    assert len(out) == 2
+
+
+def test_api_key_guards_all_but_health(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with running(tmp_path, "--model-path", str(dirs[0]), "--api-key", "s3cret") as sim:
+        body = {"text": "x", "sampling_params": {"max_new_tokens": 3}}
+        denied = sim.generate(body)
+        assert denied.status_code == 401
+        assert denied.json() == {"error": "Unauthorized"}
+        assert sim.generate(body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert sim.generate(body, headers={"Authorization": "bearer s3cret"}).status_code == 200
+        assert sim.get("/server_info").status_code == 401
+        assert sim.get("/flush_cache").status_code == 401
+        assert sim.get("/health").status_code == 200
+        assert sim.get("/ready").status_code == 200
+        # Real SGLang prints the key in its server_args line; the harness has to redact it.
+        assert "api_key='s3cret'" in sim.log()
+
+
+# --- processes --------------------------------------------------------------------------
+
+
+def test_unknown_flag_exits_2_as_a_process(dirs: tuple[Path, Path]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "specgate.simulator", "--model-path", str(dirs[0]), "--bogus"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert done.returncode == 2
+    assert "unrecognized arguments: --bogus" in done.stderr
+
+
+def test_short_drafter_context_exits_1(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    target, draft = dirs
+    flags = ("--model-path", str(target), *SPEC_FLAGS, "--speculative-draft-model-path",
+             str(draft))
+    with running(tmp_path, *flags, wait=False) as sim:
+        assert sim.proc.wait(timeout=30) == 1
+        assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in sim.log()
+    with running(tmp_path, *flags,
+                 env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}) as sim:
+        assert "Warning: User-specified context_length" in sim.log()
+
+
+def test_children_exist_and_follow_the_parent(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with running(tmp_path, "--model-path", str(dirs[0]), "--tp-size", "2") as sim:
+        children = psutil.Process(sim.proc.pid).children(recursive=True)
+        assert len(children) == 3
+        assert any("sglang::detokenizer" in " ".join(c.cmdline()) for c in children)
+        sim.proc.send_signal(signal.SIGKILL)
+        sim.proc.wait(timeout=5)
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive
+    with running(tmp_path, "--model-path", str(dirs[0])) as sim:
+        children = psutil.Process(sim.proc.pid).children(recursive=True)
+        sim.proc.terminate()
+        assert sim.proc.wait(timeout=10) == 0
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive
+
+
+# --- fault modes ------------------------------------------------------------------------
+
+
+def with_fault(dirs: tuple[Path, Path], tmp_path: Path, fault: str,
+               wait: bool = True) -> contextlib.AbstractContextManager[Sim]:
+    return running(tmp_path, *spec_flags(dirs), env={"SPECGATE_SIM_FAULT": fault}, wait=wait)
+
+
+GEN = {"text": "hello", "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+
+
+def test_fault_exit_at_start(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "exit_at_start", wait=False) as sim:
+        assert sim.proc.wait(timeout=30) == 1
+        assert "CUDA out of memory" in sim.log()
+
+
+def test_fault_never_ready(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "never_ready", wait=False) as sim:
+        time.sleep(1.0)
+        assert sim.get("/health").status_code == 503
+        assert sim.proc.poll() is None
+        assert "ready to roll" not in sim.log()
+
+
+def test_fault_slow_start(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "slow_start:1.5", wait=False) as sim:
+        time.sleep(0.7)
+        assert sim.get("/health").status_code == 503
+        sim.wait_ready()
+
+
+def test_fault_die_after(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "die_after:1") as sim:
+        children = psutil.Process(sim.proc.pid).children(recursive=True)
+        assert sim.generate(GEN).status_code == 200
+        with pytest.raises(requests.ConnectionError):
+            sim.generate(GEN)
+        assert sim.proc.wait(timeout=10) == 1
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive
+
+
+def test_fault_hang_after(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "hang_after:1") as sim:
+        assert sim.generate(GEN).status_code == 200
+        with pytest.raises(requests.Timeout):
+            sim.generate(GEN, timeout=0.5)
+        assert sim.get("/health").status_code == 503
+
+
+@pytest.mark.parametrize(("fault", "status"), [("http500", 500), ("http503", 503)])
+def test_fault_http_errors(dirs: tuple[Path, Path], tmp_path: Path, fault: str,
+                           status: int) -> None:
+    with with_fault(dirs, tmp_path, fault) as sim:
+        reply = sim.generate(GEN)
+        assert reply.status_code == status
+        assert "error" in reply.json()
+
+
+@pytest.mark.parametrize("fault", ["malformed_json", "truncated_json"])
+def test_fault_bad_json(dirs: tuple[Path, Path], tmp_path: Path, fault: str) -> None:
+    with with_fault(dirs, tmp_path, fault) as sim:
+        reply = sim.generate(GEN)
+        assert reply.status_code == 200
+        with pytest.raises(ValueError):  # noqa: PT011 (any JSON decode error)
+            reply.json()
+        with requests.post(sim.url + "/generate", json={**GEN, "stream": True}, stream=True,
+                           timeout=10) as streamed, pytest.raises(ValueError):  # noqa: PT011
+            stream_events(streamed)
+
+
+def test_fault_drop_stream(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "drop_stream") as sim:
+        body = {**GEN, "stream": True, "sampling_params": {"max_new_tokens": 64}}
+        with requests.post(sim.url + "/generate", json=body, stream=True, timeout=10) as reply:
+            with pytest.raises(requests.exceptions.ChunkedEncodingError):
+                stream_events(reply)
+        with pytest.raises(requests.exceptions.RequestException):
+            sim.generate(GEN).json()
+
+
+def test_fault_no_spec_fields(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with with_fault(dirs, tmp_path, "no_spec_fields") as sim:
+        meta = sim.generate(GEN).json()["meta_info"]
+        assert not SPEC_KEYS & set(meta)
+        assert meta["completion_tokens"] > 1
+
+
+# --- the model holds on the wire --------------------------------------------------------
+
+
+def test_measured_throughput_and_accept_length_match_truth(
+    spec_sim: Sim, base_sim: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params = model.SimParams(speculative=True)
+    truth = model.truth(params)
+
+    def decode_rate(sim: Sim, prompt: str) -> tuple[float, dict[str, Any], float]:
+        body = {"text": prompt, "stream": True,
+                "sampling_params": {"max_new_tokens": 128, "temperature": 0}}
+        start = time.monotonic()
+        with requests.post(sim.url + "/generate", json=body, stream=True, timeout=30) as reply:
+            events, stamps, _ = stream_events(reply)
+        wall = time.monotonic() - start
+        meta = events[-1]["meta_info"]
+        rate = (meta["completion_tokens"] - 1) / (stamps[-1] - stamps[0])
+        return rate, meta, wall - meta["e2e_latency"]
+
+    base = [decode_rate(base_sim, f"baseline prompt {i}") for i in range(4)]
+    base_tps = sum(r for r, _, _ in base) / len(base)
+    assert base_tps == pytest.approx(truth.baseline_tps, rel=0.02)
+
+    spec = [decode_rate(spec_sim, f"prompt {i}: write something long") for i in range(20)]
+    spec_tps = sum(r for r, _, _ in spec) / len(spec)
+    verify = sum(m["spec_verify_ct"] for _, m, _ in spec)
+    completion = sum(m["completion_tokens"] for _, m, _ in spec)
+    tau_measured = (completion - len(spec)) / verify
+    assert tau_measured == pytest.approx(truth.tau, rel=0.01)
+    assert completion / verify == pytest.approx(truth.tau + len(spec) / verify, rel=0.01)
+    overhead_ms = 1000 * sum(o for _, _, o in base + spec) / len(base + spec)
+    with capsys.disabled():
+        print(
+            f"\n[simulator accuracy] baseline tok/s {base_tps:.2f} vs {truth.baseline_tps:.2f} "
+            f"({base_tps / truth.baseline_tps - 1:+.3%}); spec decode tok/s {spec_tps:.2f} "
+            f"vs tau/cycle {truth.spec_tps:.2f} ({spec_tps / truth.spec_tps - 1:+.3%}); "
+            f"tau {tau_measured:.4f} vs {truth.tau:.4f} ({tau_measured / truth.tau - 1:+.3%}); "
+            f"client overhead per request {overhead_ms:.2f} ms"
+        )
+
+
+def test_argparse_namespace_round_trips_into_server_args() -> None:
+    ns = argparse.Namespace(api_key="k", port=1)
+    assert sim_args.server_args_repr(vars(ns)) == "ServerArgs(api_key='k', port=1)"
+
+
+def test_concurrent_requests_all_complete(base_sim: Sim) -> None:
+    def one(i: int) -> int:
+        body = {"text": f"concurrent {i}", "stream": i % 2 == 0,
+                "sampling_params": {"max_new_tokens": 20}}
+        return base_sim.generate(body).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(one, range(16))) == [200] * 16
+    assert base_sim.get("/health").status_code == 200

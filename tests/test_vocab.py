@@ -1,0 +1,195 @@
+"""Vocab maps: construction, invariants, loading, comparison and the three vocab claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers_ckpt import make_profile, rewrite, tiny_drafter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgate.claims import Status
+from specgate.errors import CheckpointError
+from specgate.generate import shifted_token_ids
+from specgate.safetensors_io import TensorSpec, write_sparse
+from specgate.vocab import (
+    VocabMap,
+    check_invariants,
+    compare,
+    d2t_match_claim,
+    invariants_claim,
+    load_map,
+    t2d_match_claim,
+)
+
+id_sets = st.integers(2, 400).flatmap(
+    lambda v: st.tuples(st.just(v), st.sets(st.integers(0, v - 1), min_size=1, max_size=v)))
+
+
+@given(id_sets)
+def test_map_from_any_id_set_is_sound_and_round_trips(case: tuple[int, set[int]]) -> None:
+    vocab, ids = case
+    vmap = VocabMap.from_token_ids(sorted(ids), vocab)
+    assert check_invariants(vmap, len(ids), vocab) == []
+    assert vmap.target_ids().tolist() == sorted(ids)
+    assert vmap.d2t.dtype == np.int64
+    assert vmap.t2d is not None
+    assert vmap.t2d.dtype == bool
+    assert np.all(np.diff(vmap.d2t) >= 0)
+
+
+@given(id_sets)
+def test_a_map_compared_with_itself_matches_fully(case: tuple[int, set[int]]) -> None:
+    vmap = VocabMap.from_token_ids(sorted(case[1]), case[0])
+    cmp = compare(vmap, vmap)
+    n = len(case[1])
+    assert cmp.d2t_positional_matches == cmp.shared_tokens == cmp.longest_matching_prefix == n
+    assert cmp.first_mismatch is None
+    assert not cmp.looks_shifted
+
+
+@given(st.sets(st.integers(0, 10_000), min_size=2, max_size=300), st.data())
+@settings(max_examples=60)
+def test_shifted_ids_keep_exactly_the_prefix(ids: set[int], data: st.DataObject) -> None:
+    ref = sorted(ids)
+    matches = data.draw(st.integers(0, len(ref) - 1))
+    shifted = shifted_token_ids(ref, matches)
+    cmp = compare(VocabMap.from_token_ids(shifted, 10_002), VocabMap.from_token_ids(ref, 10_002))
+    assert cmp.d2t_positional_matches == matches == cmp.longest_matching_prefix
+    assert cmp.shared_tokens == len(ref) - 1
+
+
+def test_shifted_ids_need_room_above() -> None:
+    with pytest.raises(ValueError, match="no id above"):
+        shifted_token_ids([1, 2, 9], 1, vocab_size=10)
+    with pytest.raises(ValueError, match="matches"):
+        shifted_token_ids([1, 2, 3], 3)
+
+
+def test_seeds_case_looks_shifted() -> None:
+    rng = np.random.default_rng(1)
+    ref = np.sort(rng.choice(163840, 32000, replace=False))
+    cmp = compare(VocabMap.from_token_ids(shifted_token_ids(ref, 252), 163840),
+                  VocabMap.from_token_ids(ref, 163840))
+    assert (cmp.d2t_positional_matches, cmp.shared_tokens) == (252, 31999)
+    assert cmp.first_mismatch == 252
+    assert cmp.looks_shifted
+    assert "d2t_positional_matches,252" in cmp.table_csv()
+
+
+def _good() -> VocabMap:
+    return VocabMap.from_token_ids([3, 5, 8, 9], 12)
+
+
+@pytest.mark.parametrize(("vmap", "match"), [
+    (VocabMap(_good().d2t.astype(np.float32), _good().t2d), "dtype float32"),
+    (VocabMap(_good().d2t, np.ones(11, bool)), r"shape \[11\]"),
+    (VocabMap(_good().d2t, None), "t2d is missing"),
+    (VocabMap(_good().d2t, _good().t2d.astype(np.uint8)), "expected bool"),  # type: ignore[union-attr]
+    (VocabMap(np.array([3, 4, 4, 4]), _good().t2d), "disagree"),
+    (VocabMap(np.array([3, 2, 6, 6]), _good().t2d), "not strictly increasing at 1 position"),
+    (VocabMap(np.array([3, 4, 6, 9]), _good().t2d), "outside the vocabulary"),
+    (VocabMap(np.array([3, 4, 6]), _good().t2d), r"d2t has shape \[3\]"),
+])
+def test_broken_maps_are_named(vmap: VocabMap, match: str) -> None:
+    problems = check_invariants(vmap, 4, 12)
+    assert any(pytest.importorskip("re").search(match, p) for p in problems), problems
+
+
+def test_load_map_from_folder_safetensors_and_pt(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    folder = tiny_drafter(tmp_path / "d")
+    from_dir = load_map(folder)
+    assert from_dir.draft_vocab_size == 64
+    file = write_sparse(tmp_path / "map.safetensors", {
+        "d2t": TensorSpec("I64", (64,), data=from_dir.d2t),
+        "t2d": TensorSpec("BOOL", (256,), data=from_dir.t2d)})
+    np.testing.assert_array_equal(load_map(file).target_ids(), from_dir.target_ids())
+    torch.save({"d2t": torch.from_numpy(from_dir.d2t), "t2d": torch.from_numpy(from_dir.t2d)},
+               tmp_path / "map.pt")
+    from_pt = load_map(tmp_path / "map.pt")
+    np.testing.assert_array_equal(from_pt.target_ids(), from_dir.target_ids())
+    assert from_pt.t2d is not None
+    assert from_pt.t2d.dtype == bool
+    torch.save({"d2t": torch.from_numpy(from_dir.d2t).to(torch.bfloat16)}, tmp_path / "bf16.pt")
+    floaty = load_map(tmp_path / "bf16.pt")
+    assert any("dtype float32" in p for p in check_invariants(floaty, 64, 256))
+
+
+class _NotAllowed:
+    pass
+
+
+def test_load_map_refuses_unsafe_pickles(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"d2t": _NotAllowed()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="weights-only") as info:
+        load_map(tmp_path / "evil.pt")
+    assert "evil.pt" in str(info.value)
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="expected a dict"):
+        load_map(tmp_path / "list.pt")
+
+
+def test_load_map_unknown_format(tmp_path: Path) -> None:
+    (tmp_path / "x.npy").write_text("")
+    with pytest.raises(CheckpointError, match="unknown vocab map format"):
+        load_map(tmp_path / "x.npy")
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+def test_claims_on_a_shifted_pair(tmp_path: Path) -> None:
+    ref = tiny_drafter(tmp_path / "ref", token_ids=range(0, 128, 2))
+    ids = shifted_token_ids(load_map(ref).target_ids(), 10)
+    mine = tiny_drafter(tmp_path / "mine", token_ids=ids, seed=5)
+    profile = make_profile(mine, ref)
+    d2t = d2t_match_claim(profile)
+    assert (d2t.status, d2t.observed, d2t.expected, d2t.unit) == (
+        Status.FAILED, 10, ">= 64", "positions")
+    assert "10 of 64 draft positions" in d2t.message
+    assert "shifted" in d2t.message
+    assert d2t.attachments[0].kind == "csv"
+    t2d = t2d_match_claim(profile)
+    assert (t2d.status, t2d.observed) == (Status.FAILED, 63)
+    assert t2d_match_claim(make_profile(mine, ref, t2d_match_min=0.9)).status is Status.PASSED
+    assert d2t_match_claim(make_profile(ref, ref)).status is Status.PASSED
+    assert invariants_claim(profile).status is Status.PASSED
+
+
+def test_claims_skip_without_inputs(tmp_path: Path) -> None:
+    folder = tiny_drafter(tmp_path / "d")
+    assert d2t_match_claim(make_profile(folder)).status is Status.SKIPPED
+    assert t2d_match_claim(make_profile(folder)).status is Status.SKIPPED
+    assert invariants_claim(make_profile()).status is Status.SKIPPED
+
+
+def test_missing_reference_is_broken(tmp_path: Path) -> None:
+    result = d2t_match_claim(make_profile(tiny_drafter(tmp_path / "d"), tmp_path / "nope"))
+    assert result.status is Status.BROKEN
+    assert "nope" in result.message
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"d2t": TensorSpec("F32", (64,), data=np.zeros(64, np.float32))}, "dtype float32"),
+    ({"t2d": TensorSpec("BOOL", (255,), data=np.ones(255, bool))}, r"shape \[255\]"),
+    ({"t2d": TensorSpec("BOOL", (256,), data=np.eye(1, 256, 7, dtype=bool)[0])}, "disagree"),
+], ids=["d2t-float", "t2d-length", "disagree"])
+def test_invariants_claim_fails_on_bad_maps(tmp_path: Path, change: dict[str, TensorSpec],
+                                            match: str) -> None:
+    folder = tiny_drafter(tmp_path / "d")
+    rewrite(folder / "model.safetensors", change)  # type: ignore[arg-type]
+    result = invariants_claim(make_profile(folder))
+    assert result.status is Status.FAILED
+    assert pytest.importorskip("re").search(match, result.message), result.message
+    assert str(folder) in result.message
+
+
+def test_missing_d2t_on_a_small_draft_vocab_is_broken(tmp_path: Path) -> None:
+    folder = tiny_drafter(tmp_path / "d")
+    rewrite(folder / "model.safetensors", {"d2t": None})
+    result = invariants_claim(make_profile(folder))
+    assert result.status is Status.BROKEN
+    assert "no d2t" in result.message
