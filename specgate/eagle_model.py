@@ -235,14 +235,12 @@ class EagleDrafter:
         q, k = self._rope(q, position), self._rope(k, position)
         keys.index_copy_(0, position, k)
         values.index_copy_(0, position, v)
-        groups = s.num_heads // s.num_kv_heads
-        kk = keys.repeat_interleave(groups, dim=1) if groups > 1 else keys
-        vv = values.repeat_interleave(groups, dim=1) if groups > 1 else values
-        scores = torch.einsum("hd,khd->hk", q[0].to(self.acc), kk.to(self.acc)) / math.sqrt(
-            s.head_dim)
         visible = torch.arange(keys.shape[0], device=keys.device) <= position
-        probs = torch.softmax(scores.masked_fill(~visible[None], float("-inf")), dim=-1)
-        attn = torch.einsum("hk,khd->hd", probs, vv.to(self.acc)).to(q.dtype).reshape(1, -1)
+        # SDPA keeps the cache in its dtype and accumulates in float32 (fused on CUDA)
+        attn = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
+            attn_mask=visible[None, None, None, :],
+            enable_gqa=s.num_heads != s.num_kv_heads)[0].transpose(0, 1).reshape(1, -1)
         hidden = residual + self._linear(attn, f"{p}.self_attn.o_proj")
         residual = hidden
         x = self.rms_norm(hidden, w[f"{p}.post_attention_layernorm.weight"])

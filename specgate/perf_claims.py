@@ -255,8 +255,9 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     attachments = (*_attachments(live, live.speculative, live.baseline),
                    _targets_attachment(profile, live, got))
     per_cat = ", ".join(f"{c} {v:.2f}" for c, v in sorted(got.per_category_accept_len.items()))
-    figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests "
-               f"(decode-only {tau.mean:.3f})" if tau else f"accept length {accept.describe()}")
+    figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests"
+               f" (decode-only {tau.mean:.3f}; {got.stop_reason})" if tau
+               else f"accept length {accept.describe()}")
     details = {"accept_len": accept.to_json(), "per_category": got.per_category_accept_len,
                "template": got.template}
     if accept.mean < NOT_WIRED_ACCEPT_LEN:

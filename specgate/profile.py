@@ -6,10 +6,10 @@ import difflib
 import os
 import shlex
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specgate.errors import ProfileError

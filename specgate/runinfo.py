@@ -46,13 +46,13 @@ def finish(profile: Profile | None, reports_dir: Path, verdict_doc: dict[str, An
             from specgate import allure_meta
 
             allure_meta.write_all(results_dir, profile, verdict_doc)
-        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        except Exception as exc:
             warnings.append(f"writing Allure environment files failed: {exc}")
     if profile is not None and verdict_doc.get("complete"):
         try:
             from specgate import history
 
             history.append_run(reports_dir, profile, verdict_doc)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             warnings.append(f"appending to the run history failed: {exc}")
     return warnings

@@ -21,8 +21,8 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH") or next(
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(CHROMIUM is None,
-                       reason="no chromium on PATH and no CHROMIUM_PATH (Debian: apt-get install -y "
-                              "chromium)"),
+                       reason="no chromium on PATH and no CHROMIUM_PATH "
+                              "(Debian: apt-get install -y chromium)"),
     pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None,
                        reason="node and npm are needed to build the report"),
 ]

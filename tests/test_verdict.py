@@ -49,4 +49,6 @@ def test_claim_round_trip() -> None:
     c = claims.passed("spec.accept_len", "phase0", "ok", observed=2.5, expected=">= 2.46",
                       details={"ci": (2.4, 2.6)})
     back = ClaimResult.from_json(json.loads(json.dumps(c.to_json())))
-    assert back.id == c.id and back.status is Status.PASSED and back.details == {"ci": [2.4, 2.6]}
+    assert back.id == c.id
+    assert back.status is Status.PASSED
+    assert back.details == {"ci": [2.4, 2.6]}
