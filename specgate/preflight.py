@@ -119,3 +119,57 @@ def launcher_python(prefix: list[str]) -> str:
             if sibling.exists():
                 return str(sibling)
     return sys.executable
+
+
+def main_preflight(argv: Sequence[str] | None = None) -> int:
+    """`specgate preflight [--python PY] [PROFILE ...]`: check each profile's two launch commands.
+
+    Exit 0 when SGLang accepts every command, 1 when it rejects one (or a profile is bad), 2 when
+    SGLang is not importable in the given interpreter, so a CI step cannot pass without checking.
+    """
+    import argparse
+    import os
+
+    from specgate.errors import SpecgateError
+    from specgate.launch import build_command
+    from specgate.profile import default_profile_path, load_profile
+
+    parser = argparse.ArgumentParser(prog="specgate preflight", description=main_preflight.__doc__)
+    parser.add_argument("--python", default=None,
+                        help="interpreter that has sglang installed (default: the launcher's)")
+    parser.add_argument("profiles", nargs="*", type=Path,
+                        help="profile files (default: every profile beside the demo profile)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    paths = args.profiles or sorted(default_profile_path().parent.glob("*.toml"))
+    worst = 0
+    for path in paths:
+        try:
+            profile = load_profile(path)
+        except SpecgateError as exc:
+            print(f"FAIL {path}: {exc}")
+            worst = max(worst, 1)
+            continue
+        if profile.server.api_key_env and not os.environ.get(profile.server.api_key_env):
+            # The key's value does not matter to the parser; its absence would stop the build.
+            os.environ[profile.server.api_key_env] = "placeholder-key-for-preflight"
+        for config in ("baseline", "speculative"):
+            try:
+                spec = build_command(profile, config)  # type: ignore[arg-type]
+            except SpecgateError as exc:
+                print(f"FAIL {path.name} {config}: {exc}")
+                worst = max(worst, 1)
+                continue
+            python = args.python or launcher_python(list(spec.argv[:spec.prefix_len]))
+            result = preflight(spec.server_args, python=python, redactor=spec.redactor())
+            tag = {"ok": "ok  ", "rejected": "FAIL", "unavailable": "n/a "}[result.status]
+            print(f"{tag} {path.name} {config} (sglang {result.version}): {result.message}")
+            print(f"     {spec.display()}")
+            if result.status == "rejected":
+                worst = max(worst, 1)
+            elif result.status == "unavailable":
+                return 2
+    return worst
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main_preflight())

@@ -62,7 +62,7 @@ def test_accept_per_prompt_rejects_mismatched_lengths() -> None:
 
 
 def test_many_prompts_stay_a_bounded_image() -> None:
-    n = 400
+    n = 120
     png = plots.accept_per_prompt([1.0 + (i % 25) / 10 for i in range(n)],
                                   [f"prompt {i}" for i in range(n)],
                                   [("code", "chat", "math")[i % 3] for i in range(n)])
