@@ -69,6 +69,9 @@ def _claim(cid: str, need_drafter: bool = False) -> Callable[
                 return fn(profile, ctx)
             except (DataError, CheckpointError) as exc:
                 return claims.broken(cid, PHASE, str(exc))
+            except (KeyError, ValueError, TypeError) as exc:
+                return claims.broken(cid, PHASE, f"{ctx.dump.path}: cannot be checked: "
+                                     f"{type(exc).__name__}: {exc}")
         run.__doc__ = fn.__doc__
         run.__name__ = fn.__name__
         return run

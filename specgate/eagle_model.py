@@ -8,6 +8,9 @@ the target); step k > 0 takes the drafter's own pre-norm output of step k-1 (SGL
 earlier steps' keys at the same position, with RoPE position t + k: SpecForge's training-time
 test, which is what a chain of draft steps sees at serving time.
 
+RoPE is plain (rope_theta); a config's rope_scaling (YaRN, llama3) is not applied, and the
+evaluation says so when a drafter asks for it.
+
 Embeddings: SGLang always replaces the drafter's embedding with the target's, so the caller
 supplies a token embedding table (`Embeddings`), normally the target's rows from the dump.
 """

@@ -162,6 +162,7 @@ class EvalReport:
     chain_accept: tuple[float, ...]  # P(steps 0..k all correct), k = 0..steps-1
     embedding_source: str
     seconds: float
+    notes: tuple[str, ...] = ()
 
     @property
     def random_loss(self) -> float:
@@ -194,7 +195,7 @@ class EvalReport:
             "conditional_accuracy": [round(a, 4) for a in self.conditional_accuracy],
             "accept_length": round(self.accept_length, 4),
             "chain_positions": self.chain_positions,
-            "embedding_source": self.embedding_source,
+            "embedding_source": self.embedding_source, "notes": list(self.notes),
             "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
         }
 
@@ -222,8 +223,15 @@ def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
         label += f" read through {vocab_map}"
     dump = open_dump(dump_path)
     embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
-    return evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
-                          embedding_source=source)
+    report = evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
+                            embedding_source=source)
+    scaling = drafter.config.get("rope_scaling") or (drafter.config.get("rope_parameters") or {}
+                                                     ).get("rope_type") not in (None, "default")
+    if scaling:
+        note = (f"{drafter.path}/config.json asks for RoPE scaling, which this evaluation does "
+                "not apply (plain RoPE with rope_theta): figures are approximate")
+        report = dataclasses.replace(report, notes=(*report.notes, note))
+    return report
 
 
 def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings, *,
@@ -244,6 +252,12 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
     with torch.no_grad():
         for sample in dump.samples:
             ids_np, aux_np, mask_np = read_sample(sample)
+            width = model.shape.n_aux * model.shape.target_hidden_size
+            if aux_np.shape[1] != width:
+                raise DataError(f"{sample.file}: aux hidden states are {aux_np.shape[1]} wide, "
+                                f"the drafter's fc takes {model.shape.n_aux} × "
+                                f"{model.shape.target_hidden_size} = {width}: the dump comes "
+                                "from another target or capture setting (see data.shapes)")
             n = ids_np.shape[0]
             tokens += n
             if n < 3:
@@ -403,7 +417,8 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     message = (f"{main.drafter} on {main.dump}: step-0 loss {loss0:.3f} vs "
                f"ln({main.draft_vocab_size}) = {main.random_loss:.3f}, {verdict}; "
                f"top-1 accuracy per draft step {accs}; "
-               f"predicted accept length {main.accept_length:.2f} at {steps} steps")
+               f"predicted accept length {main.accept_length:.2f} at {steps} steps"
+               + "".join(f"; note: {n}" for n in main.notes))
     return claims.judged(
         ok, cid, PHASE, message, observed=round(loss0, 4), expected=f"< {limit:.4f}",
         unit="nats", details={"reports": [r.to_json() for r in reports]},

@@ -142,6 +142,10 @@ def test_a_real_report_across_two_runs(tmp_path: Path) -> None:
     assert len(history_file.read_text(encoding="utf-8").splitlines()) == 2
     assert second.summary["stats"].get("new", 0) == 0  # the same six claims as before
     assert second.summary["stats"]["failed"] == 1
+    charts = json.loads(embedded_files(second.index)["widgets/charts.json"])["general"]
+    by_type = {c["type"]: c for c in charts.values()}
+    assert len(by_type["statusDynamics"]["data"]) == 2  # the trend spans both runs
+    assert by_type["statusTransitions"]["data"][-1]["fixed"] == 1  # vocab.d2t_match
     assert sorted(p.name for p in reports.iterdir()) == [
         "allure-report", "allure-results", "history", "verdict.json"]
 
