@@ -1,3 +1,2 @@
-"""Loads the specgate plugin for every pytest run from this checkout."""
-
-pytest_plugins = ["fixtures.plugin", "fixtures.live"]
+"""The specgate plugin is loaded through its pytest11 entry point (specgate_fixtures.plugin),
+installed with the package: `pip install -e .` (tox does this). Nothing else is needed here."""

@@ -225,9 +225,9 @@ def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
     embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
     report = evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
                             embedding_source=source)
-    scaling = drafter.config.get("rope_scaling") or (drafter.config.get("rope_parameters") or {}
-                                                     ).get("rope_type") not in (None, "default")
-    if scaling:
+    params = drafter.config.get("rope_parameters")
+    rope_type = params.get("rope_type") if isinstance(params, dict) else None
+    if drafter.config.get("rope_scaling") or rope_type not in (None, "default"):
         note = (f"{drafter.path}/config.json asks for RoPE scaling, which this evaluation does "
                 "not apply (plain RoPE with rope_theta): figures are approximate")
         report = dataclasses.replace(report, notes=(*report.notes, note))
@@ -428,13 +428,15 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
 
 
 def main_eval(argv: Sequence[str] | None = None) -> int:
-    """`specgate eval --drafter D --hidden-states H [--compare D2] [--steps K]`."""
+    """`specgate eval --drafter D [--drafter D2 ...] --hidden-states H [--vocab-map M]`."""
     parser = argparse.ArgumentParser(prog="specgate eval", description="Teacher-forced offline "
                                      "evaluation of EAGLE-3 drafters on a hidden-state dump.")
     parser.add_argument("--drafter", required=True, action="append",
                         help="drafter folder (repeat to compare several on the same dump)")
     parser.add_argument("--hidden-states", required=True, help="hidden-state dump folder")
     parser.add_argument("--target-model", help="target model folder (for its embed_tokens)")
+    parser.add_argument("--vocab-map", help="read the first drafter's lm_head through this map "
+                        "(a fine-tune init as training will see it)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="draft chain depth")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -443,8 +445,9 @@ def main_eval(argv: Sequence[str] | None = None) -> int:
     try:
         reports = [teacher_forced(d, args.hidden_states, steps=args.steps,
                                   target_path=args.target_model, device=args.device,
-                                  dtype=args.dtype) for d in args.drafter]
-    except (DataError, CheckpointError) as exc:
+                                  dtype=args.dtype, vocab_map=args.vocab_map if i == 0 else None)
+                   for i, d in enumerate(args.drafter)]
+    except (DataError, CheckpointError, KeyError, ValueError) as exc:
         print(f"specgate eval: {exc}", file=sys.stderr)
         return 2
     except ImportError:

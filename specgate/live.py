@@ -36,7 +36,7 @@ class Failure:
     log_tail: str = ""
 
     def text(self) -> str:
-        out = f"{self.stage}: {self.message}"
+        out = f"during {self.stage}: {self.message}"
         if self.log_tail and self.log_tail not in self.message:
             out += "\n--- last lines of the server log ---\n" + self.log_tail
         return out

@@ -201,7 +201,6 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
             lines = history.read_text(encoding="utf-8").splitlines(keepends=True)
             history = scratch / ALLURE_HISTORY_FILE
             history.write_text("".join(lines[:earlier]), encoding="utf-8")
-        lines_before = _count_lines(history)
         output = scratch / "allure-report"
         config = scratch / "allurerc.json"
         doc = allure_config(output, history, name=name or _report_name(reports_dir))
@@ -226,7 +225,8 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
             shutil.rmtree(final)
         output.rename(final)
     if append:
-        mark.write_text(f"{fingerprint} {lines_before}\n", encoding="utf-8")
+        # Counted after Allure trimmed the file to HISTORY_LIMIT: this run is its last line.
+        mark.write_text(f"{fingerprint} {max(_count_lines(history) - 1, 0)}\n", encoding="utf-8")
     summary_path = final / "summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
     return BuiltReport(final / "index.html", summary, install_s, generate_s, append)

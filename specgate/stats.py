@@ -163,7 +163,9 @@ def ratio_summary(num: Summary, den: Summary, confidence: float = 0.95) -> Summa
     """The ratio of two independent means with a delta-method interval and Welch df.
 
     Var(R) ≈ R²(s_a²/(n_a·a²) + s_b²/(n_b·b²)); the degrees of freedom follow
-    Welch–Satterthwaite on the two relative variance terms.
+    Welch–Satterthwaite on the two relative variance terms. The two servers are measured
+    separately, so repeats are not paired. std and cv are the per-repeat equivalent (se·√n),
+    so the result reads like any other Summary.
     """
     ratio = num.mean / den.mean
     if not (num.has_interval and den.has_interval):

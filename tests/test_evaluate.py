@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 
 from specgate import evaluate
 from specgate.claims import Status
+from specgate.errors import DataError
 from specgate.evaluate import (
     EvalReport,
     StepStats,
@@ -142,6 +143,24 @@ def test_claim_skips_without_a_dump_and_breaks_on_a_bad_one(tmp_path: Path,
     result = teacher_forced_claim(_profile(init=known["init"], hidden_states=tmp_path / "empty"))
     assert result.status is Status.BROKEN
     assert "no sample" in result.message
+
+
+def test_a_dump_of_another_width_breaks_with_the_file_named(tmp_path: Path,
+                                                             known: dict[str, Path]) -> None:
+    other = write_drafter(tmp_path / "wide", tiny(), fill="random",
+                          config_overrides={"target_hidden_size": 48})
+    with pytest.raises(DataError, match=r"sample_00000\.safetensors: aux hidden states are 96 "):
+        teacher_forced(other, known["dump"], steps=1)
+
+
+def test_rope_scaling_is_noted(tmp_path: Path, known: dict[str, Path]) -> None:
+    scaled = sharp_drafter(tmp_path / "scaled")
+    config = json.loads((scaled / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    (scaled / "config.json").write_text(json.dumps(config))
+    report = teacher_forced(scaled, known["dump"], steps=1)
+    assert report.notes
+    assert "RoPE scaling" in report.notes[0]
 
 
 def test_main_eval_prints_a_comparison(known: dict[str, Path],

@@ -5,8 +5,8 @@ import sys
 import threading
 
 import pytest
+from specgate_fixtures.live import shared_live_results
 
-from fixtures.live import shared_live_results
 from specgate import perf_claims
 from specgate.claims import Status
 from specgate.live import LiveResults, run_live
@@ -108,7 +108,7 @@ def test_fixture_runs_live_once_for_concurrent_workers(tmp_path, monkeypatch):
         calls.append(1)
         return fake
 
-    monkeypatch.setattr("fixtures.live.run_live", fake_run_live)
+    monkeypatch.setattr("specgate_fixtures.live.run_live", fake_run_live)
     got = []
     threads = [threading.Thread(target=lambda: got.append(
         shared_live_results(None, tmp_path, "run-1"))) for _ in range(4)]
@@ -127,3 +127,16 @@ def _fake_results():
     run = {"config": "baseline", "failure": {"stage": "start", "message": "x", "log_tail": ""}}
     return {"profile": "fake", "simulated": True, "baseline": run,
             "speculative": {**run, "config": "speculative"}}
+
+
+def test_server_dying_mid_measurement_is_reported_with_its_log(tmp_path):
+    profile = _profile(tmp_path, env={"SPECGATE_SIM_FAULT": "die_after:3"},
+                       bench={"repeats": 1, "max_repeats": 1})
+    live = run_live(profile, tmp_path / "reports")
+    failure = live.baseline.failure
+    assert failure is not None
+    assert failure.stage == "measure"
+    assert "die_after" in failure.log_tail
+    claim = perf_claims.baseline_tps_claim(profile, live)
+    assert claim.status is Status.BROKEN
+    assert "last lines of the server log" in claim.message

@@ -1,4 +1,4 @@
-"""Tests for specgate.perf_claims on constructed measurements: wording, verdicts, silent failures."""
+"""Tests for specgate.perf_claims on constructed measurements: wording, verdicts, silent faults."""
 
 import pytest
 

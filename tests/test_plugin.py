@@ -59,7 +59,6 @@ def test_slow(check):
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["fixtures.plugin"]\n')
     (tmp_path / "p.toml").write_text('name = "plugtest"\n[drafter]\npath = "d"\n')
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "test_claims.py").write_text(SUITE)

@@ -1,0 +1,118 @@
+"""Shared benchmark plumbing: fresh-process measurement, the generated drafter pair, tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildRun:
+    """One child process: wall seconds, its own peak RSS (MB), exit code and stdout."""
+
+    wall_s: float
+    peak_rss_mb: float
+    rc: int
+    stdout: str
+    stderr: str
+
+    def json_out(self) -> dict[str, Any]:
+        """The last stdout line, which every child entry point prints as JSON."""
+        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        if self.rc != 0 or not lines:
+            raise RuntimeError(f"child exited {self.rc}: {self.stderr[-2000:]}")
+        out: dict[str, Any] = json.loads(lines[-1])
+        return out
+
+
+def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None,
+              cwd: Path | None = None, timeout_s: float = 600.0) -> ChildRun:
+    """Run argv and wait4() for exactly that pid, so the peak RSS is this tree's alone
+    (RUSAGE_CHILDREN is a running maximum over every child ever waited for)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    started = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=full_env, cwd=cwd, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    # communicate() already reaped the child through waitpid, losing its rusage; Popen keeps
+    # none either. So measure via a wrapper: the rusage travels back on the child's stderr.
+    wall = time.perf_counter() - started
+    rss = _rss_from(err)
+    return ChildRun(wall, rss, proc.returncode, out, err)
+
+
+RSS_TAG = "@@rusage "
+RUSAGE_WRAPPER = (
+    "import os, resource, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, ru = os.wait4(p.pid, 0)\n"
+    "sys.stderr.write(f'\\n" + RSS_TAG + "{ru.ru_maxrss}\\n')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def measured(argv: Sequence[str]) -> list[str]:
+    """argv wrapped so that its own peak RSS (ru_maxrss of wait4 on it) is reported."""
+    return [PYTHON, "-c", RUSAGE_WRAPPER, *argv]
+
+
+def _rss_from(stderr: str) -> float:
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(RSS_TAG):
+            return int(line[len(RSS_TAG):]) / 1024.0  # Linux reports KiB
+    return float("nan")
+
+
+def measure_child(argv: Sequence[str], **kwargs: Any) -> ChildRun:
+    """run_child on the wrapped argv: wall time of the whole process, peak RSS of the tree's
+    largest process (ru_maxrss covers the child and the descendants it waited for)."""
+    return run_child(measured(argv), **kwargs)
+
+
+def drop_cache(paths: Sequence[Path]) -> None:
+    """Evict the files' pages (fadvise DONTNEED works without root; clean pages only)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def allocated_bytes(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def fmt_ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}×" if b > 0 else "n/a"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (header first) that pastes into the README."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        if k == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Benchmark 3: the offline probe against collection alone, and what start-up imports cost."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import PYTHON, ROOT, measure_child, run_child  # noqa: E402
+
+SELECT = "probe and not live"
+HEAVY = ("torch", "matplotlib", "requests", "allure", "allure_pytest", "pydantic", "numpy",
+         "filelock", "psutil", "safetensors", "xdist", "hypothesis", "PIL", "urllib3")
+
+_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def full_profile(root: Path, drafter: Path, reference: Path) -> Path:
+    """A profile pointing at the full-size generated pair and a Kimi-K2.5 target config."""
+    from specgate import generate
+
+    target = generate.write_target_config(root / "k25_target", "kimi-k25")
+    text = f'''name = "bench-full-size"
+[target]
+path = "{target}"
+[drafter]
+path = "{drafter}"
+reference = "{reference}"
+[drafter.expect]
+architectures = ["LlamaForCausalLMEagle3"]
+hidden_size = 7168
+intermediate_size = 18432
+num_attention_heads = 64
+num_key_value_heads = 64
+vocab_size = 163840
+draft_vocab_size = 32000
+max_position_embeddings = 262144
+"eagle_config.eagle_aux_hidden_state_layer_ids" = [2, 30, 58]
+'''
+    path = root / "full-size.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _pytest(profile: Path | None, reports: Path, collect_only: bool) -> list[str]:
+    argv = [PYTHON, "-m", "pytest", "-m", SELECT, "-q", "-p", "no:cacheprovider",
+            "--reports", str(reports)]
+    if profile is not None:
+        argv += ["--profile", str(profile)]
+    if collect_only:
+        argv.append("--collect-only")
+    return argv
+
+
+def time_probe(profile: Path | None, reports: Path, repeats: int = 3) -> dict[str, Any]:
+    """Best of `repeats` for the run and for collection alone, each a fresh process."""
+    out: dict[str, Any] = {}
+    for name, collect in (("collect", True), ("run", False)):
+        runs = [measure_child(_pytest(profile, reports, collect), cwd=ROOT)
+                for _ in range(repeats)]
+        best = min(runs, key=lambda r: r.wall_s)
+        tail = best.stdout.strip().splitlines()[-1] if best.stdout.strip() else ""
+        out[name] = {"wall_s": best.wall_s, "runs_s": [r.wall_s for r in runs],
+                     "peak_rss_mb": best.peak_rss_mb, "rc": best.rc, "summary": tail}
+    out["claims_own_s"] = out["run"]["wall_s"] - out["collect"]["wall_s"]
+    return out
+
+
+def import_costs(profile: Path | None, reports: Path) -> dict[str, Any]:
+    """`python -X importtime` of collection: cumulative ms per top-level package."""
+    run = run_child([PYTHON, "-X", "importtime", *_pytest(profile, reports, True)[1:]],
+                    cwd=ROOT)
+    per_root: dict[str, float] = defaultdict(float)
+    total = 0.0
+    for line in run.stderr.splitlines():
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        cumulative_us, indent, name = int(m.group(2)), len(m.group(3)), m.group(4)
+        if indent <= 1:  # top level: counted once, with everything it pulled in
+            per_root[name.split(".")[0]] += cumulative_us / 1000
+            total += cumulative_us / 1000
+    heavy = {k: round(v, 1) for k, v in sorted(per_root.items(), key=lambda kv: -kv[1])
+             if k in HEAVY or v > 30}
+    return {"total_import_ms": round(total, 1), "by_package_ms": heavy}
+
+
+def run(root: Path, drafter: Path | None, reference: Path | None,
+        repeats: int = 3) -> dict[str, Any]:
+    out: dict[str, Any] = {"demo": time_probe(None, root / "reports-demo", repeats)}
+    out["demo"]["imports"] = import_costs(None, root / "reports-demo")
+    if drafter is not None and reference is not None:
+        prof = full_profile(root, drafter, reference)
+        out["full_size"] = time_probe(prof, root / "reports-full", repeats)
+    bare = measure_child([PYTHON, "-c", "pass"])
+    plain = measure_child([PYTHON, "-m", "pytest", "--version"], cwd=ROOT)
+    out["python_start_s"] = bare.wall_s
+    out["pytest_version_s"] = plain.wall_s
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for key in ("demo", "full_size"):
+        if key not in result:
+            continue
+        r = result[key]
+        out.append([f"3 pytest -m \"{SELECT}\", {key} profile",
+                    f"{r['run']['wall_s']:.2f} s, {r['run']['peak_rss_mb']:.0f} MB "
+                    f"({r['run']['summary']})",
+                    f"--collect-only: {r['collect']['wall_s']:.2f} s",
+                    f"claims' own: {r['claims_own_s']:.2f} s", ""])
+    imports = result["demo"]["imports"]
+    top = ", ".join(f"{k} {v:.0f}" for k, v in list(imports["by_package_ms"].items())[:6])
+    out.append(["3 imports at collection (ms, -X importtime)", top,
+                f"total {imports['total_import_ms']:.0f} ms", "", ""])
+    return out
