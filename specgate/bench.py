@@ -42,6 +42,8 @@ class RequestSample:
     server_e2e_s: float | None
     finish_reason: str
     chunks: int
+    # spec_correct_drafts_histogram: how many verify passes accepted 0, 1, 2, … drafts.
+    drafts_histogram: tuple[int, ...] | None = None
 
     @property
     def decode_tokens(self) -> int:
@@ -137,7 +139,10 @@ class Measurement:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         fields = dict(data)
-        fields["samples"] = tuple(RequestSample(**s) for s in data["samples"])
+        fields["samples"] = tuple(
+            RequestSample(**{**s, "drafts_histogram": tuple(s["drafts_histogram"])
+                             if s.get("drafts_histogram") else None})
+            for s in data["samples"])
         fields["passes"] = tuple(PassResult(**p) for p in data["passes"])
         fields["stats"] = {k: Summary.from_json(v) for k, v in data["stats"].items()}
         return cls(**fields)
@@ -187,10 +192,17 @@ def run_pass(client: SGLangClient, prompts: Sequence[Prompt], template: ChatTemp
             repeat=repeat, prompt_id=prompt.id, category=prompt.category,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             spec_verify_ct=gen.spec_verify_ct, ttft_s=gen.ttft_s, e2e_s=gen.e2e_s,
-            server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks))
+            server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
+            drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram"))))
         if progress is not None and (i == len(prompts) or i % 10 == 0):
             progress(f"repeat {repeat}: {i}/{len(prompts)} requests")
     return samples
+
+
+def _histogram(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        return None
+    return tuple(value)
 
 
 def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: BenchSection,

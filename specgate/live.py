@@ -80,6 +80,7 @@ class ConfigRun:
     measurement: bench.Measurement | None = None
     failure: Failure | None = None
     stop: str = ""
+    log_path: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -260,8 +261,19 @@ def _server(profile: Profile, config: str, log_path: Path,
         yield handle, f"attached to {url}", True
         return
     spec = launch.build_command(profile, config)  # type: ignore[arg-type]
+    if not spec.simulated:
+        # A flag this SGLang rejects fails here in seconds, not after a 20-minute model load.
+        from specgate.errors import ServerError
+        from specgate.preflight import preflight_spec
+
+        checked = preflight_spec(spec)
+        if checked.status == "rejected":
+            raise ServerError(f"SGLang {checked.version or ''} rejects the launch command "
+                              f"{spec.display()}: {checked.message}")
+        progress(f"{config}: preflight {checked.status}: {checked.message}")
     progress(f"{config}: launching {spec.display()}")
     with server.running(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s,
+                        stop_timeout_s=profile.server.stop_timeout_s,
                         on_progress=progress) as handle:
         yield handle, spec.display(), False
 
@@ -281,6 +293,8 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
             fields["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
     handle: Any = None
     log_path = reports_dir / "live" / f"{config}-server.log"
+    if not attached:
+        fields["log_path"] = str(log_path)
     stage = "prompts"
     try:
         chosen, _label = load_prompts(profile)

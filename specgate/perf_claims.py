@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
-from specgate import claims, stats
+from specgate import claims, live_plots, stats
 from specgate.bench import Measurement
 from specgate.claims import Attachment, ClaimResult
 from specgate.live import ConfigRun, LiveResults, json_safe
@@ -69,9 +70,35 @@ def _attachments(live: LiveResults, *runs: ConfigRun) -> tuple[Attachment, ...]:
         out.append(Attachment(f"{m.config} requests.csv", m.samples_csv(), "csv"))
         out.append(Attachment(f"{m.config} statistics", m.stats_table(), "text"))
     for run in runs:
+        if run.launch:
+            out.append(Attachment(f"{run.config} launch command", run.launch, "text"))
         if run.failure is not None and run.failure.log_tail:
             out.append(Attachment(f"{run.config} server log tail", run.failure.log_tail, "text"))
+        log = _server_log(run)
+        if log:
+            out.append(Attachment(f"{run.config} server log", log, "text"))
     return tuple(out)
+
+
+MAX_LOG_BYTES = 2_000_000
+
+
+def _server_log(run: ConfigRun) -> str:
+    """The server's whole log (its tail if huge); secrets were masked when the server stopped."""
+    if not run.log_path:
+        return ""
+    path = Path(run.log_path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size > MAX_LOG_BYTES:
+                fh.seek(size - MAX_LOG_BYTES)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    if size <= MAX_LOG_BYTES:
+        return text
+    return f"[first {size - MAX_LOG_BYTES} bytes left out]\n" + text
 
 
 def _steps(profile: Profile, run: ConfigRun) -> int | None:
@@ -180,7 +207,8 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     got = _need(live.baseline, cid, live)
     if isinstance(got, ClaimResult):
         return got
-    attachments = _attachments(live, live.baseline)
+    attachments = (*_attachments(live, live.baseline),
+                   live_plots.tps_repeats(live.baseline.measurement, None))
     secretly = _baseline_is_speculative(live.baseline)
     if secretly:
         return _broken(cid, live, f"the baseline server is speculative ({secretly}); a "
@@ -253,7 +281,9 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     accept = got.stats["accept_len"]
     tau = got.stat("tau_decode")
     attachments = (*_attachments(live, live.speculative, live.baseline),
-                   _targets_attachment(profile, live, got))
+                   _targets_attachment(profile, live, got),
+                   *live_plots.present(live_plots.per_prompt(got), live_plots.per_category(got),
+                                       live_plots.per_position(got)))
     per_cat = ", ".join(f"{c} {v:.2f}" for c, v in sorted(got.per_category_accept_len.items()))
     figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests"
                f" (decode-only {tau.mean:.3f}; {got.stop_reason})" if tau
@@ -323,7 +353,9 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                    Attachment("break-even.json", json.dumps(json_safe({
                        "cycle_ms": cycle.to_json(), "baseline_tps": base_tps.to_json(),
                        "breakeven": breakeven.to_json(), "accept_len": accept.to_json(),
-                       "margin": margin.to_json()}), indent=1), "json"))
+                       "margin": margin.to_json()}), indent=1), "json"),
+                   live_plots.breakeven(cycle.mean, base_tps.mean, got,
+                                        profile.thresholds.tps_targets))
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{arithmetic}: {tail} "
                          f"(margin {margin.mean:+.3f}, {how})",
                          observed=round(accept.mean, 3), expected=f">= {breakeven.mean:.3f}",
@@ -362,5 +394,8 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                f"required > {threshold:g}: {how}{slower}")
     return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x",
-                         details={"speedup": ratio.to_json()},
-                         attachments=_attachments(live, live.speculative, live.baseline))
+                         details={"speedup": ratio.to_json(),
+                                  "spec_tps": spec.stats["tps"].to_json(),
+                                  "baseline_tps": base.stats["tps"].to_json()},
+                         attachments=(*_attachments(live, live.speculative, live.baseline),
+                                      live_plots.tps_repeats(base, spec)))

@@ -580,3 +580,46 @@ def test_concurrent_requests_all_complete(base_sim: Sim) -> None:
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(one, range(16))) == [200] * 16
     assert base_sim.get("/health").status_code == 200
+
+
+def test_refused_requests_leave_keep_alive_connections_usable(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    with running(tmp_path, "--model-path", str(dirs[0]), "--api-key", "k") as sim:
+        session = requests.Session()
+        body = {"text": "x" * 500, "sampling_params": {"max_new_tokens": 3}}
+        assert session.post(sim.url + "/generate", json=body, timeout=5).status_code == 401
+        assert session.post(sim.url + "/nowhere", json=body, timeout=5).status_code == 401
+        ok = session.post(sim.url + "/generate", json=body, timeout=5,
+                          headers={"Authorization": "Bearer k"})
+        assert ok.status_code == 200
+        assert ok.json()["meta_info"]["completion_tokens"] >= 2
+
+
+def test_port_in_use_exits_1(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [sys.executable, "-m", "specgate.simulator", "--model-path", str(dirs[0]),
+             "--port", port],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    assert done.returncode == 1
+    assert "Address already in use" in done.stderr
+
+
+def test_tree_drafting_reports_its_own_proposal_count(
+    dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    target, draft = dirs
+    flags = ("--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+             "--speculative-draft-model-path", str(draft), "--context-length", "4096",
+             "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+             "--speculative-num-draft-tokens", "8")
+    with running(tmp_path, *flags) as sim:
+        meta = sim.generate({"text": "tree", "sampling_params": {"max_new_tokens": 64}}).json()[
+            "meta_info"]
+        assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * 7
+        assert len(meta["spec_correct_drafts_histogram"]) == 6

@@ -18,7 +18,8 @@ from specgate.simulator.server import SimState, log, make_server
 # Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
 # (which watch the parent with a watchdog); the harness must still kill the whole tree.
 _CHILD_CODE = (
-    "import os, sys, time\n"
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "parent = int(sys.argv[2])\n"
     "while os.getppid() == parent:\n"
     "    time.sleep(0.2)\n"
@@ -49,10 +50,32 @@ def _kill_children(children: Sequence[subprocess.Popen[bytes]]) -> None:
 
 def _fail(text: str) -> int:
     print("Traceback (most recent call last):", file=sys.stderr)
-    print('  File "sglang/srt/entrypoints/http_server.py", line 1, in launch_server',
+    print('  File "<specgate simulator>", in launch_server',
           file=sys.stderr)
     print(text, file=sys.stderr, flush=True)
     return 1
+
+
+def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
+    """The loading lines SGLang prints, spread over the start delay, then readiness."""
+    faults, resolved = state.faults, state.resolved
+    delay = faults.slow_start_s if faults.slow_start_s is not None else (
+        resolved.params.timing.start_delay_s
+    )
+    log(f"Load weight begin. avail mem=79.10 GB (model {model_path})")
+    if resolved.params.speculative:
+        log(f"Load draft weight begin. draft model {resolved.args['speculative_draft_model_path']}")
+    time.sleep(delay / 2)
+    log(f"Load weight end. type={resolved.architectures[0]}, dtype=torch.bfloat16, "
+        "avail mem=40.00 GB")
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=39.00 GB")
+    time.sleep(delay / 2)
+    log(f"Capture cuda graph end. Time elapsed: {delay / 2:.2f} s. mem usage=1.00 GB.")
+    print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+          file=sys.stderr, flush=True)
+    if "never_ready" not in faults:
+        state.ready.set()
+        log("The server is fired up and ready to roll!")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,24 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
 
-    delay = faults.slow_start_s if faults.slow_start_s is not None else (
-        resolved.params.timing.start_delay_s
-    )
-    arch = resolved.architectures[0]
-    log(f"Load weight begin. avail mem=79.10 GB (model {namespace.model_path})")
-    if resolved.params.speculative:
-        log(f"Load draft weight begin. draft model {resolved.args['speculative_draft_model_path']}")
-    time.sleep(delay / 2)
-    log(f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem=40.00 GB")
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=39.00 GB")
-    time.sleep(delay / 2)
-    log(f"Capture cuda graph end. Time elapsed: {delay / 2:.2f} s. mem usage=1.00 GB.")
-    print(f"INFO:     Uvicorn running on http://{namespace.host}:{namespace.port} "
-          "(Press CTRL+C to quit)", file=sys.stderr, flush=True)
-    if "never_ready" not in faults:
-        state.ready.set()
-        log("The server is fired up and ready to roll!")
     try:
+        _start_up(state, namespace.model_path, namespace.host, namespace.port)
         while True:
             time.sleep(0.5)
             if any(child.poll() is not None for child in children):

@@ -1,0 +1,137 @@
+"""Every benchmark in one process tree (`tox -e bench`): writes reports/bench.json and a table.
+
+Generated checkpoints go to a temporary folder (sparse: the 4.7 + 2.4 GB pair costs ~1 MB of
+disk; the health-scan drafter is a real ~1.4 GB file) and are removed at the end unless --keep.
+Run: `python benchmarks/run_all.py [--only 1,2,...] [--quick] [--out reports/bench.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import health_scan  # noqa: E402
+import launches  # noqa: E402
+import offline_claims  # noqa: E402
+import probe_run  # noqa: E402
+from common import ROOT, table  # noqa: E402
+
+HEADER = ["benchmark", "specgate", "compared with", "ratio / figure", "target"]
+
+
+def _bench1(work: Path, quick: bool) -> dict[str, Any]:
+    return offline_claims.run(work, "small" if quick else "full")
+
+
+def _bench2(work: Path, quick: bool) -> dict[str, Any]:
+    return health_scan.run(work, "small" if quick else "mid", repeats=1 if quick else 2)
+
+
+def _bench3(work: Path, quick: bool) -> dict[str, Any]:
+    drafter, reference = offline_claims.make_pair(work, "small" if quick else "full")
+    return probe_run.run(work, drafter, reference, repeats=1 if quick else 3)
+
+
+def _bench4(work: Path, quick: bool) -> dict[str, Any]:
+    import live_sim  # imports requests and the simulator: only when this benchmark runs
+
+    if quick:
+        return live_sim.run(work / "live", fixed_n=6, fixed_repeats=2, max_new_tokens=16,
+                            per_category=1)
+    return live_sim.run(work / "live")
+
+
+def _bench5(work: Path, quick: bool) -> dict[str, Any]:
+    return launches.run(work, workers=(1,) if quick else (1, 4))
+
+
+def _rows4(result: dict[str, Any]) -> list[list[str]]:
+    import live_sim
+
+    return live_sim.rows(result)
+
+
+BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
+                         Callable[[dict[str, Any]], list[list[str]]]]] = {
+    "1": ("offline_claims", _bench1, offline_claims.rows),
+    "2": ("health_scan", _bench2, health_scan.rows),
+    "3": ("probe_run", _bench3, probe_run.rows),
+    "4": ("live_sim", _bench4, _rows4),
+    "5": ("launches", _bench5, launches.rows),
+}
+
+
+def run_all(out: Path, only: list[str], quick: bool, keep: bool,
+            workdir: Path | None = None) -> dict[str, Any]:
+    work = workdir or Path(tempfile.mkdtemp(prefix="specgate-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {
+        "schema": 1, "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(
+            timespec="seconds"),
+        "quick": quick, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                    "platform": platform.platform()},
+        "benchmarks": {}, "errors": {}}
+    rows: list[list[str]] = [HEADER]
+    started = time.perf_counter()
+    try:
+        for key in only:
+            name, fn, to_rows = BENCHES[key]
+            t0 = time.perf_counter()
+            print(f"[bench] {key} {name} …", file=sys.stderr, flush=True)
+            try:
+                result = fn(work, quick)
+            except Exception:  # one broken benchmark must not lose the others' figures
+                doc["errors"][name] = traceback.format_exc()
+                rows.append([f"{key} {name}", "ERROR (see bench.json errors)", "", "", ""])
+                print(doc["errors"][name], file=sys.stderr)
+                continue
+            result["bench_seconds"] = time.perf_counter() - t0
+            doc["benchmarks"][name] = result
+            rows.extend(to_rows(result))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    finally:
+        if not keep and workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    doc["total_seconds"] = time.perf_counter() - started
+    doc["table"] = table(rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", default=",".join(BENCHES),
+                        help="comma-separated benchmark numbers (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small inputs (the smoke test's mode; figures mean little)")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench.json")
+    parser.add_argument("--workdir", type=Path, help="keep generated files here (reused)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args(argv)
+    only = [k.strip() for k in args.only.split(",") if k.strip()]
+    unknown = [k for k in only if k not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHES)}")
+    doc = run_all(args.out, only, args.quick, args.keep, args.workdir)
+    print(doc["table"])
+    print(f"\n{args.out} ({doc['total_seconds']:.0f} s)")
+    return 1 if doc["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
