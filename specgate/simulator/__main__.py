@@ -13,7 +13,8 @@ from types import FrameType
 
 from specgate.simulator import args as sim_args
 from specgate.simulator.faults import faults_from_env
-from specgate.simulator.server import SimState, log, make_server
+from specgate.simulator.server import make_server
+from specgate.simulator.state import SGLANG_VERSION, SimState, log
 
 # Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
 # (which watch the parent with a watchdog); the harness must still kill the whole tree.
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sim_args.StartupError as exc:
         log(f"server_args={sim_args.server_args_repr(vars(namespace))}")
         return _fail(str(exc))
+    log(f"specgate SGLang simulator (simulated: no model, no GPU), SGLang API {SGLANG_VERSION}")
     for warning in resolved.warnings:
         log(warning)
     log(f"server_args={sim_args.server_args_repr(resolved.args)}")
