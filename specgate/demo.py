@@ -1,19 +1,23 @@
-"""The demo profile's assets: small generated drafters and a simulated target, made on first use."""
+"""Assets of the demonstration profiles: generated drafters and a simulated target, made on first
+use. `demo` is a small passing deployment; `seeds` replays the seeds' Kimi-K2.5 story at full size."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 from specgate import generate
 from specgate.simulator.model import SIM_FILE
 
 # Bump when the assets change, so old ones are rebuilt.
-ASSETS_VERSION = "1"
+ASSETS_VERSION = "2"
 
-# The seeds' deployment (decode 12.2 ms = 82 tok/s; a ~20 ms verify cycle at this speed-up)
-# scaled ten times faster so the demo runs in seconds, with a drafter that clears break-even.
+# The seeds' deployment (decode 12.2 ms = 82 tok/s, a ~30 ms verify cycle) scaled ten times
+# faster so a demo runs in seconds. Accept lengths and break-even are ratios: they do not scale.
 DEMO_TIMING = {
     "decode_ms": 1.22,
     "verify_ms": 1.8,
@@ -25,14 +29,37 @@ DEMO_TIMING = {
 DEMO_ACCEPTANCE = [0.85, 0.8]
 REFERENCE_ACCEPTANCE = [0.8, 0.75]
 
+# Seeds: a 3.0 ms cycle (30 ms scaled) × 819.7 tok/s = break-even 2.46; the from-scratch drafter's
+# 64 % conditional accuracy gives accept length 1 + 0.64 + 0.64 × 0.5625 = 2.0 (serving slower).
+SEEDS_TIMING = {
+    "decode_ms": 1.22,
+    "verify_ms": 2.8,
+    "draft_step_ms": 0.1,
+    "prefill_base_ms": 2.0,
+    "prefill_ms_per_token": 0.01,
+    "start_delay_s": 0.5,
+}
+SEEDS_ACCEPTANCE = [0.64, 0.5625]
+SEEDS_D2T_MATCHES = 252
 
-def ensure_assets(root: Path) -> Path:
-    """Write the demo target, drafter and reference drafter under root unless already there."""
+
+def ensure_assets(root: Path, kind: str = "demo") -> Path:
+    """Write the assets of a demonstration profile under root unless already there."""
     stamp = root / ".assets-version"
-    if stamp.exists() and stamp.read_text().strip() == ASSETS_VERSION:
+    wanted = f"{kind}-{ASSETS_VERSION}"
+    if stamp.exists() and stamp.read_text().strip() == wanted:
         return root
     if root.exists():
         shutil.rmtree(root)
+    if kind == "seeds":
+        _seeds(root)
+    else:
+        _demo(root)
+    stamp.write_text(wanted + "\n")
+    return root
+
+
+def _demo(root: Path) -> None:
     shape = generate.small()
     target = generate.write_target_config(root / "target", "small")
     _write_sim(target, DEMO_TIMING)
@@ -50,9 +77,27 @@ def ensure_assets(root: Path) -> Path:
                                        fill="random", name_style="midlayer",
                                        include_embed=False)
     _write_sim(reference, {"acceptance": REFERENCE_ACCEPTANCE})
-    stamp.write_text(ASSETS_VERSION + "\n")
-    return root
 
 
-def _write_sim(folder: Path, data: dict[str, object]) -> None:
+def _seeds(root: Path) -> None:
+    """Full-size sparse checkpoints: the K2.5 drafter trained from scratch (4.7 GB with
+    embed_tokens) and the borrowed AQ-MedAI K2 drafter (2.38 GB, midlayer names, 131072
+    positions) whose d2t agrees with the K2.5 map at 252 of 32000 positions."""
+    target = generate.write_target_config(root / "Kimi-K2.5", "kimi-k25")
+    _write_sim(target, SEEDS_TIMING)
+    shape = generate.aq_medai_k2()
+    # Leave the last target id free: the shifted K2.5 map appends a token above all of K2's.
+    k2_ids = np.sort(np.random.default_rng(2).choice(shape.vocab_size - 1,
+                                                     shape.draft_vocab_size, replace=False))
+    k25_ids = generate.shifted_token_ids(k2_ids, matches=SEEDS_D2T_MATCHES,
+                                         vocab_size=generate.kimi_k25().vocab_size)
+    drafter = generate.write_drafter(root / "k25_drafter", generate.kimi_k25(),
+                                     token_ids=k25_ids, seed=1, fill="marked")
+    _write_sim(drafter, {"acceptance": SEEDS_ACCEPTANCE})
+    reference = generate.write_drafter(root / "aq_medai_k2", generate.aq_medai_k2(),
+                                       token_ids=k2_ids, seed=2, fill="marked")
+    _write_sim(reference, {"acceptance": [0.5, 0.3]})
+
+
+def _write_sim(folder: Path, data: Mapping[str, object]) -> None:
     (folder / SIM_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

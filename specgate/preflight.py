@@ -152,9 +152,10 @@ def main_preflight(argv: Sequence[str] | None = None) -> int:
         if profile.server.api_key_env and not os.environ.get(profile.server.api_key_env):
             # The key's value does not matter to the parser; its absence would stop the build.
             os.environ[profile.server.api_key_env] = "placeholder-key-for-preflight"
-        for config in ("baseline", "speculative"):
+        configs: tuple[Literal["baseline", "speculative"], ...] = ("baseline", "speculative")
+        for config in configs:
             try:
-                spec = build_command(profile, config)  # type: ignore[arg-type]
+                spec = build_command(profile, config)
             except SpecgateError as exc:
                 print(f"FAIL {path.name} {config}: {exc}")
                 worst = max(worst, 1)

@@ -126,7 +126,10 @@ class DataSection(_Section):
 
 
 class DemoSection(_Section):
+    """Generated assets for a demonstration profile (checkpoints, target config, simulator)."""
+
     assets: str = "demo"
+    kind: Literal["demo", "seeds"] = "demo"
 
 
 class Profile(_Section):

@@ -23,7 +23,7 @@ def prepare(profile: Profile, reports_dir: Path) -> None:
     assets.parent.mkdir(parents=True, exist_ok=True)
     # xdist workers all get here; one generates, the others wait and find it done.
     with FileLock(str(assets) + ".lock", timeout=600):
-        demo.ensure_assets(assets)
+        demo.ensure_assets(assets, profile.demo.kind)
 
 
 def clean_results(results_dir: Path) -> None:

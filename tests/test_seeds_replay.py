@@ -1,0 +1,60 @@
+"""End to end: the seeds' story replayed at full checkpoint size fails with the seeds' numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def seeds_verdict(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    reports = tmp_path_factory.mktemp("seeds-reports")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "probe", "--profile",
+         str(ROOT / "profiles" / "seeds-replay.toml"), f"--reports={reports}", "-q",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((reports / "verdict.json").read_text())
+    doc["_stdout"] = proc.stdout
+    return doc
+
+
+@pytest.mark.slow
+def test_offline_claims_tell_the_vocab_story(seeds_verdict: dict) -> None:
+    by_id = {c["id"]: c for c in seeds_verdict["claims"]}
+    d2t = by_id["vocab.d2t_match"]
+    assert d2t["status"] == "failed"
+    assert d2t["observed"] == 252
+    assert d2t["expected"] == ">= 31680"
+    assert "252 of 32000" in d2t["message"]
+    assert "shifted" in d2t["message"]
+    assert by_id["vocab.t2d_match"]["observed"] == 31999
+    assert by_id["weights.shape_parity"]["status"] == "passed"
+    assert by_id["weights.layout"]["status"] == "passed"
+    assert by_id["vocab.invariants"]["status"] == "passed"
+    assert by_id["config.max_position_embeddings"]["status"] == "passed"
+
+
+@pytest.mark.slow
+def test_live_claims_tell_the_breakeven_story(seeds_verdict: dict) -> None:
+    by_id = {c["id"]: c for c in seeds_verdict["claims"]}
+    assert seeds_verdict["outcome"] == "failed"
+    assert seeds_verdict["simulated"] is True
+    assert by_id["perf.baseline_tps"]["status"] == "passed"
+    accept = by_id["spec.accept_len"]
+    assert accept["status"] == "failed"
+    assert accept["observed"] == pytest.approx(2.0, rel=0.03)
+    breakeven = by_id["spec.breakeven"]
+    assert breakeven["status"] == "failed"
+    assert "break-even 2.46" in breakeven["message"]
+    assert "makes serving slower" in breakeven["message"]
+    speedup = by_id["spec.speedup"]
+    assert speedup["status"] == "failed"
+    assert speedup["observed"] == pytest.approx(0.81, abs=0.03)
