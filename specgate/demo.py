@@ -1,5 +1,4 @@
-"""Assets of the demonstration profiles: generated drafters and a simulated target, made on first
-use. `demo` is a small passing deployment; `seeds` replays the seeds' Kimi-K2.5 story at full size."""
+"""Assets of the demonstration profiles: generated checkpoints and a simulated target."""
 
 from __future__ import annotations
 
@@ -44,7 +43,11 @@ SEEDS_D2T_MATCHES = 252
 
 
 def ensure_assets(root: Path, kind: str = "demo") -> Path:
-    """Write the assets of a demonstration profile under root unless already there."""
+    """Write the assets of a demonstration profile under root unless already there.
+
+    `demo` is a small passing deployment; `seeds` replays the seeds' Kimi-K2.5 story at full
+    checkpoint size.
+    """
     stamp = root / ".assets-version"
     wanted = f"{kind}-{ASSETS_VERSION}"
     if stamp.exists() and stamp.read_text().strip() == wanted:
