@@ -36,11 +36,14 @@ class ChildRun:
 
 
 def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None,
-              cwd: Path | None = None, timeout_s: float = 600.0) -> ChildRun:
-    """Run argv and wait4() for exactly that pid, so the peak RSS is this tree's alone
-    (RUSAGE_CHILDREN is a running maximum over every child ever waited for)."""
+              unset: Sequence[str] = (), cwd: Path | None = None,
+              timeout_s: float = 600.0) -> ChildRun:
+    """Run argv to completion; stdout and stderr are kept, the peak RSS read from the wrapper's
+    tag on stderr when there is one (see measured())."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    for name in unset:
+        full_env.pop(name, None)
     started = time.perf_counter()
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=full_env, cwd=cwd, text=True)
@@ -49,8 +52,6 @@ def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None,
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-    # communicate() already reaped the child through waitpid, losing its rusage; Popen keeps
-    # none either. So measure via a wrapper: the rusage travels back on the child's stderr.
     wall = time.perf_counter() - started
     rss = _rss_from(err)
     return ChildRun(wall, rss, proc.returncode, out, err)
@@ -67,7 +68,8 @@ RUSAGE_WRAPPER = (
 
 
 def measured(argv: Sequence[str]) -> list[str]:
-    """argv wrapped so that its own peak RSS (ru_maxrss of wait4 on it) is reported."""
+    """argv wrapped so that its own peak RSS is reported: the wrapper wait4()s for exactly that
+    pid (RUSAGE_CHILDREN here would be a running maximum over every child ever reaped)."""
     return [PYTHON, "-c", RUSAGE_WRAPPER, *argv]
 
 

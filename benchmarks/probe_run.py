@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ max_position_embeddings = 262144
     return path
 
 
-def _pytest(profile: Path | None, reports: Path, collect_only: bool) -> list[str]:
+def _pytest(profile: Path | None, reports: Path, collect_only: bool,
+            extra: Sequence[str] = ()) -> list[str]:
     argv = [PYTHON, "-m", "pytest", "-m", SELECT, "-q", "-p", "no:cacheprovider",
-            "--reports", str(reports)]
+            "--reports", str(reports), *extra]
     if profile is not None:
         argv += ["--profile", str(profile)]
     if collect_only:
@@ -56,12 +58,22 @@ def _pytest(profile: Path | None, reports: Path, collect_only: bool) -> list[str
     return argv
 
 
-def time_probe(profile: Path | None, reports: Path, repeats: int = 3) -> dict[str, Any]:
-    """Best of `repeats` for the run and for collection alone, each a fresh process."""
+def time_probe(profile: Path | None, reports: Path, repeats: int = 3,
+               extra: Sequence[str] = (), bytecode: bool = True) -> dict[str, Any]:
+    """Best of `repeats` for the run and for collection alone, each a fresh process.
+
+    bytecode=True runs as tox does (PYTHONDONTWRITEBYTECODE unset, after one run that writes
+    the caches); False keeps the variable when set, so every import is compiled again and every
+    module pytest rewrites is rewritten again.
+    """
     out: dict[str, Any] = {}
+    unset = ("PYTHONDONTWRITEBYTECODE",) if bytecode else ()
+    env = {} if bytecode else {"PYTHONDONTWRITEBYTECODE": "1"}
+    if bytecode:
+        run_child(_pytest(profile, reports, False, extra), cwd=ROOT, unset=unset)
     for name, collect in (("collect", True), ("run", False)):
-        runs = [measure_child(_pytest(profile, reports, collect), cwd=ROOT)
-                for _ in range(repeats)]
+        runs = [measure_child(_pytest(profile, reports, collect, extra), cwd=ROOT,
+                              unset=unset, env=env) for _ in range(repeats)]
         best = min(runs, key=lambda r: r.wall_s)
         tail = best.stdout.strip().splitlines()[-1] if best.stdout.strip() else ""
         out[name] = {"wall_s": best.wall_s, "runs_s": [r.wall_s for r in runs],
@@ -71,9 +83,9 @@ def time_probe(profile: Path | None, reports: Path, repeats: int = 3) -> dict[st
 
 
 def import_costs(profile: Path | None, reports: Path) -> dict[str, Any]:
-    """`python -X importtime` of collection: cumulative ms per top-level package."""
-    run = run_child([PYTHON, "-X", "importtime", *_pytest(profile, reports, True)[1:]],
-                    cwd=ROOT)
+    """`python -X importtime` of a whole run: cumulative ms per top-level import."""
+    run = run_child([PYTHON, "-X", "importtime", *_pytest(profile, reports, False)[1:]],
+                    cwd=ROOT, unset=("PYTHONDONTWRITEBYTECODE",))
     per_root: dict[str, float] = defaultdict(float)
     total = 0.0
     for line in run.stderr.splitlines():
@@ -91,8 +103,14 @@ def import_costs(profile: Path | None, reports: Path) -> dict[str, Any]:
 
 def run(root: Path, drafter: Path | None, reference: Path | None,
         repeats: int = 3) -> dict[str, Any]:
-    out: dict[str, Any] = {"demo": time_probe(None, root / "reports-demo", repeats)}
-    out["demo"]["imports"] = import_costs(None, root / "reports-demo")
+    demo_reports = root / "reports-demo"
+    out: dict[str, Any] = {"demo": time_probe(None, demo_reports, repeats)}
+    out["demo"]["imports"] = import_costs(None, demo_reports)
+    # What the two costs found by profiling are worth: no bytecode cache (this sandbox sets
+    # PYTHONDONTWRITEBYTECODE), and hypothesis's plugin importing hypothesis at the summary.
+    out["demo_no_bytecode_cache"] = time_probe(None, demo_reports, repeats, bytecode=False)
+    out["demo_without_hypothesis_plugin"] = time_probe(None, demo_reports, repeats,
+                                                       extra=("-p", "no:hypothesispytest"))
     if drafter is not None and reference is not None:
         prof = full_profile(root, drafter, reference)
         out["full_size"] = time_probe(prof, root / "reports-full", repeats)
@@ -105,13 +123,13 @@ def run(root: Path, drafter: Path | None, reference: Path | None,
 
 def rows(result: dict[str, Any]) -> list[list[str]]:
     out = []
-    for key in ("demo", "full_size"):
+    for key in ("demo", "full_size", "demo_no_bytecode_cache", "demo_without_hypothesis_plugin"):
         if key not in result:
             continue
         r = result[key]
         out.append([f"3 pytest -m \"{SELECT}\", {key} profile",
-                    f"{r['run']['wall_s']:.2f} s, {r['run']['peak_rss_mb']:.0f} MB "
-                    f"({r['run']['summary']})",
+                    f"{r['run']['wall_s']:.2f} s, {r['run']['peak_rss_mb']:.0f} MB, "
+                    f"rc {r['run']['rc']}",
                     f"--collect-only: {r['collect']['wall_s']:.2f} s",
                     f"claims' own: {r['claims_own_s']:.2f} s", ""])
     imports = result["demo"]["imports"]

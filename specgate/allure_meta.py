@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -344,3 +345,41 @@ def _write_json(path: Path, doc: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
+
+
+def write_lost_result(results_dir: Path, *, claim_id: str, phase: str, family: str,
+                      name: str, full_name: str, message: str) -> Path:
+    """An Allure result for a test whose own process died before it could write one.
+
+    allure-pytest records results inside xdist workers only, so a worker that crashes takes its
+    current test's result with it; the controller writes this stand-in, status broken.
+    """
+    import time
+    import uuid
+
+    from specgate.claims import PHASE_TITLES
+
+    now = int(time.time() * 1000)
+    doc = {
+        "uuid": str(uuid.uuid4()),
+        "historyId": hashlib.md5(full_name.encode()).hexdigest(),
+        "name": claim_id,
+        "fullName": full_name,
+        "status": "broken",
+        "statusDetails": {"message": message},
+        "stage": "finished",
+        "start": now,
+        "stop": now,
+        "labels": [
+            {"name": "epic", "value": PHASE_TITLES.get(phase, phase)},
+            {"name": "feature", "value": family},
+            {"name": "story", "value": claim_id},
+            {"name": "claim", "value": claim_id},
+            {"name": "framework", "value": "specgate"},
+        ],
+        "parameters": [],
+        "attachments": [],
+        "description": f"{name}: {message}",
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return _write_json(results_dir / f"{doc['uuid']}-result.json", doc)

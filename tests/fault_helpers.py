@@ -92,8 +92,10 @@ class ProbeRun:
 
 
 def probe_command(profile: Path, reports: Path, *args: str, select: str = "probe") -> list[str]:
-    return [sys.executable, "-m", "pytest", "-m", select, "--profile", str(profile),
-            "--reports", str(reports), *args]
+    # `--opt=value`: pytest picks its rootdir (and so pyproject.toml) before the plugin's options
+    # are known, and would take a separate `--profile /tmp/x.toml` value for a test path.
+    return [sys.executable, "-m", "pytest", "-m", select, f"--profile={profile}",
+            f"--reports={reports}", *args]
 
 
 def child_env(**extra: str) -> dict[str, str]:

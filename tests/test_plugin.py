@@ -47,6 +47,13 @@ def exploding():
 def test_fixture_error(exploding, check):
     pass
 
+@pytest.mark.claim("demo.crash")
+@pytest.mark.phase0
+def test_crash(check):
+    if os.environ.get("CRASH_TEST"):
+        os._exit(1)
+    check(claims.passed("demo.crash", "phase0", "ok"))
+
 @pytest.mark.claim("demo.slow")
 @pytest.mark.phase0
 def test_slow(check):
@@ -85,7 +92,8 @@ def test_statuses_reach_the_verdict(project: Path, xdist: list[str]) -> None:
     by_id = {c["id"]: c for c in doc["claims"]}
     assert {k: v["status"] for k, v in by_id.items()} == {
         "demo.pass": "passed", "demo.fail": "failed", "demo.broken": "broken",
-        "demo.skip": "skipped", "demo.fixture_error": "broken", "demo.slow": "passed"}
+        "demo.skip": "skipped", "demo.fixture_error": "broken", "demo.slow": "passed",
+        "demo.crash": "passed"}
     assert doc["outcome"] == "failed"
     assert doc["complete"] is True
     assert by_id["demo.fail"]["observed"] == 252
@@ -95,9 +103,9 @@ def test_statuses_reach_the_verdict(project: Path, xdist: list[str]) -> None:
     assert "header length 9e9 > file" in proc.stdout
     assert "Traceback" not in proc.stdout
     results = list((project / "reports" / "allure-results").glob("*-result.json"))
-    assert len(results) == 6
+    assert len(results) == 7
     statuses = sorted(json.loads(r.read_text())["status"] for r in results)
-    assert statuses == ["broken", "broken", "failed", "passed", "passed", "skipped"]
+    assert statuses == ["broken", "broken", "failed", "passed", "passed", "passed", "skipped"]
     labels = [json.loads(r.read_text())["labels"] for r in results]
     epics = {lab["value"] for ls in labels for lab in ls if lab["name"] == "epic"}
     assert epics == {"Phase 0 — quick probe", "Phase 1 — fine-tune"}
@@ -146,3 +154,19 @@ def test_interrupt_leaves_an_interrupted_verdict(project: Path, tmp_path: Path,
     assert doc["outcome"] == "interrupted"
     assert doc["complete"] is True
     assert {c["id"] for c in doc["claims"]} >= {"demo.pass", "demo.fail"}
+
+
+def test_crashed_worker_still_leaves_a_claim_and_a_result(project: Path) -> None:
+    env = {**__import__("os").environ, "CRASH_TEST": "1"}
+    proc = _run(project, "-n", "2", env=env)
+    assert proc.returncode == 1, proc.stdout
+    doc = _verdict(project)
+    crash = next(c for c in doc["claims"] if c["id"] == "demo.crash")
+    assert crash["status"] == "broken"
+    assert "crashed" in crash["message"]
+    results = [json.loads(r.read_text())
+               for r in (project / "reports" / "allure-results").glob("*-result.json")]
+    lost = [r for r in results if r["name"] == "demo.crash"]
+    assert len(lost) == 1
+    assert lost[0]["status"] == "broken"
+    assert doc["complete"] is True
