@@ -114,7 +114,8 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for k, row in enumerate(rows):
-        lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        cells = (str(c).ljust(w) for c, w in zip(row, widths, strict=True))
+        lines.append("| " + " | ".join(cells) + " |")
         if k == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)

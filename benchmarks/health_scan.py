@@ -11,7 +11,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PYTHON, drop_cache, measure_child, weight_files  # noqa: E402
+from common import PYTHON, drop_cache, measure_child, weight_files
 
 TARGETS = {"fraction_of_cat": 0.70, "rss_mb": 512.0}
 SCRIPT = str(Path(__file__).resolve())

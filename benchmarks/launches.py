@@ -11,7 +11,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PYTHON, ROOT, measure_child  # noqa: E402
+from common import PYTHON, ROOT, measure_child
 
 
 def counting_launcher(root: Path) -> tuple[Path, Path]:
@@ -36,7 +36,7 @@ def run(root: Path, workers: tuple[int, ...] = (1, 4), select: str = "probe") ->
         counter.unlink(missing_ok=True)
         reports = work / "reports"
         argv = [PYTHON, "-m", "pytest", "-m", select, "-n", str(n), "-q", "-p",
-                "no:cacheprovider", "--reports", str(reports), "--sglang-launcher", str(script)]
+                "no:cacheprovider", f"--reports={reports}", f"--sglang-launcher={script}"]
         child = measure_child(argv, cwd=ROOT, env={"PYTHONUNBUFFERED": "1"})
         lines = counter.read_text().splitlines() if counter.exists() else []
         progress = reports / "live" / "progress.log"

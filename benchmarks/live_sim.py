@@ -18,7 +18,7 @@ import requests
 from specgate import bench, demo, live, perf_claims, prompts
 from specgate.client import SGLangClient
 from specgate.live import ConfigRun, LiveResults
-from specgate.profile import BenchSection, Profile, parse_profile
+from specgate.profile import Profile, parse_profile
 from specgate.simulator import model
 
 STEPS = 2
@@ -207,7 +207,8 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         out.append([f"4 sequential stopping, {name} (speedup_min {case['speedup_min']:.3f})",
                     f"{s['requests']} requests, {s['seconds']:.1f} s → "
                     f"{s['decisions']['spec.speedup']}",
-                    f"fixed {result['fixed_shape']}: {f['requests']} requests, {f['seconds']:.1f} s → "
+                    f"fixed {result['fixed_shape']}: {f['requests']} requests, "
+                    f"{f['seconds']:.1f} s → "
                     f"{f['decisions']['spec.speedup']}",
                     f"{f['requests'] / s['requests']:.1f}× fewer requests", ""])
     return out

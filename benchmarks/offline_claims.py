@@ -10,7 +10,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PYTHON, allocated_bytes, fmt_ratio, measure_child, weight_files  # noqa: E402
+from common import PYTHON, allocated_bytes, fmt_ratio, measure_child, weight_files
 
 TARGETS = {"claims_s": 0.2, "claims_rss_mb": 150.0, "ratio": 20.0}
 SCRIPT = str(Path(__file__).resolve())

@@ -23,11 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import health_scan  # noqa: E402
-import launches  # noqa: E402
-import offline_claims  # noqa: E402
-import probe_run  # noqa: E402
-from common import ROOT, table  # noqa: E402
+import health_scan
+import launches
+import offline_claims
+import probe_run
+from common import ROOT, table
 
 HEADER = ["benchmark", "specgate", "compared with", "ratio / figure", "target"]
 

@@ -231,6 +231,7 @@ def write_all(
         "server.url": verdict_doc.get("server_url"),
         "outcome": verdict_doc.get("outcome"),
         "selection": verdict_doc.get("selection"),
+        "warning": "; ".join(verdict_doc.get("warnings") or []) or None,
     }
     if profile is not None:
         spec = profile.speculative

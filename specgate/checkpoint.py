@@ -180,6 +180,12 @@ def _weight_map(index: Path) -> dict[str, str]:
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: has no weight_map object naming each tensor's shard")
+    bad = sorted({repr(s) for s in weight_map.values()
+                  if not isinstance(s, str) or not s or Path(s).name != s or s in (".", "..")})
+    if bad:
+        # Shards are files beside the index; a path would read outside the checkpoint.
+        raise CheckpointError(f"{index}: weight_map values must be shard file names in "
+                              f"{index.parent}, found {', '.join(bad[:5])}; fix the index")
     missing = sorted({s for s in weight_map.values() if not (index.parent / str(s)).is_file()})
     if missing:
         raise CheckpointError(f"{index}: names shard(s) {', '.join(missing)} that are not in "

@@ -26,6 +26,7 @@ Config = Literal["baseline", "speculative"]
 REMOTE_PROGRAMS = frozenset({"ssh", "pct", "docker", "podman", "kubectl", "lxc-attach"})
 _REMOTE_PROGRAM_NAMES = ("sglang", "uv", "conda")
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+LOOPBACK_HOSTS = frozenset({"localhost", "::1", "[::1]"})
 # Flags the harness sets from the profile; repeating them in [server] args would fight it.
 MANAGED_FLAGS = frozenset({
     "--model-path", "--model", "--host", "--port", "--tp-size", "--tp",
@@ -133,6 +134,21 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
         stop_command=tuple(server.stop_command) if server.stop_command else None,
         secrets=tuple(secrets_from_env(server.env)),
     )
+
+
+def exposure_warning(profile: Profile) -> str | None:
+    """A warning when a server the harness launches listens beyond loopback."""
+    server = profile.server
+    if server.url and server.baseline_url:
+        return None  # attached to both: the harness binds nothing
+    host = server.host
+    if host in LOOPBACK_HOSTS or host.startswith("127."):
+        return None
+    key = ("" if server.api_key_env else
+           " and no [server] api_key_env is set, so it answers anyone")
+    return (f"[server] host = {host!r}: the launched servers listen beyond loopback, reachable "
+            f"from other machines{key}; set host = \"127.0.0.1\" unless they must be reached "
+            "from elsewhere")
 
 
 def is_remote(launcher: list[str]) -> bool:

@@ -7,6 +7,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from specgate import bench, prompts, stats
 from specgate.client import SGLangClient
 from specgate.errors import SpecgateError
 from specgate.profile import Profile
+from specgate.redact import MASK, is_secret_name, mask_env
 
 Progress = Callable[[str], None]
 CONFIGS = ("baseline", "speculative")
@@ -208,8 +210,13 @@ def check_env(profile: Profile, handle: Any) -> EnvCheck:
     reading = server.process_env_detail(handle)
     if reading.env is None:
         return EnvCheck(False, reading.reason, expected)
-    return EnvCheck(True, f"environment of pid {reading.pid} {reading.reason}", expected,
-                    {k: reading.env.get(k) for k in expected})
+    found = {k: reading.env.get(k) for k in expected}
+    # results.json is a report file: credential values are compared here, then masked.
+    for k, want in expected.items():
+        if is_secret_name(k) and found[k] is not None:
+            found[k] = MASK if found[k] == want else f"{MASK} (a different value)"
+    return EnvCheck(True, f"environment of pid {reading.pid} {reading.reason}",
+                    mask_env(expected), found)
 
 
 def _keep_going(profile: Profile, config: str,
@@ -320,7 +327,7 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
                 except SpecgateError as exc:
                     tail = getattr(exc, "log_tail", "") or _tail(handle)
-                    alive = _alive(handle)
+                    alive = _alive(handle, settle_s=1.0)
                     note = "" if alive is not False else " (the server process has exited)"
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
             stage = "stop"
@@ -358,9 +365,15 @@ def _tail(handle: Any) -> str:
         return ""
 
 
-def _alive(handle: Any) -> bool | None:
+def _alive(handle: Any, settle_s: float = 0.0) -> bool | None:
+    """Whether the server still runs; settle_s lets a process that just hung up finish dying."""
+    deadline = time.monotonic() + settle_s
     try:
-        return bool(handle.alive())
+        while True:
+            alive = bool(handle.alive())
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
     except Exception:
         return None
 

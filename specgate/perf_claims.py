@@ -13,6 +13,7 @@ from specgate.bench import Measurement
 from specgate.claims import Attachment, ClaimResult
 from specgate.live import ConfigRun, LiveResults, json_safe
 from specgate.profile import Profile
+from specgate.redact import mask_env
 
 PHASE = "phase0"
 # Below this the drafter almost never lands a token: speculation is configured but not working.
@@ -177,7 +178,7 @@ def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     runs = [r for r in (live.baseline, live.speculative)]
     checked = [r for r in runs if r.env is not None and r.env.checked]
     bad = {r.config: r.env.mismatched for r in checked if r.env and r.env.mismatched}
-    expected = dict(profile.server.env)
+    expected = mask_env(profile.server.env)
     if bad:
         parts = "; ".join(f"{c}: " + ", ".join(f"{k}={v!r} (expected {expected[k]!r})"
                                                 for k, v in mm.items()) for c, mm in bad.items())

@@ -46,6 +46,11 @@ def is_secret_name(name: str) -> bool:
     return name.upper() in KNOWN_SECRET_VARS or bool(_SECRET_NAME.search(name))
 
 
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """env with the values of credential-like variables replaced by ***, for reports."""
+    return {k: MASK if is_secret_name(k) else v for k, v in env.items()}
+
+
 def secrets_from_env(env: Mapping[str, str], extra_names: Iterable[str] = ()) -> list[str]:
     """Values of credential-like variables (and of extra_names) long enough to be real secrets."""
     names = set(extra_names)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import dataclasses
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -184,7 +186,7 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
             proc = subprocess.Popen(
                 list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env={**os.environ, **spec.env},
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_die_with_parent_hook())
         except OSError as exc:
             raise ServerError(f"cannot start {spec.argv[0]!r}: {exc}; check [server] launcher "
                               "or --sglang-launcher") from None
@@ -195,6 +197,12 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
         _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s, progress_every_s)
         handle.server_info = fetch_server_info(handle.url, handle.api_key)
         check_config(handle.server_info, spec.config, handle.url)
+    except ServerError as exc:
+        handle.stop()
+        if exc.log_tail:
+            raise
+        # A refused key or a wrong /server_info: the log says what the server was started with.
+        raise ServerError(str(exc), handle.log_tail()) from None
     except BaseException:
         handle.stop()
         raise
@@ -233,6 +241,11 @@ def fetch_server_info(url: str, api_key: str | None, *,
             last = f"{path} answered 404"
             continue
         if resp.status_code in (401, 403):
+            if api_key:
+                raise ServerError(
+                    f"{url}{path} answered {resp.status_code}: the server refused the API key "
+                    "from [server] api_key_env; it was started with another --api-key (or a "
+                    "launcher replaced it); export the key the server expects")
             raise ServerError(f"{url}{path} answered {resp.status_code}: the server wants an "
                               "API key; set [server] api_key_env to the variable holding it")
         if resp.status_code != 200:
@@ -333,6 +346,30 @@ atexit.register(stop_all)
 
 
 # ---- internals ----
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A preexec_fn that makes the server get SIGTERM when this process dies.
+
+    A killed pytest (an xdist worker that crashed, SIGKILL, the OOM killer) runs no atexit or
+    signal handler, and the server lives in its own session, so without this it would keep the
+    GPUs. The kernel sends the signal when the launching thread exits, so it is only set up for
+    a launch from the main thread, which lives as long as the process.
+    """
+    if _LIBC is None or threading.current_thread() is not threading.main_thread():
+        return None
+    libc, parent = _LIBC, os.getpid()
+
+    def hook() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
+
 
 def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
                 on_progress: ProgressCallback | None, poll_s: float,

@@ -242,9 +242,9 @@ def invariants_claim(profile: Profile) -> ClaimResult:
     try:
         drafter = open_drafter(folder)
         vmap = map_of(drafter)
+        vd, v = _sizes(drafter)
     except CheckpointError as exc:
         return claims.broken(cid, PHASE, str(exc))
-    vd, v = _sizes(drafter)
     problems = check_invariants(vmap, vd, v)
     if problems:
         return claims.failed(cid, PHASE, f"{folder}: vocab map breaks {len(problems)} "
@@ -257,9 +257,19 @@ def invariants_claim(profile: Profile) -> ClaimResult:
 
 
 def _sizes(drafter: Drafter) -> tuple[int | None, int | None]:
-    v = drafter.config.get("vocab_size")
-    vd = drafter.config.get("draft_vocab_size") or v
-    return (int(vd) if vd else None, int(v) if v else None)
+    v = _size_field(drafter, "vocab_size")
+    vd = _size_field(drafter, "draft_vocab_size") or v
+    return vd, v
+
+
+def _size_field(drafter: Drafter, key: str) -> int | None:
+    value = drafter.config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CheckpointError(f"{drafter.path}/config.json: {key} is {value!r}; expected a "
+                              "positive integer (the vocabulary size); fix config.json")
+    return value
 
 
 def _pair(profile: Profile, cid: str) -> tuple[VocabMap, VocabMap, Path, Path] | ClaimResult:

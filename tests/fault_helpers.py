@@ -1,4 +1,4 @@
-"""Shared helpers for the fault matrix: tmp profiles on the simulator, probe runs, process counts."""
+"""Fault-matrix helpers: tmp profiles on the simulator, probe runs, process counts."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
                   port: int = 0, startup_timeout_s: float = 20.0, request_timeout_s: float = 10.0,
                   launcher: list[str] | None = None, api_key_env: str | None = None,
                   extra_env: dict[str, str] | None = None, max_new_tokens: int = 8,
+                  prompts_per_category: int = 1,
                   host: str = "127.0.0.1", name: str = "profile.toml") -> tuple[Path, str]:
     """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker)."""
     marker = marker or uuid.uuid4().hex
@@ -53,7 +54,8 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
         *([f"api_key_env = {_toml(api_key_env)}"] if api_key_env else []),
         "[speculative]", 'algorithm = "EAGLE3"', "num_steps = 2", "eagle_topk = 1",
         "num_draft_tokens = 3",
-        "[bench]", 'prompts = "builtin"', "prompts_per_category = 1", 'categories = ["chat"]',
+        "[bench]", 'prompts = "builtin"', f"prompts_per_category = {prompts_per_category}",
+        'categories = ["chat"]',
         'chat_template = "chatml"', f"max_new_tokens = {max_new_tokens}", "warmup = 0",
         "repeats = 1", "max_repeats = 1", f"request_timeout_s = {request_timeout_s}",
         "[thresholds]", "baseline_tps_min = 1.0", "accept_len_min = 1.0",

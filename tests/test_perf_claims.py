@@ -92,7 +92,11 @@ def test_baseline_passes_when_the_interval_clears():
     result = perf_claims.baseline_tps_claim(_profile(), _live(base))
     assert result.status is Status.PASSED
     assert result.observed == pytest.approx(90.5)
-    assert {a.kind for a in result.attachments} == {"csv", "text"}
+    # The per-request CSV, the statistics table and the tok/s-per-repeat chart.
+    assert {a.kind for a in result.attachments} == {"csv", "text", "png"}
+    png = next(a for a in result.attachments if a.kind == "png")
+    assert isinstance(png.body, bytes)
+    assert png.body.startswith(b"\x89PNG")
 
 
 def test_secretly_speculative_baseline_is_flagged():

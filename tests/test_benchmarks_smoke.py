@@ -1,0 +1,139 @@
+"""Smoke test of benchmarks/: every benchmark's code path on tiny inputs (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH_DIR))
+
+import common  # noqa: E402
+import health_scan  # noqa: E402
+import launches  # noqa: E402
+import offline_claims  # noqa: E402
+import probe_run  # noqa: E402
+import run_all  # noqa: E402
+
+from specgate.profile import load_profile  # noqa: E402
+
+
+def test_measured_child_reports_its_own_peak_rss() -> None:
+    big = common.measure_child([sys.executable, "-c",
+                                "b = bytearray(120 * 1024 * 1024); b[::4096] = b'x' * len("
+                                "b[::4096]); print('{\"ok\": 1}')"])
+    small = common.measure_child([sys.executable, "-c", "print('{\"ok\": 1}')"])
+    assert big.json_out() == {"ok": 1}
+    assert big.peak_rss_mb >= 120
+    # Measured per child, not as a running maximum over every child reaped so far.
+    assert small.peak_rss_mb < 60
+
+
+def test_failed_child_raises_with_its_stderr() -> None:
+    run = common.run_child([sys.executable, "-c", "import sys; sys.exit('boom')"])
+    with pytest.raises(RuntimeError, match="boom"):
+        run.json_out()
+
+
+@given(st.lists(st.lists(st.text(alphabet="ab |×", max_size=6), min_size=3, max_size=3),
+                min_size=1, max_size=5))
+def test_table_rows_line_up(rows: list[list[str]]) -> None:
+    lines = common.table(rows).splitlines()
+    assert len(lines) == len(rows) + 1
+    assert len({len(line) for line in lines}) == 1
+
+
+@pytest.mark.slow
+def test_offline_claims_on_a_small_pair(tmp_path: Path) -> None:
+    result = offline_claims.run(tmp_path, "small")
+    statuses = result["claims"]["statuses"]
+    assert statuses["vocab.d2t_match"] == ["failed", 252]
+    for cid in ("weights.layout", "weights.shape_parity", "vocab.invariants"):
+        assert statuses[cid][0] == "passed", cid
+    # The generated pair is sparse: far fewer bytes on disk than the files' sizes.
+    assert sum(result["allocated_bytes"].values()) < sum(result["file_bytes"].values())
+    assert result["naive_load_file"]["bytes"] > 0
+    for side in ("claims", "naive_load_file", "naive_load_file_touch"):
+        assert math.isfinite(result[side]["peak_rss_mb"])
+        assert result[side]["peak_rss_mb"] > 0
+    assert set(result["meets"]) == {"claims_s", "claims_rss_mb", "ratio"}
+    assert len(offline_claims.rows(result)) == 2
+
+
+def test_health_scan_against_cat_on_a_small_drafter(tmp_path: Path) -> None:
+    result = health_scan.run(tmp_path, "small", repeats=1)
+    assert result["bytes"] > 0
+    for temp in ("cold", "warm"):
+        for name in ("scan_w1", "scan_w2"):
+            got = result[temp][name]
+            assert got["ok"] is True
+            # fill="random" writes every byte: nothing is skipped as a hole.
+            assert got["bytes"] >= result["bytes"] - 4096
+            assert got["fraction_of_cat"] > 0
+    assert len(health_scan.rows(result)) == 4
+
+
+def test_probe_argv_keeps_option_values_in_one_token(tmp_path: Path) -> None:
+    argv = probe_run._pytest(tmp_path / "p.toml", tmp_path / "r", True)
+    assert f"--reports={tmp_path / 'r'}" in argv
+    assert f"--profile={tmp_path / 'p.toml'}" in argv
+    assert str(tmp_path / "r") not in argv
+
+
+def test_full_size_profile_is_a_valid_profile(tmp_path: Path) -> None:
+    path = probe_run.full_profile(tmp_path, tmp_path / "d", tmp_path / "r")
+    profile = load_profile(path)
+    assert profile.drafter.expect["hidden_size"] == 7168
+    assert (tmp_path / "k25_target" / "config.json").exists()
+
+
+def test_import_costs_parse_top_level_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = ("import time: self [us] | cumulative | imported package\n"
+              "import time:       100 |        100 |     numpy.core\n"
+              "import time:       200 |       5000 | numpy\n"
+              "import time:       300 |      40000 | specgate.demo\n")
+    fake = common.ChildRun(0.1, 1.0, 0, "", stderr)
+    monkeypatch.setattr(probe_run, "run_child", lambda *a, **k: fake)
+    got = probe_run.import_costs(None, Path("unused"))
+    assert got["by_package_ms"] == {"specgate": 40.0, "numpy": 5.0}
+    assert got["total_import_ms"] == 45.0
+
+
+def test_counting_launcher_counts_and_execs(tmp_path: Path) -> None:
+    script, counter = launches.counting_launcher(tmp_path)
+    for _ in range(2):
+        subprocess.run([str(script), "--help"], check=True, capture_output=True, timeout=60)
+    lines = counter.read_text().splitlines()
+    assert len(lines) == 2
+    pids = [line.split(" ", 1)[0] for line in lines]
+    assert all(p.isdigit() for p in pids)
+    assert pids[0] != pids[1]
+    assert all(line.endswith(" --help") for line in lines)
+
+
+@pytest.mark.slow
+def test_run_all_quick_writes_bench_json_and_a_table(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    rc = run_all.main(["--quick", "--only", "1,2,4", "--out", str(out),
+                       "--workdir", str(tmp_path / "work")])
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}, doc["errors"]
+    assert rc == 0
+    assert set(doc["benchmarks"]) == {"offline_claims", "health_scan", "live_sim"}
+    live = doc["benchmarks"]["live_sim"]
+    assert set(live["cases"]) == {"clear_pass", "clear_fail", "near"}
+    assert live["cases"]["clear_pass"]["sequential"]["decisions"]["spec.speedup"] == "passed"
+    assert live["cases"]["clear_fail"]["sequential"]["decisions"]["spec.speedup"] == "failed"
+    # The harness's accept length is the simulator's exact Σcompletion / Σverify.
+    assert abs(live["error_vs_truth"]["accept_len_exact"]) < 1e-9
+    printed = capsys.readouterr().out
+    assert printed.startswith("| benchmark")
+    assert str(out) in printed
