@@ -37,7 +37,7 @@ def _bench1(work: Path, quick: bool) -> dict[str, Any]:
 
 
 def _bench2(work: Path, quick: bool) -> dict[str, Any]:
-    return health_scan.run(work, "small" if quick else "mid", repeats=1 if quick else 2)
+    return health_scan.run(work, "small" if quick else "mid", repeats=1 if quick else 5)
 
 
 def _bench3(work: Path, quick: bool) -> dict[str, Any]:
