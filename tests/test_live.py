@@ -108,7 +108,7 @@ def test_fixture_runs_live_once_for_concurrent_workers(tmp_path, monkeypatch):
         calls.append(1)
         return fake
 
-    monkeypatch.setattr("specgate_fixtures.live.run_live", fake_run_live)
+    monkeypatch.setattr("specgate.live.run_live", fake_run_live)
     got = []
     threads = [threading.Thread(target=lambda: got.append(
         shared_live_results(None, tmp_path, "run-1"))) for _ in range(4)]
