@@ -66,6 +66,15 @@ class HealthReport:
         return self.bytes_scanned / self.seconds / 1e9 if self.seconds > 0 else float("inf")
 
 
+def default_workers() -> int:
+    """Scan processes to use: one per two cores, at most four.
+
+    Measured on an H200 box (16 cores, 2.38 GB bf16 drafter from page cache): 1 worker 4.6 GB/s,
+    4 workers 14.4 GB/s, `cat` 8.9 GB/s; on 2 cores a second worker gained nothing warm.
+    """
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
 def scan(drafter: Drafter, *, workers: int = 1, chunk_bytes: int = CHUNK_BYTES,
          skip_holes: bool = True) -> HealthReport:
     """Scan every tensor of a drafter; holes in sparse files read as zeros, so they are skipped.

@@ -121,13 +121,13 @@ def shape_parity_claim(profile: Profile) -> ClaimResult:
                          observed=0, expected=0, unit="mismatches", details=details)
 
 
-def health_claim(profile: Profile, *, workers: int = 1) -> ClaimResult:
+def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult:
     cid = "weights.health"
     drafter = _drafter(profile, cid)
     if isinstance(drafter, ClaimResult):
         return drafter
     try:
-        report = health.scan(drafter, workers=workers)
+        report = health.scan(drafter, workers=workers or health.default_workers())
     except OSError as exc:
         return claims.broken(cid, PHASE, f"{drafter.path}: reading the weights failed: {exc}")
     problems = [f"{t.name} has {t.nonfinite} NaN/Inf value(s)" for t in report.nonfinite]
