@@ -60,3 +60,25 @@ def test_live_claims_tell_the_breakeven_story(seeds_verdict: dict) -> None:
     speedup = by_id["spec.speedup"]
     assert speedup["status"] == "failed"
     assert speedup["observed"] == pytest.approx(0.81, abs=0.03)
+
+
+def test_phase1_story(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "phase1", "--profile",
+         str(ROOT / "profiles" / "seeds-replay.toml"), f"--reports={tmp_path}", "-q",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    by_id = {c["id"]: c for c in json.loads((tmp_path / "verdict.json").read_text())["claims"]}
+    assert by_id["finetune.init_parity"]["status"] == "passed"
+    alignment = by_id["finetune.vocab_alignment"]
+    assert alignment["status"] == "failed"
+    assert alignment["observed"] == 252
+    assert "remap-vocab" in alignment["message"]
+    loss = by_id["finetune.initial_loss"]
+    assert loss["status"] == "failed"
+    assert "worse than a uniform guess" in loss["message"]
+    progress = by_id["finetune.progress"]
+    assert progress["status"] == "failed"
+    assert "38.0% against 75.0%" in progress["message"]
+    assert by_id["eval.teacher_forced"]["status"] == "skipped"
