@@ -58,7 +58,7 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
         'categories = ["chat"]',
         'chat_template = "chatml"', f"max_new_tokens = {max_new_tokens}", "warmup = 0",
         "repeats = 1", "max_repeats = 1", f"request_timeout_s = {request_timeout_s}",
-        "[thresholds]", "baseline_tps_min = 1.0", "accept_len_min = 1.0",
+        "[thresholds]", "baseline_tps_min = 1.0", "accept_len_min = 1.0", "speedup_min = 0.01",
     ]
     path = folder / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -54,10 +54,11 @@ def test_api_key_and_tokens_never_reach_anything_written(tmp_path: Path, assets:
                        env=fh.child_env(SEC_API_KEY=key, HF_TOKEN=hf_env))
     left = fh.orphans(marker)
     fh.reap(left)
-    assert not left
-    # The key reached the server (--api-key) and every request carried it (Bearer): the run
-    # passes only if /server_info and /generate accepted it.
-    assert run.verdict["outcome"] == "passed", run.output[-3000:]
+    assert not left, [p.cmdline() for p in left]
+    # The key reached the server (--api-key) and every request carried it (Bearer): no claim
+    # is broken only if /server_info and /generate accepted it. (Speed claims may fail on a
+    # loaded machine; that is not what this test is about.)
+    _assert_evaluated(run)
     log = (reports / "live" / "speculative-server.log").read_text(encoding="utf-8")
     assert "--api-key '***'" in log or "--api-key ***" in log
     assert "api_key='***'" in log  # the simulator, like SGLang, prints its server args
@@ -77,6 +78,13 @@ def test_api_key_and_tokens_never_reach_anything_written(tmp_path: Path, assets:
               note=f"{len(files)} files grepped")
     assert not leaks, leaks
     assert not terminal, terminal
+
+
+def _assert_evaluated(run: fh.ProbeRun) -> None:
+    claims = run.claims()
+    broken = {cid: c["message"] for cid, c in claims.items() if c["status"] == "broken"}
+    assert not broken, broken
+    assert claims["spec.accept_len"]["status"] in ("passed", "failed"), run.output[-3000:]
 
 
 def _offline(tmp_path: Path, assets: Path, host: str) -> fh.ProbeRun:
@@ -174,8 +182,8 @@ def test_paths_with_spaces_and_shell_characters_are_plain_arguments(tmp_path: Pa
     run = fh.run_probe(profile, tmp_path / "reports", timeout_s=90)
     left = fh.orphans(marker)
     fh.reap(left)
-    assert not left
-    assert run.verdict["outcome"] == "passed", run.output[-3000:]
+    assert not left, [p.cmdline() for p in left]
+    _assert_evaluated(run)
     log = (tmp_path / "reports" / "live" / "speculative-server.log").read_text(encoding="utf-8")
     assert f"model_path='{assets / 'target'}'" in log  # one argument, exactly as written
     touched = [p for p in (*tmp_path.rglob("PWNED*"), *fh.REPO.glob("PWNED*"))
