@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specgate import generate, health  # noqa: E402
-from specgate.checkpoint import open_drafter  # noqa: E402
+from specgate import generate, health
+from specgate.checkpoint import open_drafter
 
 CHUNK = 256 * 1024 * 1024
 
