@@ -1,0 +1,57 @@
+"""Attach mode end to end: --server-url/--baseline-url measure running servers, leave them up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fault_helpers as fh
+import pytest
+
+from specgate import demo, launch, server
+from specgate.profile import load_profile
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory):
+    """A baseline and a speculative simulator started outside the harness run under test."""
+    root = tmp_path_factory.mktemp("attach")
+    assets = demo.ensure_assets(root / "assets")
+    profile_path, _marker = fh.write_profile(root, assets, max_new_tokens=16)
+    profile = load_profile(profile_path)
+    handles = []
+    try:
+        for config in ("baseline", "speculative"):
+            spec = launch.build_command(profile, config)
+            handles.append(server.launch(spec, root / f"{config}.log", startup_timeout_s=30))
+        yield profile_path, handles[0], handles[1]
+    finally:
+        for handle in handles:
+            handle.stop()
+
+
+def test_attached_servers_are_measured_and_left_running(running, tmp_path: Path) -> None:
+    profile_path, baseline, spec = running
+    run = fh.run_probe(profile_path, tmp_path, f"--server-url={spec.url}",
+                       f"--baseline-url={baseline.url}", select="live")
+    claims = run.claims()
+    assert claims["perf.baseline_tps"]["status"] in ("passed", "failed"), run.output[-2000:]
+    assert claims["spec.accept_len"]["status"] == "passed"
+    # An attached server on this machine is found by its listening port and its environment
+    # read from /proc; a remote one would be skipped with the reason.
+    assert claims["env.server_env"]["status"] == "passed"
+    # No teardown for servers the harness did not start.
+    assert baseline.alive()
+    assert spec.alive()
+
+
+def test_swapped_urls_are_refused_with_the_reason(running, tmp_path: Path) -> None:
+    profile_path, baseline, spec = running
+    run = fh.run_probe(profile_path, tmp_path, f"--server-url={baseline.url}",
+                       f"--baseline-url={spec.url}", select="live")
+    claims = run.claims()
+    assert claims["perf.baseline_tps"]["status"] == "broken"
+    assert claims["spec.accept_len"]["status"] == "broken"
+    text = claims["spec.accept_len"]["message"] + claims["perf.baseline_tps"]["message"]
+    assert "speculative" in text.lower()
+    assert baseline.alive()
+    assert spec.alive()
