@@ -103,7 +103,7 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
     if config == "baseline":
         flags += list(server.baseline_args)
 
-    api_key = _api_key(server.api_key_env)
+    api_key = read_api_key(server.api_key_env)
     if api_key is not None:
         flags += ["--api-key", api_key]
 
@@ -196,7 +196,7 @@ def _path(profile: Profile, value: str | None, key: str, remote: bool) -> str:
     return str(profile.resolve(value))
 
 
-def _api_key(env_name: str | None) -> str | None:
+def read_api_key(env_name: str | None) -> str | None:
     if env_name is None:
         return None
     value = os.environ.get(env_name)

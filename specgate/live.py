@@ -175,8 +175,10 @@ def load_prompts(profile: Profile) -> tuple[list[prompts.Prompt], str]:
 
 
 def api_key_of(profile: Profile) -> str | None:
-    name = profile.server.api_key_env
-    return os.environ.get(name) if name else None
+    """The key named by [server] api_key_env (a clear ProfileError when the variable is unset)."""
+    from specgate.launch import read_api_key
+
+    return read_api_key(profile.server.api_key_env)
 
 
 def check_gpus(profile: Profile) -> GpuCheck:
@@ -229,13 +231,14 @@ def _keep_going(profile: Profile, config: str,
             return bench.straddles(m.stat("tps"), th.baseline_tps_min, "baseline tok/s")
         reasons = []
         accept = m.stat("accept_len")
+        tau = m.stat("tau_decode")
         base_tps = baseline.stat("tps") if baseline else None
         if isinstance(th.accept_len_min, (int, float)):
             reasons.append(bench.straddles(accept, float(th.accept_len_min), "accept length"))
         cycle = m.stat("cycle_ms")
-        if accept and cycle and base_tps:
-            be = stats.product_summary(cycle, base_tps, m.confidence)
-            margin = stats.difference_summary(accept, _scaled(be, 1e-3), m.confidence)
+        if tau and cycle and base_tps:
+            be = stats.breakeven_summary(cycle, base_tps, m.confidence)
+            margin = stats.difference_summary(tau, be, m.confidence)
             reasons.append(bench.straddles(margin, 0.0, "accept length − break-even"))
         tps = m.stat("tps")
         if tps and base_tps:
@@ -245,11 +248,6 @@ def _keep_going(profile: Profile, config: str,
         return "; ".join(found) if found else None
 
     return rule
-
-
-def _scaled(s: stats.Summary, k: float) -> stats.Summary:
-    return dataclasses.replace(s, mean=s.mean * k, std=s.std * k, ci_low=s.ci_low * k,
-                               ci_high=s.ci_high * k)
 
 
 def _server_spec(info: dict[str, Any]) -> dict[str, Any]:

@@ -134,7 +134,7 @@ class Summary:
         u = f" {unit}" if unit else ""
         if not self.has_interval:
             return f"{self.mean:.{digits}f}{u} (1 repeat: no confidence interval)"
-        pct = round(self.confidence * 100)
+        pct = percent(self.confidence)
         return (f"{self.mean:.{digits}f}{u}, {pct} % CI [{self.ci_low:.{digits}f}, "
                 f"{self.ci_high:.{digits}f}], CV {self.cv * 100:.1f} %, n = {self.n}")
 
@@ -167,8 +167,12 @@ def ratio_summary(num: Summary, den: Summary, confidence: float = 0.95) -> Summa
     separately, so repeats are not paired. std and cv are the per-repeat equivalent (se·√n),
     so the result reads like any other Summary.
     """
+    if den.mean == 0.0:
+        ratio = math.inf if num.mean > 0 else math.nan
+        return Summary(min(num.n, den.n), ratio, math.nan, math.nan, math.nan, math.nan,
+                       confidence)
     ratio = num.mean / den.mean
-    if not (num.has_interval and den.has_interval):
+    if not (num.has_interval and den.has_interval) or num.mean == 0.0:
         return Summary(min(num.n, den.n), ratio, math.nan, math.nan, math.nan, math.nan,
                        confidence)
     va = (num.std / num.mean) ** 2 / num.n
@@ -188,7 +192,7 @@ def ratio_summary(num: Summary, den: Summary, confidence: float = 0.95) -> Summa
 def product_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summary:
     """The product of two independent means (break-even = cycle × baseline tok/s), delta method."""
     prod = a.mean * b.mean
-    if not (a.has_interval and b.has_interval):
+    if not (a.has_interval and b.has_interval) or a.mean == 0.0 or b.mean == 0.0:
         return Summary(min(a.n, b.n), prod, math.nan, math.nan, math.nan, math.nan, confidence)
     va = (a.std / a.mean) ** 2 / a.n
     vb = (b.std / b.mean) ** 2 / b.n
@@ -212,6 +216,20 @@ def difference_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summ
     half = t_quantile(0.5 + confidence / 2.0, df) * se
     n = min(a.n, b.n)
     return Summary(n, diff, se * math.sqrt(n), math.nan, diff - half, diff + half, confidence, df)
+
+
+def percent(confidence: float) -> str:
+    """A confidence level as people write it: 95, 98.75, 99.17 (not 98.75000000000001)."""
+    return f"{confidence * 100:.4g}"
+
+
+def breakeven_summary(cycle_ms: Summary, baseline_tps: Summary,
+                      confidence: float = 0.95) -> Summary:
+    """Break-even accept length = cycle time (ms) × baseline tok/s / 1000, with its interval."""
+    be = product_summary(cycle_ms, baseline_tps, confidence)
+    k = 1e-3
+    return dataclasses.replace(be, mean=be.mean * k, std=be.std * k, ci_low=be.ci_low * k,
+                               ci_high=be.ci_high * k)
 
 
 def breakeven_accept_len(cycle_s: float, baseline_tps: float) -> float:

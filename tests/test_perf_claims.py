@@ -29,8 +29,9 @@ def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests
             samples.append(RequestSample(repeat, f"p{i}", "chat" if i % 2 else "math", 10,
                                          completion, verify, 0.05, 0.05 + decode_s, None,
                                          "stop", 10))
+    # One look (repeats == max_repeats): intervals at the plain 95 %, as the wording tests expect.
     return build_measurement(config=config, url="http://x", template=PLAIN,
-                             bench=BenchSection(), samples=samples)
+                             bench=BenchSection(max_repeats=3), samples=samples)
 
 
 def _live(base=None, spec=None, *, base_run=None, spec_run=None, gpu=None, env=None):
@@ -52,8 +53,8 @@ def test_breakeven_message_shows_the_arithmetic_of_the_seeds():
     result = perf_claims.breakeven_claim(_profile(), _live(base, spec))
     assert result.status is Status.FAILED
     assert result.message.startswith(
-        "cycle 30.0 ms × 82.0 tok/s = break-even 2.46; measured 2.00: the drafter makes "
-        "serving slower")
+        "cycle 30.0 ms × 82.0 tok/s = break-even 2.46; measured 1.98 tokens per verify in "
+        "decode (2.00 counting the prefill token): the drafter makes serving slower")
     assert result.expected == ">= 2.460"
     names = [a.name for a in result.attachments]
     assert "required accept length for tok/s targets" in names
