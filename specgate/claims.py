@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
+import math
 from typing import Any
 
 
@@ -114,23 +114,20 @@ def judged(ok: bool, claim_id: str, phase: str, message: str, **kw: Any) -> Clai
 
 
 def _jsonable(value: Any) -> Any:
-    """Plain JSON types for numpy scalars, tuples, paths and the like."""
-    try:
-        json.dumps(value)
+    """Plain, strict JSON: numpy scalars and arrays, tuples and paths converted; NaN and
+    infinities become null (strict parsers reject them, and a CI script reads this file)."""
+    if value is None or isinstance(value, (bool, int, str)):
         return value
-    except TypeError:
-        pass
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    item = getattr(value, "item", None)
-    if callable(item):
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
         try:
-            return item()
+            return _jsonable(tolist())
         except (TypeError, ValueError):
             pass
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return tolist()
     return str(value)

@@ -206,10 +206,14 @@ def read_history(path: Path) -> list[RunRecord]:
     return records
 
 
-def last_passing(profile_name: str, history: Sequence[RunRecord]) -> RunRecord | None:
-    """The most recent run of this profile whose outcome was passed."""
+def last_passing(profile_name: str, history: Sequence[RunRecord],
+                 figure: str | None = None) -> RunRecord | None:
+    """The most recent run of this profile whose outcome was passed (and, when figure is given,
+    that measured it: an offline-only run passes without measuring anything)."""
     for record in reversed(history):
-        if record.profile == profile_name and record.outcome == "passed":
+        if record.profile != profile_name or record.outcome != "passed":
+            continue
+        if figure is None or figure in record.figures:
             return record
     return None
 
@@ -234,19 +238,14 @@ def regression_claim(
     now = current.get(name)
     if now is None:
         return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare")
-    before_run = last_passing(profile_name, history)
+    before_run = last_passing(profile_name, history, figure=name)
     if before_run is None:
         return claims.skipped(
             claim_id, phase,
-            f"no earlier passing run of profile {profile_name!r} in history/{HISTORY_FILE}; "
-            "this run becomes the reference once it passes",
+            f"no earlier passing run of profile {profile_name!r} that measured the {spoken} in "
+            f"history/{HISTORY_FILE}; this run becomes the reference once it passes",
         )
-    before = before_run.figures.get(name)
-    if before is None:
-        return claims.skipped(
-            claim_id, phase,
-            f"the last passing run of {profile_name!r} ({before_run.time}) recorded no {spoken}",
-        )
+    before = before_run.figures[name]
     noise = max(now.half_width, before.half_width, abs(before.value) * min_rel_noise)
     drop = before.value - now.value
     unit = now.unit or before.unit

@@ -62,7 +62,7 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=False)
+            json.dump(doc, fh, indent=2, sort_keys=False, allow_nan=False)
             fh.write("\n")
         os.replace(tmp, path)
     except BaseException:

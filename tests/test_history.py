@@ -219,3 +219,18 @@ def test_figure_of_a_summary_keeps_its_interval() -> None:
     one = stats.Summary(n=1, mean=82.0, std=float("nan"), cv=float("nan"),
                         ci_low=float("nan"), ci_high=float("nan"), confidence=0.95)
     assert Figure.of(one).half_width == 0.0
+
+
+def test_an_offline_pass_does_not_hide_the_last_measured_pass():
+    """Full probe, then `-m "probe and not live"` (passes, measures nothing): the regression
+    claim must still compare with the full run."""
+    from specgate.history import Figure, RunRecord, regression_claim
+
+    measured = RunRecord(profile="p", drafter="d", outcome="passed", time="t1",
+                         figures={"accept_len": Figure(2.5, 2.45, 2.55, "tokens/verify")})
+    offline = RunRecord(profile="p", drafter="d", outcome="passed", time="t2", figures={})
+    result = regression_claim("regress.accept_len",
+                              {"accept_len": Figure(2.0, 1.95, 2.05, "tokens/verify")},
+                              [measured, offline], "p")
+    assert result.status.value == "failed"
+    assert result.details["reference_time"] == "t1"

@@ -52,3 +52,20 @@ def test_claim_round_trip() -> None:
     assert back.id == c.id
     assert back.status is Status.PASSED
     assert back.details == {"ci": [2.4, 2.6]}
+
+
+def test_non_finite_figures_become_null_and_the_file_is_strict_json(tmp_path: Path) -> None:
+    result = claims.failed("finetune.initial_loss", "phase1", "the loss is NaN",
+                           observed=float("nan"), expected=np.float64("inf"),
+                           details={"ci": (float("-inf"), 1.0)})
+    doc = verdict.build([result], profile="p", drafter=None, outcome="failed")
+    path = tmp_path / "verdict.json"
+    verdict.write(path, doc)
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert data["claims"][0]["observed"] is None
+    assert data["claims"][0]["expected"] is None
+    assert data["claims"][0]["details"] == {"ci": [None, 1.0]}
