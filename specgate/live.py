@@ -6,7 +6,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -408,5 +407,23 @@ def run_live(profile: Profile, reports_dir: Path, *,
     return results
 
 
-def stderr_progress(message: str) -> None:
-    print(f"[specgate live] {message}", file=sys.stderr, flush=True)
+def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
+    """SGLang version and server URLs of the live session written to reports_dir after `since`
+    (a Unix time), for the verdict and the report's environment; {} when there was none."""
+    path = reports_dir / "live" / RESULTS_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    facts: dict[str, Any] = {}
+    for config in ("speculative", "baseline"):
+        run = data.get(config) or {}
+        info = run.get("server_info") or {}
+        if info.get("version") and "sglang_version" not in facts:
+            facts["sglang_version"] = str(info["version"])
+        if run.get("url"):
+            facts.setdefault("server_url", run["url"])
+            facts[f"{config}_url"] = run["url"]
+    return facts
