@@ -6,6 +6,7 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -405,6 +406,43 @@ def run_live(profile: Profile, reports_dir: Path, *,
         finished_at=_now(), prompts=label)
     results.write(live_dir / RESULTS_FILE)
     return results
+
+
+RUN_FILE = re.compile(r"^[0-9a-f]{32}\.(json|lock)$")
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
+                  progress: Progress | None = None) -> LiveResults:
+    """run_live exactly once per run id, however many processes (xdist workers) ask.
+
+    The first caller takes a file lock and launches, measures and stops both servers inside
+    it, so no server outlives the locked section; the others wait on the lock and read what it
+    wrote to reports_dir/live/<uid>.json.
+    """
+    from filelock import FileLock
+
+    live_dir = reports_dir / "live"
+    live_dir.mkdir(parents=True, exist_ok=True)
+    done = live_dir / f"{uid}.json"
+    with FileLock(str(live_dir / f"{uid}.lock")):
+        if done.exists():
+            return LiveResults.read(done)
+        _remove_stale(live_dir)
+        results = run_live(profile, reports_dir, progress=progress)
+        results.write(done)
+        return results
+
+
+def _remove_stale(live_dir: Path) -> None:
+    """Per-run files of runs long gone (a run in progress keeps its files fresh)."""
+    cutoff = time.time() - STALE_AFTER_S
+    for path in live_dir.iterdir():
+        try:
+            if RUN_FILE.match(path.name) and path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            pass
 
 
 def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
