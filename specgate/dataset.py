@@ -19,7 +19,7 @@ from specgate.errors import CheckpointError, DataError
 from specgate.evaluate import DumpSample, HiddenStateDump, open_dump, read_sample
 from specgate.profile import Profile
 from specgate.safetensors_io import DTYPES, FLOAT_DTYPES, read_array
-from specgate.vocab import VocabMap, map_of
+from specgate.vocab import VocabMap, map_of, required_count
 from specgate.vocab import compare as compare_maps
 
 PHASE = "phase2"
@@ -319,7 +319,7 @@ def vocab_map_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     selected = set(data_map.target_ids().tolist())
     consistent = sum(1 for t in drafter_map.target_ids().tolist()
                      if t in selected or counts.get(t, 0) == cutoff)
-    need = math.ceil(profile.thresholds.d2t_match_min * vd)
+    need = required_count(profile.thresholds.d2t_match_min, vd)
     ok = consistent >= need
     table = io.StringIO()
     table.write(cmp.table_csv())

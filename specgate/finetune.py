@@ -13,7 +13,7 @@ from specgate.errors import CheckpointError, DataError
 from specgate.metrics_log import MetricsLog, read_metrics
 from specgate.profile import Profile
 from specgate.vocab import compare as compare_maps
-from specgate.vocab import load_map
+from specgate.vocab import load_map, required_count
 
 PHASE = "phase1"
 # What a fine-tune's loader leaves out (SpecForge's and the seeds' --finetune-from): the vocab
@@ -107,7 +107,7 @@ def vocab_alignment_claim(profile: Profile) -> ClaimResult:
         return claims.broken(cid, PHASE, str(exc))
     cmp = compare_maps(init_map, data_map)
     vd = cmp.reference_draft_vocab_size
-    need = math.ceil(profile.thresholds.d2t_match_min * vd)
+    need = required_count(profile.thresholds.d2t_match_min, vd)
     matches = cmp.d2t_positional_matches
     same_size = cmp.draft_vocab_size == vd
     ok = same_size and matches >= need
@@ -177,8 +177,14 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
     random_loss = math.log(vd)
     limit = LOSS_MARGIN * random_loss
     where = f"{log.path}:{row.line} (epoch {row.epoch:g}, step {row.step})"
-    ok = math.isfinite(row.loss) and row.loss < limit
-    if ok:
+    finite = math.isfinite(row.loss)
+    ok = finite and row.loss < limit
+    if not finite:
+        label = "NaN" if math.isnan(row.loss) else ("Inf" if row.loss > 0 else "-Inf")
+        tail = (f"the loss is {label}: training diverged or "
+                "the log is corrupt; check the learning rate and the data at that step, or the "
+                "line itself")
+    elif ok:
         tail = "the init predicts the training data better than a uniform guess"
     elif row.loss > random_loss:
         tail = (f"that is worse than a uniform guess over the draft vocabulary, which scores "
@@ -192,7 +198,8 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
                 "the capture layers)")
     message = (f"{where}: first logged loss {row.loss:.3f} vs random ln({vd}) = "
                f"{random_loss:.3f} (needs < {limit:.3f}); {tail}")
-    return claims.judged(ok, cid, PHASE, message, observed=round(row.loss, 4),
+    # A float NaN in `observed` would make verdict.json invalid JSON (and NaN != NaN in history).
+    return claims.judged(ok, cid, PHASE, message, observed=round(row.loss, 4) if finite else None,
                          expected=f"< {limit:.4f}", unit="nats",
                          details={"random_loss": round(random_loss, 4), "draft_vocab_size": vd,
                                   "draft_vocab_size_from": vd_source})
@@ -214,15 +221,31 @@ def progress_claim(profile: Profile) -> ClaimResult:
 
 
 def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
+    """Accuracy epoch by epoch, over the epochs both logs have finished (see finished_epochs):
+    the last accuracy of an epoch still training is no match for a finished one."""
     cid = "finetune.progress"
     mine, theirs = log.accuracy_by_epoch(), ref.accuracy_by_epoch()
     for which, acc in ((log.path, mine), (ref.path, theirs)):
         if not acc:
             return claims.broken(cid, PHASE, f"{which}: no record carries an accuracy")
-    epochs = sorted(set(mine) & set(theirs))
-    if not epochs:
+    shared = sorted(set(mine) & set(theirs))
+    if not shared:
         return claims.skipped(cid, PHASE, f"the logs share no epoch yet ({log.path}: epochs "
                               f"{sorted(mine)}; {ref.path}: epochs {sorted(theirs)})")
+    done_mine, done_theirs = log.finished_epochs(), ref.finished_epochs()
+    epochs = [e for e in shared if e in done_mine and e in done_theirs]
+    left_out = {e: [str(p) for p, done in ((log.path, done_mine), (ref.path, done_theirs))
+                    if e not in done]
+                for e in shared if e not in epochs}
+    omitted = "; ".join(f"epoch {e} left out, unfinished in {' and '.join(where)}"
+                        for e, where in left_out.items())
+    if not epochs:
+        return claims.skipped(cid, PHASE, f"the logs share no finished epoch yet (shared epochs "
+                              f"{shared}; {omitted}). An epoch counts as finished once a later "
+                              "one is logged, or, for the last, once it spans as many steps as "
+                              "the epoch before it")
+    compared = (f"compared epochs {_ranges(epochs)}, finished in both logs"
+                + (f"; {omitted}" if omitted else ""))
     table = io.StringIO()
     table.write("epoch,finetune_accuracy,reference_accuracy,gap\n")
     for e in epochs:
@@ -235,16 +258,32 @@ def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
                    f"{len(behind)} of {len(epochs)} shared epochs; at epoch {worst} its accuracy "
                    f"is {mine[worst]:.1%} against {theirs[worst]:.1%} (epoch {last}: "
                    f"{mine[last]:.1%} vs {theirs[last]:.1%}). The init is a worse starting point "
-                   f"than random weights for this data: train from scratch or pick another init")
+                   f"than random weights for this data: train from scratch or pick another init "
+                   f"({compared})")
         observed = round(mine[worst], 4)
         expected = f">= {theirs[worst]:.4f}"
     else:
         message = (f"{log.path}: the fine-tune's accuracy is at or above the from-scratch "
                    f"reference's at all {len(epochs)} shared epochs (epoch {last}: "
-                   f"{mine[last]:.1%} vs {theirs[last]:.1%})")
+                   f"{mine[last]:.1%} vs {theirs[last]:.1%}; {compared})")
         observed = round(mine[last], 4)
         expected = f">= {theirs[last]:.4f}"
     return claims.judged(not behind, cid, PHASE, message, observed=observed, expected=expected,
-                         unit="accuracy", details={"epochs": epochs, "behind": behind},
+                         unit="accuracy",
+                         details={"epochs": epochs, "behind": behind,
+                                  "left_out": {str(e): w for e, w in left_out.items()}},
                          attachments=(Attachment("accuracy by epoch", table.getvalue(), "csv"),))
 
+
+def _ranges(epochs: list[int]) -> str:
+    """0, 1, 2, 5 → "0–2, 5"."""
+    parts: list[str] = []
+    start = prev = epochs[0]
+    for e in [*epochs[1:], None]:
+        if e is not None and e == prev + 1:
+            prev = e
+            continue
+        parts.append(str(start) if start == prev else f"{start}–{prev}")
+        if e is not None:
+            start = prev = e
+    return ", ".join(parts)

@@ -217,7 +217,7 @@ def check_env(profile: Profile, handle: Any) -> EnvCheck:
     for k, want in expected.items():
         if is_secret_name(k) and found[k] is not None:
             found[k] = MASK if found[k] == want else f"{MASK} (a different value)"
-    return EnvCheck(True, f"environment of pid {reading.pid} {reading.reason}",
+    return EnvCheck(True, f"environment {reading.reason}",
                     mask_env(expected), found)
 
 
@@ -324,8 +324,10 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
                         keep_going=_keep_going(profile, config, baseline), progress=say,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
                 except SpecgateError as exc:
-                    tail = getattr(exc, "log_tail", "") or _tail(handle)
+                    # Settle first: a server writes its access-log line for the failed request
+                    # after answering it, and a dying one needs a moment to exit.
                     alive = _alive(handle, settle_s=1.0)
+                    tail = getattr(exc, "log_tail", "") or _tail(handle)
                     note = "" if alive is not False else " (the server process has exited)"
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
             stage = "stop"

@@ -36,6 +36,28 @@ class MetricsLog:
         """The first row (in file order) that carries a loss."""
         return next((r for r in self.rows if r.loss is not None), None)
 
+    def finished_epochs(self) -> set[int]:
+        """Whole epochs this log shows complete.
+
+        An epoch is finished when a later epoch appears in the log. The log's last epoch is
+        finished when its logged steps span at least as many as the epoch before it did (each
+        epoch of a fixed dataset has the same number of steps; a run still training it has
+        logged fewer); a log of one epoch cannot show that, so its epoch counts as unfinished.
+        """
+        spans: dict[int, tuple[int, int]] = {}
+        for row in self.rows:
+            e = math.floor(row.epoch)
+            lo, hi = spans.get(e, (row.step, row.step))
+            spans[e] = (min(lo, row.step), max(hi, row.step))
+        epochs = sorted(spans)
+        if len(epochs) < 2:
+            return set()
+        last, before = epochs[-1], epochs[-2]
+        done = set(epochs[:-1])
+        if _width(spans[last]) >= _width(spans[before]):
+            done.add(last)
+        return done
+
     def accuracy_by_epoch(self) -> dict[int, float]:
         """The last logged accuracy of each whole epoch (fractional epochs floor to theirs)."""
         out: dict[int, float] = {}
@@ -43,6 +65,10 @@ class MetricsLog:
             if row.accuracy is not None:
                 out[math.floor(row.epoch)] = row.accuracy
         return out
+
+
+def _width(span: tuple[int, int]) -> int:
+    return span[1] - span[0]
 
 
 def read_metrics(path: Path | str) -> MetricsLog:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shlex
 import sys
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -240,11 +242,19 @@ def parse_profile(raw: dict[str, Any], source: Path | None = None) -> Profile:
 
 
 def _describe(label: str, exc: ValidationError) -> str:
-    lines = []
+    lines: list[str | tuple[str, ...]] = []
+    # A value that fits no branch of a union (float | "breakeven") gets one error per branch;
+    # they are merged into one line per key, placed where the first of them was.
+    unions: dict[tuple[str, ...], list[Any]] = {}
     for err in exc.errors():
-        loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
+        loc, branched = _user_loc(err["loc"], keep_last=err["type"] == "extra_forbidden")
         key = _key_name(loc)
-        if err["type"] == "extra_forbidden":
+        if branched:
+            if tuple(loc) not in unions:
+                unions[tuple(loc)] = []
+                lines.append(tuple(loc))
+            unions[tuple(loc)].append(err)
+        elif err["type"] == "extra_forbidden":
             section = _key_name(loc[:-1])
             known = _known_keys(loc[:-1])
             where = f"in [{section}]" if section else "at the top level"
@@ -257,7 +267,82 @@ def _describe(label: str, exc: ValidationError) -> str:
         else:
             found = err.get("input")
             lines.append(f"{label}: key {key!r}: {err['msg']} (found {found!r})")
-    return "\n".join(lines)
+    return "\n".join(line if isinstance(line, str)
+                     else _union_line(label, _key_name(list(line)), unions[line])
+                     for line in lines)
+
+
+def _union_line(label: str, key: str, errors: list[Any]) -> str:
+    found = errors[0].get("input")
+    wanted = list(dict.fromkeys(_expectation(e) for e in errors))
+    hint = ""
+    if isinstance(found, str):
+        literals = [w for e in errors if e["type"] == "literal_error"
+                    for w in re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected")))]
+        close = difflib.get_close_matches(found, literals, n=1)
+        hint = f' (did you mean "{close[0]}"?)' if close else ""
+    return f"{label}: key {key!r} is {found!r}; expected {' or '.join(wanted)}{hint}"
+
+
+_EXPECTATIONS = {
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
+    "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table",
+}
+
+
+def _expectation(err: Any) -> str:
+    """What one union branch wanted, in the profile's (TOML) words."""
+    if err["type"] == "literal_error":
+        return str((err.get("ctx") or {}).get("expected", "")).replace("'", '"')
+    if err["type"] in _EXPECTATIONS:
+        return _EXPECTATIONS[err["type"]]
+    return str(err["msg"]).removeprefix("Input should be ")
+
+
+def _user_loc(loc: tuple[int | str, ...], *, keep_last: bool = False) -> tuple[list[str], bool]:
+    """The key path as the profile spells it, without pydantic's union-branch tags (`float`,
+    `literal['breakeven']`, a model's class name) and list indices; and whether a tag was cut."""
+    model: type[BaseModel] | None = Profile
+    members: list[Any] = []
+    tag_next = False
+    branched = False
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            continue
+        if tag_next:
+            tag_next = False
+            branched = True
+            model = next((m for m in _models(members) if m.__name__ == part), None)
+            continue
+        out.append(part)
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            # A free-form table's key (server.env.NAME), an unknown key, or a branch tag of a
+            # section's own union; the last is never a user key unless the error says so.
+            if model is not None and not (keep_last and i == len(loc) - 1):
+                out.pop()
+                branched = True
+            model = None
+            continue
+        members = _union_members(field.annotation)
+        tag_next = len(members) > 1
+        found = _models(members)
+        model = found[0] if len(members) == 1 and found else None
+    return out, branched
+
+
+def _union_members(annotation: Any) -> list[Any]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _models(members: list[Any]) -> list[type[BaseModel]]:
+    return [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
 
 
 def _key_name(loc: list[str]) -> str:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -285,21 +285,95 @@ def process_env(handle: ServerHandle) -> dict[str, str] | None:
 
 
 def process_env_detail(handle: ServerHandle) -> EnvReading:
+    """The environment of the process that serves: the one of the launched tree on its port.
+
+    The launcher's own process got the profile env from us, so reading it proves nothing: a
+    wrapper (`sh -c 'env -u X ...'`, sudo, conda run) may fork a server without it.
+    """
     spec = handle.spec
     if spec is not None and spec.remote:
         return EnvReading(None, "remote launcher: the server's environment lives on the GPU "
                                 "host; the profile env was passed as `env K=V` on its command line")
-    pid = handle.pid if handle.pid is not None else _listener_pid(handle.url)
-    if pid is None:
-        return EnvReading(None, "attached server: no local process listens on its port, so its "
-                                "environment cannot be read from here")
+    if handle.pid is None:
+        pid = _listener_pid(handle.url)
+        if pid is None:
+            return EnvReading(None, "attached server: no local process listens on its port, so "
+                                    "its environment cannot be read from here")
+        why = f"pid {pid} listens on the attached server's port"
+    else:
+        pid, why = _serving_pid(handle)
     try:
-        return EnvReading(dict(psutil.Process(pid).environ()), "read from /proc", pid)
+        return EnvReading(dict(psutil.Process(pid).environ()), f"read from /proc: {why}", pid)
     except psutil.AccessDenied:
         return EnvReading(None, f"pid {pid}: permission denied reading its environment "
-                                "(run as the server's user)", pid)
+                                f"(run as the server's user); {why}", pid)
     except psutil.Error as exc:
-        return EnvReading(None, f"pid {pid}: {exc.__class__.__name__}: {exc}", pid)
+        return EnvReading(None, f"pid {pid}: {exc.__class__.__name__}: {exc}; {why}", pid)
+
+
+def _serving_pid(handle: ServerHandle) -> tuple[int, str]:
+    """The launched tree's process listening on the handle's port, else its deepest descendant,
+    else the launcher's own process; with a sentence saying which and why."""
+    assert handle.pid is not None
+    root = handle.pid
+    port = urlsplit(handle.url).port
+    family = _tree(root, handle._family.values())
+    for proc in family:
+        if port is not None and _listens(proc, port):
+            name = _name(proc)
+            if proc.pid == root:
+                return root, f"pid {root} ({name}), the launched process, listens on port {port}"
+            return proc.pid, (f"pid {proc.pid} ({name}) listens on port {port}; it descends "
+                              f"from the launched process {root}, which may run a wrapper")
+    depth = {p.pid: _depth(p, root) for p in family}
+    deepest = max(family, key=lambda p: depth[p.pid], default=None)
+    if deepest is not None and deepest.pid != root:
+        return deepest.pid, (f"no process of the launched tree listens on port {port}, so its "
+                             f"deepest descendant pid {deepest.pid} ({_name(deepest)}) of the "
+                             f"launched process {root} stands in for the server")
+    return root, (f"no process of the launched tree listens on port {port} and the launched "
+                  f"process {root} has no children, so its own environment is read")
+
+
+def _tree(root: int, remembered: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """The root and its live descendants, plus remembered members re-parented away since."""
+    out: list[psutil.Process] = []
+    try:
+        top = psutil.Process(root)
+        out = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        pass
+    seen = {p.pid for p in out}
+    out += [p for p in remembered if p.pid not in seen and _running(p)]
+    return out
+
+
+def _listens(proc: psutil.Process, port: int) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in proc.net_connections(kind="inet"))
+    except psutil.Error:
+        return False
+
+
+def _depth(proc: psutil.Process, root: int) -> int:
+    """Generations between proc and root (-1: not below root any more)."""
+    depth = 0
+    try:
+        current: psutil.Process | None = proc
+        while current is not None and current.pid != root:
+            current = current.parent()
+            depth += 1
+    except psutil.Error:
+        return -1
+    return depth if current is not None else -1
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "?"
 
 
 def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: bool = True) -> bool:

@@ -29,6 +29,8 @@ class VocabMap:
     d2t: np.ndarray[Any, Any]
     t2d: np.ndarray[Any, Any] | None
     source: str = ""
+    # Tensors the checkpoint omits and the identity map stands in for (full-vocabulary drafters).
+    implied: tuple[str, ...] = ()
 
     @classmethod
     def from_token_ids(cls, ids: Sequence[int] | np.ndarray[Any, Any],
@@ -90,6 +92,15 @@ class MapComparison:
         for pos, mine, ref in self.mismatches:
             out.write(f"{pos},{mine},{ref}\n")
         return out.getvalue()
+
+
+def required_count(fraction: float, n: int) -> int:
+    """The least whole count that is at least fraction × n.
+
+    Rounding to 9 places first drops binary noise: 0.543 × 24000 is 13032.000000000002, whose
+    plain ceiling would demand 13033.
+    """
+    return math.ceil(round(fraction * n, 9))
 
 
 def check_invariants(vmap: VocabMap, draft_vocab_size: int | None,
@@ -206,18 +217,30 @@ def load_map(path: Path | str) -> VocabMap:
 
 
 def map_of(drafter: Drafter) -> VocabMap:
-    """The drafter's map; a full-vocabulary drafter without d2t gets the identity map."""
+    """The drafter's map; a full-vocabulary drafter may omit d2t and t2d (the identity map).
+
+    SGLang and weights.layout treat both as optional when draft_vocab_size == vocab_size, so an
+    absent one is filled in as the identity (d2t all zeros, t2d all true) rather than reported
+    missing; vocab.invariants then still checks whatever the checkpoint does store.
+    """
     d2t_info, t2d_info = drafter.find("d2t"), drafter.find("t2d")
     t2d = read_array(t2d_info.file, t2d_info) if t2d_info else None
+    vocab = drafter.config.get("vocab_size")
+    vd = drafter.config.get("draft_vocab_size") or vocab
+    full: int | None = (vocab if isinstance(vocab, int) and not isinstance(vocab, bool)
+                        and vocab > 0 and vd == vocab else None)
+    implied = t2d is None and full is not None
+    if full is not None and t2d is None:
+        t2d = np.ones(full, dtype=bool)
     if d2t_info is None:
-        vocab = drafter.config.get("vocab_size")
-        vd = drafter.config.get("draft_vocab_size") or vocab
-        if vocab is not None and vd == vocab:
-            return VocabMap(np.zeros(int(vocab), np.int64), t2d, str(drafter.path))
+        if full is not None:
+            return VocabMap(np.zeros(full, np.int64), t2d, str(drafter.path),
+                            implied=("d2t", "t2d") if implied else ("d2t",))
         raise CheckpointError(f"{drafter.path}: has no d2t tensor but draft_vocab_size {vd} < "
                               f"vocab_size {vocab}; SGLang would treat draft ids as target ids. "
                               "Export d2t/t2d with the drafter")
-    return VocabMap(read_array(d2t_info.file, d2t_info), t2d, str(drafter.path))
+    return VocabMap(read_array(d2t_info.file, d2t_info), t2d, str(drafter.path),
+                    implied=("t2d",) if implied else ())
 
 
 def _load_torch_map(path: Path) -> VocabMap:
@@ -263,10 +286,19 @@ def invariants_claim(profile: Profile) -> ClaimResult:
         return claims.broken(cid, PHASE, str(exc))
     problems = check_invariants(vmap, vd, v)
     if problems:
+        implied = (f" ({' and '.join(vmap.implied)} absent: the identity map of a "
+                   "full-vocabulary drafter stands in)" if vmap.implied else "")
         return claims.failed(cid, PHASE, f"{folder}: vocab map breaks {len(problems)} "
-                             "invariant(s): " + "; ".join(problems),
+                             f"invariant(s){implied}: " + "; ".join(problems),
                              observed=len(problems), expected=0, unit="problems",
                              details={"problems": problems})
+    if vmap.implied:
+        stored = "stored d2t " if "d2t" not in vmap.implied else ""
+        return claims.passed(cid, PHASE, f"{folder}: full-vocabulary drafter (draft_vocab_size = "
+                             f"vocab_size = {v}) without {' and '.join(vmap.implied)}, which "
+                             f"SGLang then treats as the identity map; {stored}consistent with it",
+                             observed=0, expected=0, unit="problems",
+                             details={"implied": list(vmap.implied)})
     return claims.passed(cid, PHASE, f"{folder}: d2t ({vmap.draft_vocab_size} draft ids) and t2d "
                          f"agree and map into the {v}-token vocabulary in order",
                          observed=0, expected=0, unit="problems")
@@ -328,7 +360,7 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
         return pair
     mine, ref, _, reference = pair
     cmp = compare(mine, ref)
-    need = math.ceil(profile.thresholds.d2t_match_min * cmp.draft_vocab_size)
+    need = required_count(profile.thresholds.d2t_match_min, cmp.draft_vocab_size)
     n, total = cmp.d2t_positional_matches, cmp.draft_vocab_size
     text = (f"d2t: {n} of {total} draft positions ({_pct(n, total)}) map to the same target "
             f"token as the reference {reference}")
@@ -360,7 +392,7 @@ def t2d_match_claim(profile: Profile) -> ClaimResult:
     fraction = profile.thresholds.t2d_match_min
     if fraction is None:
         fraction = profile.thresholds.d2t_match_min
-    need = math.ceil(fraction * cmp.draft_vocab_size)
+    need = required_count(fraction, cmp.draft_vocab_size)
     n = cmp.shared_tokens
     text = (f"t2d: the drafter's {cmp.draft_vocab_size} draft tokens and the reference's "
             f"{cmp.reference_draft_vocab_size} ({reference}) share {n} target tokens "

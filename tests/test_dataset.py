@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,17 @@ def test_claims_skip_without_data_and_break_on_a_bad_folder(tmp_path: Path) -> N
     broken = dataset.shapes_claim(_profile(tmp_path))
     assert broken.status is Status.BROKEN
     assert "x.safetensors" in broken.message
+
+
+def test_vocab_map_needs_the_exact_count_not_one_more(tmp_path: Path) -> None:
+    # Tokens 0..99 twice each: the data's top 100 is exactly them; the drafter keeps 7 of them.
+    shape = dataclasses.replace(SHAPE, draft_vocab_size=100)
+    dump = write_dump(tmp_path / "dump", [{"ids": list(range(100)) * 2}])
+    ids = [*range(7), *range(150, 243)]
+    drafter = write_drafter(tmp_path / "drafter", shape, token_ids=ids)
+    assert 0.07 * 100 > 7  # 7.000000000000001: a plain ceiling would ask for 8
+    profile = parse_profile({"name": "t", "data": {"path": str(dump)},
+                             "drafter": {"path": str(drafter)},
+                             "thresholds": {"d2t_match_min": 0.07}})
+    result = dataset.vocab_map_claim(profile)
+    assert (result.status, result.observed, result.expected) == (Status.PASSED, 7, ">= 7")

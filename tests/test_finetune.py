@@ -194,3 +194,67 @@ def test_shifted_ids_keep_the_seeds_numbers() -> None:
     ids = default_token_ids(aq_medai_k2(), seed=1)
     shifted = shifted_token_ids(ids, matches=252, vocab_size=163840)
     assert int((np.sort(ids) == shifted).sum()) == 252
+
+
+def test_progress_leaves_out_an_epoch_the_fine_tune_is_still_training(tmp_path: Path) -> None:
+    # Epochs of 100 steps logged every 10; the fine-tune is 30 steps into epoch 2, where its
+    # running accuracy is still low, while the reference finished epoch 2 long ago.
+    def rows(accs: dict[int, list[float]]) -> list[dict[str, Any]]:
+        return [{"epoch": e, "step": 100 * e + 10 * i, "accuracy": a}
+                for e, seq in accs.items() for i, a in enumerate(seq)]
+
+    log = _log(tmp_path / "ft.jsonl", rows({0: [0.3] * 10, 1: [0.6] * 10, 2: [0.2] * 4}))
+    ref = _log(tmp_path / "ref.jsonl", rows({e: [0.3 + 0.1 * e] * 10 for e in range(4)}))
+    result = progress_claim(_profile(log=log, reference_log=ref))
+    assert result.status is Status.PASSED, result.message
+    assert "compared epochs 0–1, finished in both logs" in result.message
+    assert f"epoch 2 left out, unfinished in {log}" in result.message
+    assert result.details["epochs"] == [0, 1]
+    assert result.details["left_out"] == {"2": [str(log)]}
+    # Once epoch 2 has run its 100 steps it is compared, and now it trails.
+    done = _log(tmp_path / "done.jsonl", rows({0: [0.3] * 10, 1: [0.6] * 10, 2: [0.2] * 10}))
+    result = progress_claim(_profile(log=done, reference_log=ref))
+    assert result.status is Status.FAILED
+    assert "compared epochs 0–2" in result.message
+    assert "left out" not in result.message
+
+
+def test_progress_skips_when_no_shared_epoch_is_finished(tmp_path: Path) -> None:
+    log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": s, "accuracy": 0.1}
+                                       for s in range(0, 30, 10)])
+    ref = _log(tmp_path / "ref.jsonl", [{"epoch": e, "step": s, "accuracy": 0.5}
+                                        for e in (0, 1) for s in range(100 * e, 100 * e + 100, 10)])
+    result = progress_claim(_profile(log=log, reference_log=ref))
+    assert result.status is Status.SKIPPED
+    assert "no finished epoch" in result.message
+    assert f"epoch 0 left out, unfinished in {log}" in result.message
+
+
+@pytest.mark.parametrize(("loss", "label"), [("NaN", "NaN"), ("Infinity", "Inf"),
+                                             ("-Infinity", "-Inf")])
+def test_initial_loss_that_is_not_finite_says_so(tmp_path: Path, seeds: dict[str, Path],
+                                                 loss: str, label: str) -> None:
+    log = tmp_path / "ft.jsonl"
+    log.write_text(f'{{"epoch": 0, "step": 0, "loss": {loss}}}\n')
+    result = initial_loss_claim(_profile(seeds["k25"], log=log))
+    assert result.status is Status.FAILED
+    assert f"the loss is {label}: training diverged or the log is corrupt" in result.message
+    assert "uniform guess" not in result.message
+    assert result.observed is None
+
+
+def test_vocab_alignment_needs_the_exact_count_not_one_more(tmp_path: Path) -> None:
+    def map_file(name: str, ids: list[int]) -> Path:
+        vmap = VocabMap.from_token_ids(ids, 256)
+        assert vmap.t2d is not None
+        return write_sparse(tmp_path / name, {
+            "d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
+            "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
+
+    data = map_file("data.safetensors", list(range(0, 200, 2)))
+    init = map_file("init.safetensors", [*range(0, 14, 2), *range(15, 201, 2)])
+    assert 0.07 * 100 > 7  # 7.000000000000001: a plain ceiling would ask for 8
+    raw = {"name": "t", "finetune": {"init": str(init), "vocab_map": str(data)},
+           "thresholds": {"d2t_match_min": 0.07}}
+    result = vocab_alignment_claim(parse_profile(raw))
+    assert (result.status, result.observed, result.expected) == (Status.PASSED, 7, ">= 7")

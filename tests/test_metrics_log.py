@@ -70,3 +70,35 @@ def test_errors_name_file_and_line(tmp_path: Path, name: str, text: str, match: 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not found"):
         read_metrics(tmp_path / "nope.jsonl")
+
+
+def _steps_log(path: Path, steps_by_epoch: dict[int, range]) -> Path:
+    path.write_text("".join(json.dumps({"epoch": e, "step": s, "accuracy": 0.5}) + "\n"
+                            for e, steps in steps_by_epoch.items() for s in steps))
+    return path
+
+
+def test_an_epoch_is_finished_once_a_later_one_appears_or_it_spans_a_whole_epoch(
+        tmp_path: Path) -> None:
+    running = _steps_log(tmp_path / "a.jsonl", {0: range(0, 100, 10), 1: range(100, 140, 10)})
+    assert read_metrics(running).finished_epochs() == {0}
+    done = _steps_log(tmp_path / "b.jsonl", {0: range(0, 100, 10), 1: range(100, 200, 10)})
+    assert read_metrics(done).finished_epochs() == {0, 1}
+    one_row_per_epoch = _steps_log(tmp_path / "c.jsonl", {0: range(0, 1), 1: range(1000, 1001)})
+    assert read_metrics(one_row_per_epoch).finished_epochs() == {0, 1}
+    single = _steps_log(tmp_path / "d.jsonl", {0: range(0, 100, 10)})
+    assert read_metrics(single).finished_epochs() == set()
+
+
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=8), st.integers(0, 30))
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_epoch_before_the_last_is_finished(tmp_path: Path, widths: list[int],
+                                                 last_width: int) -> None:
+    steps, start = {}, 0
+    for e, w in enumerate([*widths, last_width]):
+        steps[e] = range(start, start + w + 1)
+        start += w + 1
+    log = read_metrics(_steps_log(tmp_path / "m.jsonl", steps))
+    last = len(widths)
+    assert set(range(last)) <= log.finished_epochs()
+    assert (last in log.finished_epochs()) == (last_width >= widths[-1])

@@ -112,3 +112,49 @@ def test_unknown_top_level_keys_always_rejected(extra: dict[str, int]) -> None:
         return
     with pytest.raises(ProfileError, match="unknown key"):
         parse_profile(data)
+
+
+def test_a_value_fitting_no_branch_of_a_union_gives_one_plain_line() -> None:
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "x", "thresholds": {"accept_len_min": "brekeven"}})
+    lines = str(err.value).splitlines()
+    assert lines == ["<profile>: key 'thresholds.accept_len_min' is 'brekeven'; expected a number "
+                     'or "breakeven" (did you mean "breakeven"?)']
+
+
+def test_union_errors_merge_per_key_and_keep_other_keys_in_order() -> None:
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "x", "server": {"tp": "eight"},
+                       "thresholds": {"accept_len_min": [2], "t2d_match_min": "a"}})
+    lines = str(err.value).splitlines()
+    assert len(lines) == 3
+    assert "server.tp" in lines[0]
+    assert lines[1] == ("<profile>: key 'thresholds.accept_len_min' is [2]; expected a number "
+                        'or "breakeven"')
+    assert "thresholds.t2d_match_min" in lines[2]
+
+
+@given(st.one_of(st.text(max_size=12), st.lists(st.integers(), max_size=2),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+def test_union_keys_never_show_pydantic_branch_names(value: object) -> None:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        pass
+    else:
+        return  # a string pydantic parses as a number is a valid value
+    if value == "breakeven":
+        return
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "x", "thresholds": {"accept_len_min": value}})
+    text = str(err.value)
+    assert len(text.splitlines()) == 1
+    assert "key 'thresholds.accept_len_min' is " in text
+    assert "literal[" not in text
+    assert "accept_len_min.float" not in text
+
+
+def test_keys_of_free_form_tables_are_kept() -> None:
+    with pytest.raises(ProfileError) as err:
+        parse_profile({"name": "x", "server": {"env": {"NCCL_PROTO": 1}}})
+    assert "key 'server.env.NCCL_PROTO'" in str(err.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import stat
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from specgate import server
+from specgate import live, server
 from specgate.errors import ServerError
 from specgate.launch import LaunchSpec, build_command
 from specgate.profile import parse_profile
@@ -100,6 +101,27 @@ def test_launch_simulator_and_stop_the_whole_tree(tmp_path: Path) -> None:
     assert handle not in server.live_handles()
     assert not handle.alive()
     assert handle.stop() is report  # idempotent
+
+
+def test_env_is_read_from_the_process_on_the_port_not_the_wrapper(tmp_path: Path) -> None:
+    # The wrapper gets NCCL_PROTO from the harness but forks a server without it; `; exit $?`
+    # keeps any sh from exec-ing the server in place of itself.
+    script = (f"env -u NCCL_PROTO {shlex.quote(sys.executable)} -m specgate.simulator "
+              '"$@"; exit $?')
+    profile = _sim_profile(tmp_path, launcher=["sh", "-c", script, "sh"])
+    spec = build_command(profile, "speculative")
+    with server.running(spec, tmp_path / "log.txt", startup_timeout_s=30) as handle:
+        reading = server.process_env_detail(handle)
+        assert psutil.Process(handle.pid).environ()["NCCL_PROTO"] == "Simple"
+        assert reading.env is not None
+        assert "NCCL_PROTO" not in reading.env
+        assert reading.pid != handle.pid
+        assert reading.pid in {c.pid for c in psutil.Process(handle.pid).children()}
+        assert f"listens on port {spec.port}" in reading.reason
+        assert f"pid {reading.pid}" in reading.reason
+        check = live.check_env(profile, handle)
+        assert check.checked
+        assert check.mismatched == {"NCCL_PROTO": None}
 
 
 def test_exit_at_start_is_reported_at_once_with_the_log_tail(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from specgate.claims import Status
 from specgate.errors import CheckpointError
-from specgate.generate import shifted_token_ids
+from specgate.generate import shifted_token_ids, tiny, write_drafter
 from specgate.safetensors_io import TensorSpec, write_sparse
 from specgate.vocab import (
     VocabMap,
@@ -21,8 +23,10 @@ from specgate.vocab import (
     d2t_match_claim,
     invariants_claim,
     load_map,
+    required_count,
     t2d_match_claim,
 )
+from specgate.weights import layout_claim
 
 id_sets = st.integers(2, 400).flatmap(
     lambda v: st.tuples(st.just(v), st.sets(st.integers(0, v - 1), min_size=1, max_size=v)))
@@ -193,3 +197,64 @@ def test_missing_d2t_on_a_small_draft_vocab_is_broken(tmp_path: Path) -> None:
     result = invariants_claim(make_profile(folder))
     assert result.status is Status.BROKEN
     assert "no d2t" in result.message
+
+
+@pytest.mark.parametrize("drop", [("d2t", "t2d"), ("t2d",)], ids=["no-map", "d2t-only"])
+def test_full_vocabulary_drafter_without_a_map_passes_as_weights_layout_does(
+        tmp_path: Path, drop: tuple[str, ...]) -> None:
+    full = dataclasses.replace(tiny(), draft_vocab_size=tiny().vocab_size)
+    folder = write_drafter(tmp_path / "d", full, fill="random")
+    rewrite(folder / "model.safetensors", dict.fromkeys(drop))
+    profile = make_profile(folder)
+    assert layout_claim(profile).status is Status.PASSED
+    vmap = load_map(folder)
+    assert vmap.implied == drop
+    assert vmap.t2d is not None
+    assert vmap.t2d.all()
+    assert vmap.t2d.shape == (full.vocab_size,)
+    result = invariants_claim(profile)
+    assert result.status is Status.PASSED, result.message
+    assert "identity map" in result.message
+    assert " and ".join(drop) in result.message
+
+
+def test_full_vocabulary_drafter_with_a_wrong_d2t_still_fails(tmp_path: Path) -> None:
+    full = dataclasses.replace(tiny(), draft_vocab_size=tiny().vocab_size)
+    folder = write_drafter(tmp_path / "d", full, fill="random")
+    d2t = np.zeros(full.vocab_size, np.int64)
+    d2t[-1] = 1  # the last draft id points past the vocabulary
+    rewrite(folder / "model.safetensors",
+            {"t2d": None, "d2t": TensorSpec("I64", d2t.shape, data=d2t)})
+    result = invariants_claim(make_profile(folder))
+    assert result.status is Status.FAILED
+    assert "outside the vocabulary" in result.message
+    assert "t2d absent" in result.message
+
+
+@pytest.mark.parametrize(("fraction", "n", "need"), [
+    (0.543, 24000, 13032), (0.99, 32000, 31680), (0.1, 30, 3), (0.7, 10, 7), (1.0, 7, 7),
+    (0.0, 5, 0), (0.5, 3, 2), (0.3333, 3, 1),
+])
+def test_required_count_is_the_exact_ceiling(fraction: float, n: int, need: int) -> None:
+    assert math.ceil(0.543 * 24000) == 13033  # the binary noise this guards against
+    assert required_count(fraction, n) == need
+
+
+@given(st.integers(0, 1000), st.integers(1, 200_000))
+def test_required_count_of_an_exact_share_is_that_share(per_mille: int, n: int) -> None:
+    fraction = per_mille / 1000
+    need = required_count(fraction, n)
+    assert need == -((-per_mille * n) // 1000)  # integer ceiling, no floats involved
+    assert need >= fraction * n - 1e-6
+
+
+def test_d2t_match_needs_the_exact_count_not_one_more(tmp_path: Path) -> None:
+    shape = dataclasses.replace(tiny(), draft_vocab_size=100)
+    ref = write_drafter(tmp_path / "ref", shape, token_ids=range(0, 200, 2), fill="random")
+    ids = shifted_token_ids(load_map(ref).target_ids(), 7)
+    mine = write_drafter(tmp_path / "mine", shape, token_ids=ids, fill="random", seed=5)
+    assert 0.07 * 100 > 7  # 7.000000000000001: a plain ceiling would ask for 8
+    result = d2t_match_claim(make_profile(mine, ref, d2t_match_min=0.07))
+    assert (result.status, result.observed, result.expected) == (Status.PASSED, 7, ">= 7")
+    t2d = t2d_match_claim(make_profile(mine, ref, t2d_match_min=0.56))
+    assert (t2d.status, t2d.observed, t2d.expected) == (Status.PASSED, 99, ">= 56")
