@@ -30,8 +30,11 @@ def test_api_key_patterns_are_masked_without_knowing_the_key(key: str) -> None:
         f"Authorization: Bearer {key}",
         f"env HF_TOKEN={key} NCCL_PROTO=Simple",
     ):
-        assert key not in r.redact(text), text
-        assert MASK in r.redact(text)
+        redacted = r.redact(text)
+        assert MASK in redacted
+        # The key may also occur by chance in the text around it (hypothesis found
+        # 'sglang.l' inside 'sglang.launch_server'): count occurrences, not presence.
+        assert redacted.count(key) == text.count(key) - 1, text
 
 
 def test_innocent_text_and_none_are_left_alone() -> None:
