@@ -238,12 +238,26 @@ def _write_tensor(f: Any, name: str, spec: TensorSpec) -> None:
     elif spec.chunks is not None:
         written = 0
         for chunk in spec.chunks():
-            f.write(chunk)
+            if _all_zero(chunk):
+                # Leave a hole: it reads as zeros, and a copied sparse file stays sparse.
+                f.seek(len(chunk), os.SEEK_CUR)
+            else:
+                f.write(chunk)
             written += len(chunk)
         if written != spec.nbytes:
             raise ValueError(f"{name}: chunks gave {written} bytes, expected {spec.nbytes}")
     elif spec.mark and spec.nbytes:
         f.write(_one(spec.dtype))
+
+
+_ZEROS = bytes(16 * 1024 * 1024)
+
+
+def _all_zero(chunk: bytes) -> bool:
+    size = len(chunk)
+    if size <= len(_ZEROS):
+        return chunk == _ZEROS[:size]
+    return chunk.count(0) == size
 
 
 def _one(dtype: str) -> bytes:
