@@ -79,7 +79,7 @@ def run_all(out: Path, only: list[str], quick: bool, keep: bool,
     work = workdir or Path(tempfile.mkdtemp(prefix="specgate-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {
-        "schema": 1, "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(
+        "schema": 1, "started_at": _dt.datetime.now(_dt.UTC).isoformat(
             timespec="seconds"),
         "quick": quick, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                     "platform": platform.platform()},

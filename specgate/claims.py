@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"  # the checkpoint or deployment does not meet the claim
     BROKEN = "broken"  # the harness could not evaluate it (bad input, server down)

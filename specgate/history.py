@@ -159,7 +159,7 @@ def record_run(
     when: _dt.datetime | None = None,
 ) -> RunRecord:
     """Append one finished run to the history file and return its record."""
-    when = when or _dt.datetime.now(_dt.timezone.utc)
+    when = when or _dt.datetime.now(_dt.UTC)
     record = RunRecord(profile, drafter, outcome, when.isoformat(timespec="seconds"),
                        dict(figures))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -159,7 +159,7 @@ def json_safe(value: Any) -> Any:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def load_prompts(profile: Profile) -> tuple[list[prompts.Prompt], str]:

@@ -7,11 +7,11 @@ import os
 import re
 import shlex
 import sys
+import tomllib
 import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specgate.errors import ProfileError

@@ -47,7 +47,7 @@ def build(
         "profile": profile,
         "drafter": drafter,
         "outcome": outcome,
-        "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     if extra:
         doc.update(extra)

@@ -14,7 +14,7 @@ from specgate.claims import Status
 from specgate.history import Figure, RunRecord
 from specgate.profile import Profile, parse_profile
 
-T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def _run(profile: str, outcome: str, accept: float | None, tps: float | None = None,
