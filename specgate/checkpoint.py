@@ -275,4 +275,6 @@ def expected_layout(config: dict[str, Any]) -> dict[str, ExpectedTensor]:
 
 
 def is_trainable(canonical: str) -> bool:
-    return canonical not in FROZEN_TENSORS
+    """Not a frozen tensor: embed_tokens comes from the target, d2t/t2d are maps, and a
+    verifier_lm_head (some exports carry the target's head) is never trained."""
+    return canonical not in FROZEN_TENSORS and not canonical.startswith("verifier_lm_head.")

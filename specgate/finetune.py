@@ -2,62 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import math
 
 from specgate import claims
-from specgate.checkpoint import Drafter, open_drafter
+from specgate.checkpoint import open_drafter
 from specgate.claims import Attachment, ClaimResult
 from specgate.errors import CheckpointError, DataError
 from specgate.metrics_log import MetricsLog, read_metrics
 from specgate.profile import Profile
 from specgate.vocab import compare as compare_maps
 from specgate.vocab import load_map, required_count
+from specgate.weights import tensor_parity
 
 PHASE = "phase1"
-# What a fine-tune's loader leaves out (SpecForge's and the seeds' --finetune-from): the vocab
-# map is the new data's, embed_tokens is frozen and comes from the target.
-SKIPPED = ("d2t", "t2d", "embed_tokens.weight")
-SKIPPED_PREFIXES = ("verifier_lm_head",)
 # "Clearly below random": the first loss must beat the uniform guess ln(Vd) by 10 %.
 LOSS_MARGIN = 0.9
-
-
-@dataclasses.dataclass(frozen=True)
-class InitParity:
-    """How an init checkpoint's tensors land in the drafter being trained."""
-
-    loaded: tuple[str, ...]
-    skipped: tuple[str, ...]
-    missing: tuple[str, ...]  # in init, no place in the drafter
-    mismatched: tuple[tuple[str, str, str], ...]  # (name, init shape/dtype, drafter shape/dtype)
-    fresh: tuple[str, ...]  # in the drafter, not given by init: trained from their own init
-
-
-def _skipped(canonical: str) -> bool:
-    return canonical in SKIPPED or canonical.startswith(SKIPPED_PREFIXES)
-
-
-def init_parity(init: Drafter, drafter: Drafter) -> InitParity:
-    """Match tensors by normalized name (midlayer.* ≡ layers.0.*), shape and dtype."""
-    mine = drafter.by_canonical()
-    theirs = init.by_canonical()
-    loaded, skipped, missing, mismatched = [], [], [], []
-    for name, info in sorted(theirs.items()):
-        if _skipped(name):
-            skipped.append(name)
-            continue
-        twin = mine.get(name)
-        if twin is None:
-            missing.append(name)
-        elif twin.shape != info.shape or twin.dtype != info.dtype:
-            mismatched.append((name, f"{list(info.shape)} {info.dtype}",
-                               f"{list(twin.shape)} {twin.dtype}"))
-        else:
-            loaded.append(name)
-    fresh = tuple(n for n in sorted(mine) if n not in theirs and not _skipped(n))
-    return InitParity(tuple(loaded), tuple(skipped), tuple(missing), tuple(mismatched), fresh)
 
 
 def init_parity_claim(profile: Profile) -> ClaimResult:
@@ -69,11 +29,14 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
     if drafter_path is None:
         return claims.skipped(cid, PHASE, "no [drafter] path: the drafter being trained")
     try:
-        parity = init_parity(open_drafter(init_path), open_drafter(drafter_path))
+        # The tensors a fine-tune's loader leaves out (SpecForge's and the seeds'
+        # --finetune-from) are the frozen ones: the vocab map is the new data's, embed_tokens
+        # comes from the target.
+        parity = tensor_parity(open_drafter(init_path), open_drafter(drafter_path))
     except CheckpointError as exc:
         return claims.broken(cid, PHASE, str(exc))
-    total = len(parity.loaded) + len(parity.missing) + len(parity.mismatched)
-    skipped = f"skipped as a fine-tune loader does: {', '.join(parity.skipped) or 'none'}"
+    total = len(parity.matched) + len(parity.missing) + len(parity.mismatched)
+    skipped = f"skipped as a fine-tune loader does: {', '.join(parity.frozen) or 'none'}"
     problems = [f"{n}: init {a}, drafter {b}" for n, a, b in parity.mismatched]
     problems += [f"{n}: no such tensor in the drafter" for n in parity.missing]
     if problems:
@@ -82,15 +45,15 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
                    f"{'; …' if len(problems) > 6 else ''}); a loader would drop or fail on them. "
                    f"Names were normalised (midlayer.* ≡ layers.0.*); {skipped}")
     else:
-        fresh = (f"; {len(parity.fresh)} drafter tensor(s) not in init start from their own "
-                 f"initialisation: {', '.join(parity.fresh)}" if parity.fresh else "")
+        fresh = (f"; {len(parity.extra)} drafter tensor(s) not in init start from their own "
+                 f"initialisation: {', '.join(parity.extra)}" if parity.extra else "")
         message = (f"{init_path}: all {total} trainable tensors load into {drafter_path} with the"
                    f" same shape and dtype (midlayer.* ≡ layers.0.*); {skipped}{fresh}")
     return claims.judged(
-        not problems, cid, PHASE, message, observed=len(parity.loaded), expected=f"= {total}",
-        unit="tensors", details={"skipped": list(parity.skipped), "missing": list(parity.missing),
+        not problems, cid, PHASE, message, observed=len(parity.matched), expected=f"= {total}",
+        unit="tensors", details={"skipped": list(parity.frozen), "missing": list(parity.missing),
                                  "mismatched": [list(m) for m in parity.mismatched],
-                                 "fresh": list(parity.fresh)})
+                                 "fresh": list(parity.extra)})
 
 
 def vocab_alignment_claim(profile: Profile) -> ClaimResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from specgate import claims, health
@@ -78,20 +79,49 @@ def layout_claim(profile: Profile) -> ClaimResult:
                          observed=0, expected=0, unit="mismatches", details=details)
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorParity:
+    """How one drafter's tensors (the source) land in another (the target), by normalized name
+    (midlayer.* ≡ layers.0.*), shape and dtype; frozen tensors are set aside."""
+
+    matched: tuple[str, ...]
+    frozen: tuple[str, ...]  # in the source, not trainable (embed_tokens, d2t, t2d, …)
+    missing: tuple[str, ...]  # trainable in the source, no place in the target
+    mismatched: tuple[tuple[str, str, str], ...]  # (name, source shape/dtype, target's)
+    extra: tuple[str, ...]  # trainable in the target, absent from the source
+
+
+def tensor_parity(source: Drafter, target: Drafter) -> TensorParity:
+    """Match every trainable tensor of source with its twin in target (one check for
+    weights.shape_parity and finetune.init_parity)."""
+    mine = target.by_canonical()
+    theirs = source.by_canonical()
+    matched, frozen, missing, mismatched = [], [], [], []
+    for name, info in sorted(theirs.items()):
+        if not is_trainable(name):
+            frozen.append(name)
+            continue
+        twin = mine.get(name)
+        if twin is None:
+            missing.append(name)
+        elif twin.shape != info.shape or twin.dtype != info.dtype:
+            mismatched.append((name, f"{list(info.shape)} {info.dtype}",
+                               f"{list(twin.shape)} {twin.dtype}"))
+        else:
+            matched.append(name)
+    extra = tuple(n for n in sorted(mine) if n not in theirs and is_trainable(n))
+    return TensorParity(tuple(matched), tuple(frozen), tuple(missing), tuple(mismatched), extra)
+
+
 def parity_problems(drafter: Drafter, reference: Drafter) -> list[str]:
     """Every trainable reference tensor without a same-shape, same-dtype twin in the drafter."""
-    mine = drafter.by_canonical()
-    problems = []
-    for name, ref in sorted(reference.by_canonical().items()):
-        if not is_trainable(name):
-            continue
-        info = mine.get(name)
-        if info is None:
-            problems.append(f"{ref.name} {list(ref.shape)} {ref.dtype} has no twin in the drafter")
-        elif info.shape != ref.shape or info.dtype != ref.dtype:
-            problems.append(f"{name}: drafter {list(info.shape)} {info.dtype} vs reference "
-                            f"{list(ref.shape)} {ref.dtype}")
-    return problems
+    parity = tensor_parity(reference, drafter)
+    refs = reference.by_canonical()
+    problems = {n: f"{refs[n].name} {list(refs[n].shape)} {refs[n].dtype} has no twin in the "
+                   "drafter" for n in parity.missing}
+    problems.update({name: f"{name}: drafter {theirs} vs reference {ref}"
+                     for name, ref, theirs in parity.mismatched})
+    return [problems[n] for n in sorted(problems)]
 
 
 def shape_parity_claim(profile: Profile) -> ClaimResult:
