@@ -12,7 +12,7 @@ hidden-state dump of a few thousand tokens, then measures:
 Prints one JSON line. Reference figures: the seeds measured 0.66 ms per draft cycle on their
 TP-8 deployment; gpu-notes.md measured 0.62 ms per draft step (CUDA graph) on one H200.
 Run: `python benchmarks/gpu_eval.py` on a GPU box, `python benchmarks/gpu_eval.py --small` on CPU.
-Only torch and numpy are needed (no pydantic: specgate.eagle_model is imported alone).
+Only torch and numpy are needed (no pydantic: specgate.model.eagle is imported alone).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specgate.eagle_model import DrafterShape, EagleDrafter, Embeddings
+from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings
 
 K25 = DrafterShape(hidden_size=7168, target_hidden_size=7168, num_heads=64, num_kv_heads=64,
                    head_dim=128, intermediate_size=18432, vocab_size=163840,

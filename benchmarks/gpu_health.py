@@ -21,8 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specgate import generate, health
-from specgate.checkpoint import open_drafter
+from specgate.io import health
+from specgate.io.checkpoint import open_drafter
+from specgate.testing import generate
 
 CHUNK = 256 * 1024 * 1024
 

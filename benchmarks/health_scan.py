@@ -20,8 +20,7 @@ SCRIPT = str(Path(__file__).resolve())
 
 def make_drafter(root: Path, preset: str = "mid") -> Path:
     """A real (every byte written) drafter: Llama-3-8B-like widths, a 64k vocab, ~1.4 GB."""
-    from specgate import generate
-
+    from specgate.testing import generate
     folder = root / f"health_{preset}"
     if (folder / "config.json").exists():
         return folder
@@ -35,8 +34,8 @@ def make_drafter(root: Path, preset: str = "mid") -> Path:
 
 
 def child_scan(folder: str, workers: str, skip_holes: str) -> dict[str, Any]:
-    from specgate import health
-    from specgate.checkpoint import open_drafter
+    from specgate.io import health
+    from specgate.io.checkpoint import open_drafter
 
     t0 = time.perf_counter()
     report = health.scan(open_drafter(folder), workers=int(workers),

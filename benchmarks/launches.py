@@ -23,7 +23,7 @@ def counting_launcher(root: Path) -> tuple[Path, Path]:
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$$ $*" >> "{counter}"\n'
-        f'exec "{PYTHON}" -m specgate.simulator "$@"\n', encoding="utf-8")
+        f'exec "{PYTHON}" -m specgate.testing.simulator "$@"\n', encoding="utf-8")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script, counter
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import requests
 
-from specgate import bench, demo, live, perf_claims, prompts
-from specgate.client import SGLangClient
-from specgate.live import ConfigRun, LiveResults
-from specgate.profile import Profile, parse_profile
-from specgate.simulator import model
+from specgate.claims import perf as perf_claims
+from specgate.core.profile import Profile, parse_profile
+from specgate.measure import bench, live, prompts
+from specgate.measure.live import ConfigRun, LiveResults
+from specgate.serving.client import SGLangClient
+from specgate.testing import demo
+from specgate.testing.simulator import model
 
 STEPS = 2
 FIXED_PROMPTS = 80
@@ -37,7 +39,7 @@ def simulator(argv: Sequence[str], log: Path) -> Iterator[str]:
     """One simulator process on a free loopback port; yields its URL, kills it afterwards."""
     port = _free_port()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "specgate.simulator", *argv,
+        proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
                                  "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -19,8 +19,7 @@ SCRIPT = str(Path(__file__).resolve())
 def make_pair(root: Path, preset: str = "full") -> tuple[Path, Path]:
     """The K2.5-shaped drafter (with embed_tokens) and the AQ-MedAI-shaped reference whose d2t
     agrees on 252 positions, both sparse ("marked": one non-zero value per weight)."""
-    from specgate import generate
-
+    from specgate.testing import generate
     if preset == "full":
         mine, theirs, matches = generate.kimi_k25(), generate.aq_medai_k2(), 252
     else:
@@ -41,8 +40,8 @@ def make_pair(root: Path, preset: str = "full") -> tuple[Path, Path]:
 def child_claims(drafter: str, reference: str) -> dict[str, Any]:
     """In a fresh process: import, build the profile, run the five claims."""
     t0 = time.perf_counter()
-    from specgate import vocab, weights
-    from specgate.profile import parse_profile
+    from specgate.claims import vocab, weights
+    from specgate.core.profile import parse_profile
 
     t1 = time.perf_counter()
     profile = parse_profile({"name": "bench", "drafter": {"path": drafter,
@@ -99,7 +98,7 @@ def run(root: Path, preset: str = "full") -> dict[str, Any]:
     touch = measure_child([PYTHON, SCRIPT, "load", str(drafter), str(reference), "1"])
     touched = touch.json_out()
     # A bare interpreter with the same imports, so the claims' own RSS can be told apart.
-    bare = measure_child([PYTHON, "-c", "import specgate.vocab, specgate.weights"])
+    bare = measure_child([PYTHON, "-c", "import specgate.claims.vocab, specgate.claims.weights"])
     out = {
         "preset": preset,
         "file_bytes": sizes,

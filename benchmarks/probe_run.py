@@ -22,8 +22,7 @@ _LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 def full_profile(root: Path, drafter: Path, reference: Path) -> Path:
     """A profile pointing at the full-size generated pair and a Kimi-K2.5 target config."""
-    from specgate import generate
-
+    from specgate.testing import generate
     target = generate.write_target_config(root / "k25_target", "kimi-k25")
     text = f'''name = "bench-full-size"
 [target]

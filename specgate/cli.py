@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from specgate.errors import SpecgateError
+from specgate.core.errors import SpecgateError
 
 USAGE = """specgate COMMAND [options]
 
@@ -21,31 +21,31 @@ The claims themselves run under pytest: `pytest -m probe`, `pytest -m gate` (see
 
 
 def _report(argv: Sequence[str]) -> int:
-    from specgate.report import main_report
+    from specgate.report.build import main_report
 
     return main_report(list(argv))
 
 
 def _generate(argv: Sequence[str]) -> int:
-    from specgate.generate import main_generate
+    from specgate.testing.generate import main_generate
 
     return main_generate(list(argv))
 
 
 def _remap(argv: Sequence[str]) -> int:
-    from specgate.remap import main_remap
+    from specgate.io.remap import main_remap
 
     return main_remap(list(argv))
 
 
 def _eval(argv: Sequence[str]) -> int:
-    from specgate.evaluate import main_eval
+    from specgate.model.evaluate import main_eval
 
     return main_eval(list(argv))
 
 
 def _preflight(argv: Sequence[str]) -> int:
-    from specgate.preflight import main_preflight
+    from specgate.serving.preflight import main_preflight
 
     return main_preflight(list(argv))
 

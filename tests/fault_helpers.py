@@ -40,7 +40,7 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
     if fault:
         env["SPECGATE_SIM_FAULT"] = fault
     env_items = ", ".join(f"{k} = {_toml(v)}" for k, v in env.items())
-    launcher = launcher or ["python", "-m", "specgate.simulator"]
+    launcher = launcher or ["python", "-m", "specgate.testing.simulator"]
     lines = [
         f'name = "fault-{marker[:8]}"',
         "simulated = true",

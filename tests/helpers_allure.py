@@ -14,7 +14,7 @@ _SAMPLE = '''
 import allure
 import pytest
 
-from specgate.claims import PHASE_TITLES, family_of
+from specgate.claims.result import PHASE_TITLES, family_of
 
 ROUND = {round}
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from specgate.generate import tiny, write_drafter
-from specgate.profile import Profile, parse_profile
-from specgate.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
+from specgate.core.profile import Profile, parse_profile
+from specgate.io.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
+from specgate.testing.generate import tiny, write_drafter
 
 
 def tiny_drafter(folder: Path, **kw: Any) -> Path:

@@ -7,7 +7,7 @@ Same as `specgate preflight`; kept so older CI scripts keep working.
 
 import sys
 
-from specgate.preflight import main_preflight
+from specgate.serving.preflight import main_preflight
 
 if __name__ == "__main__":
     sys.exit(main_preflight())

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate import allure_meta
-from specgate.claims import ClaimResult, Status
-from specgate.profile import parse_profile
+from specgate.claims.result import ClaimResult, Status
+from specgate.core.profile import parse_profile
+from specgate.report import allure_meta
 
 # (status, status message as allure-pytest writes it) → the one category it belongs in.
 CASES = [
@@ -33,7 +33,7 @@ CASES = [
     ("failed", "Failed: spec.speedup: 0.73x, CI [0.70, 0.76]", "Below break-even"),
     ("failed", "Failed: regress.accept_len: accept length 2.1 against 2.6",
      "Regressed since last pass"),
-    ("broken", "specgate.errors.ServerError: GET http://127.0.0.1:30000/health: no answer",
+    ("broken", "specgate.core.errors.ServerError: GET http://127.0.0.1:30000/health: no answer",
      "Server failed"),
     ("broken", "fixtures.plugin.ClaimBroken: perf.baseline_tps: the baseline measurement could "
      "not be made: start: exited 1\n--- last lines of the server log ---\nCUDA OOM",

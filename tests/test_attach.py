@@ -7,8 +7,9 @@ from pathlib import Path
 import fault_helpers as fh
 import pytest
 
-from specgate import demo, launch, server
-from specgate.profile import load_profile
+from specgate.core.profile import load_profile
+from specgate.serving import launch, server
+from specgate.testing import demo
 
 
 @pytest.fixture(scope="module")

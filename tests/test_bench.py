@@ -1,4 +1,4 @@
-"""Tests for specgate.bench: end to end against the SGLang simulator, checked against its truth."""
+"""Tests for specgate.measure.bench: end to end against the simulator, held to its truth."""
 
 import json
 import math
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from specgate import bench, prompts
-from specgate.client import SGLangClient
-from specgate.profile import BenchSection
-from specgate.simulator import model
+from specgate.core.profile import BenchSection
+from specgate.measure import bench, prompts
+from specgate.serving.client import SGLangClient
+from specgate.testing.simulator import model
 
 STEPS = 2
 ACCEPTANCE = [0.8, 0.6]
@@ -39,7 +39,7 @@ def _model_dirs(root: Path) -> tuple[Path, Path]:
 def _start(argv: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     fh = open(log, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "specgate.simulator", *argv,
+    proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
                              "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -160,7 +160,7 @@ def test_pass_rates_from_samples():
 
 
 def test_straddles():
-    from specgate.stats import summarize
+    from specgate.measure.stats import summarize
 
     s = summarize([1.0, 2.0, 3.0])
     assert bench.straddles(s, 2.0, "x") is not None

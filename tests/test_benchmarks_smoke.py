@@ -22,7 +22,7 @@ import offline_claims  # noqa: E402
 import probe_run  # noqa: E402
 import run_all  # noqa: E402
 
-from specgate.profile import load_profile  # noqa: E402
+from specgate.core.profile import load_profile  # noqa: E402
 
 
 def test_measured_child_reports_its_own_peak_rss() -> None:
@@ -98,7 +98,7 @@ def test_import_costs_parse_top_level_entries(monkeypatch: pytest.MonkeyPatch) -
     stderr = ("import time: self [us] | cumulative | imported package\n"
               "import time:       100 |        100 |     numpy.core\n"
               "import time:       200 |       5000 | numpy\n"
-              "import time:       300 |      40000 | specgate.demo\n")
+              "import time:       300 |      40000 | specgate.testing.demo\n")
     fake = common.ChildRun(0.1, 1.0, 0, "", stderr)
     monkeypatch.setattr(probe_run, "run_child", lambda *a, **k: fake)
     got = probe_run.import_costs(None, Path("unused"))

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from helpers_ckpt import tiny_drafter
 
-from specgate.checkpoint import (
+from specgate.core.errors import CheckpointError
+from specgate.io.checkpoint import (
     INDEX_NAME,
     expected_layout,
     load_target_config,
@@ -20,8 +21,7 @@ from specgate.checkpoint import (
     read_config,
     read_tensor,
 )
-from specgate.errors import CheckpointError
-from specgate.generate import aq_medai_k2, kimi_k25, tiny, write_target_config
+from specgate.testing.generate import aq_medai_k2, kimi_k25, tiny, write_target_config
 
 
 def test_open_tiny_drafter(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tests for specgate.client against a tiny in-process fake SGLang server."""
+"""Tests for specgate.serving.client against a tiny in-process fake SGLang server."""
 
 import json
 import threading
@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import pytest
 
-from specgate.client import SGLangClient
-from specgate.errors import ServerError
+from specgate.core.errors import ServerError
+from specgate.serving.client import SGLangClient
 
 FINAL_META = {"completion_tokens": 3, "prompt_tokens": 5, "e2e_latency": 0.01,
               "finish_reason": {"type": "stop", "matched": 2}, "spec_verify_ct": 2}

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 from helpers_ckpt import make_profile, tiny_drafter
 
-from specgate.claims import Status
-from specgate.config_claims import (
+from specgate.claims.config import (
     config_field_claim,
     config_field_claims,
     config_field_ids,
     lookup,
     target_compat_claim,
 )
-from specgate.generate import aq_medai_k2, kimi_k25, write_target_config
+from specgate.claims.result import Status
+from specgate.testing.generate import aq_medai_k2, kimi_k25, write_target_config
 
 EXPECT = {
     "architectures": ["LlamaForCausalLMEagle3"],

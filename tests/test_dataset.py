@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specgate import dataset
-from specgate.claims import Status
-from specgate.dataset import capture_layers, vocab_map_from_data
-from specgate.evaluate import bf16_bits, open_dump
-from specgate.generate import tiny, write_drafter
-from specgate.profile import Profile, parse_profile
-from specgate.safetensors_io import TensorSpec, write_sparse
+from specgate.claims import data as dataset
+from specgate.claims.data import capture_layers, vocab_map_from_data
+from specgate.claims.result import Status
+from specgate.core.profile import Profile, parse_profile
+from specgate.io.safetensors_io import TensorSpec, write_sparse
+from specgate.model.evaluate import bf16_bits, open_dump
+from specgate.testing.generate import tiny, write_drafter
 
 SHAPE = tiny()  # hidden 32, vocab 256, draft vocab 64, aux ids [1, 3, 5]
 WIDTH = 3 * SHAPE.hidden_size

@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specgate import eagle_model  # noqa: E402
-from specgate.eagle_model import DrafterShape, EagleDrafter, Embeddings  # noqa: E402
-from specgate.generate import tiny, write_drafter  # noqa: E402
+from specgate.model import eagle as eagle_model  # noqa: E402
+from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings  # noqa: E402
+from specgate.testing.generate import tiny, write_drafter  # noqa: E402
 
 H, HEADS, KV, D, INTER, V, VD = 16, 4, 2, 4, 24, 40, 12
 

@@ -14,10 +14,14 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from specgate import evaluate
-from specgate.claims import Status
-from specgate.errors import DataError
-from specgate.evaluate import (
+from specgate.claims.result import Status
+from specgate.claims.vocab import VocabMap
+from specgate.core.errors import DataError
+from specgate.core.profile import parse_profile
+from specgate.io.remap import remap_vocab
+from specgate.io.safetensors_io import TensorSpec, read_array, read_file_header, write_sparse
+from specgate.model import evaluate
+from specgate.model.evaluate import (
     EvalReport,
     StepStats,
     bf16_bits,
@@ -27,11 +31,7 @@ from specgate.evaluate import (
     teacher_forced,
     teacher_forced_claim,
 )
-from specgate.generate import shifted_token_ids, tiny, write_drafter
-from specgate.profile import parse_profile
-from specgate.remap import remap_vocab
-from specgate.safetensors_io import TensorSpec, read_array, read_file_header, write_sparse
-from specgate.vocab import VocabMap
+from specgate.testing.generate import shifted_token_ids, tiny, write_drafter
 
 K2_IDS = np.sort(np.random.default_rng(7).choice(200, size=tiny().draft_vocab_size,
                                                  replace=False)).astype(np.int64)

@@ -39,7 +39,7 @@ def pytest_configure(config):
         return
 
     def watch():
-        from specgate import server
+        from specgate.serving import server
         while True:
             time.sleep(0.05)
             if server.live_handles():
@@ -62,8 +62,8 @@ import sys
 args = sys.argv[1:]
 if "--api-key" in args:
     args[args.index("--api-key") + 1] += "-rotated"
-sys.argv = ["specgate.simulator", *args]
-runpy.run_module("specgate.simulator", run_name="__main__")
+sys.argv = ["specgate.testing.simulator", *args]
+runpy.run_module("specgate.testing.simulator", run_name="__main__")
 '''
 
 

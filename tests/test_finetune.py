@@ -10,14 +10,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specgate.claims import Status
-from specgate.finetune import (
+from specgate.claims.finetune import (
     init_parity_claim,
     initial_loss_claim,
     progress_claim,
     vocab_alignment_claim,
 )
-from specgate.generate import (
+from specgate.claims.result import Status
+from specgate.claims.vocab import VocabMap
+from specgate.core.profile import Profile, parse_profile
+from specgate.io.safetensors_io import TensorSpec, read_file_header, write_sparse
+from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,
     kimi_k25,
@@ -26,9 +29,6 @@ from specgate.generate import (
     tiny,
     write_drafter,
 )
-from specgate.profile import Profile, parse_profile
-from specgate.safetensors_io import TensorSpec, read_file_header, write_sparse
-from specgate.vocab import VocabMap
 
 
 def _profile(drafter: Path | None = None, **finetune: Any) -> Profile:

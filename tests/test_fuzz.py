@@ -17,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate import config_claims, generate, vocab, weights
-from specgate.claims import ClaimResult, Status
-from specgate.errors import ProfileError
-from specgate.profile import load_profile, parse_profile
+from specgate.claims import config as config_claims
+from specgate.claims import vocab, weights
+from specgate.claims.result import ClaimResult, Status
+from specgate.core.errors import ProfileError
+from specgate.core.profile import load_profile, parse_profile
+from specgate.testing import generate
 
 CASE_LIMIT_S = 10  # a hang is a failure, not a stuck CI job
 FUZZ = settings(max_examples=60, deadline=5000, derandomize=True,

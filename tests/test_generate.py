@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgate.checkpoint import expected_layout, load_target_config, open_drafter
-from specgate.generate import (
+from specgate.claims.vocab import check_invariants, compare, load_map
+from specgate.io.checkpoint import expected_layout, load_target_config, open_drafter
+from specgate.io.health import scan
+from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,
     kimi_k25,
@@ -19,8 +21,6 @@ from specgate.generate import (
     tiny,
     write_drafter,
 )
-from specgate.health import scan
-from specgate.vocab import check_invariants, compare, load_map
 
 
 def _bytes(shape_config: dict[str, object], embed: bool) -> int:

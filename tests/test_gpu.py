@@ -1,4 +1,4 @@
-"""Tests for specgate.gpu: nvidia-smi parsing on captured samples and a fake nvidia-smi."""
+"""Tests for specgate.serving.gpu: nvidia-smi parsing on captured samples and a fake nvidia-smi."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import gpu
+from specgate.serving import gpu
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 

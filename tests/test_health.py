@@ -10,9 +10,9 @@ from helpers_ckpt import tiny_drafter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.checkpoint import open_drafter
-from specgate.health import scan, scan_tensor
-from specgate.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
+from specgate.io.checkpoint import open_drafter
+from specgate.io.health import scan, scan_tensor
+from specgate.io.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
 
 SPECIALS = {  # (a finite non-zero value, NaN, +Inf, -0.0) as raw bits per dtype
     "BF16": (np.uint16, 0x3F80, 0x7FC1, 0x7F80, 0x8000),

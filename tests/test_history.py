@@ -9,10 +9,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from specgate import claims, history, stats, verdict
-from specgate.claims import Status
-from specgate.history import Figure, RunRecord
-from specgate.profile import Profile, parse_profile
+from specgate.claims import result as claims
+from specgate.claims.result import Status
+from specgate.core.profile import Profile, parse_profile
+from specgate.measure import stats
+from specgate.report import history, verdict
+from specgate.report.history import Figure, RunRecord
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -224,7 +226,7 @@ def test_figure_of_a_summary_keeps_its_interval() -> None:
 def test_an_offline_pass_does_not_hide_the_last_measured_pass():
     """Full probe, then `-m "probe and not live"` (passes, measures nothing): the regression
     claim must still compare with the full run."""
-    from specgate.history import Figure, RunRecord, regression_claim
+    from specgate.report.history import Figure, RunRecord, regression_claim
 
     measured = RunRecord(profile="p", drafter="d", outcome="passed", time="t1",
                          figures={"accept_len": Figure(2.5, 2.45, 2.55, "tokens/verify")})

@@ -1,4 +1,4 @@
-"""Tests for specgate.launch: the argv, env, URL and key of a launch command."""
+"""Tests for specgate.serving.launch: the argv, env, URL and key of a launch command."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.errors import ProfileError
-from specgate.launch import build_command, remote_command_start, server_url
-from specgate.profile import Profile, parse_profile
+from specgate.core.errors import ProfileError
+from specgate.core.profile import Profile, parse_profile
+from specgate.serving.launch import build_command, remote_command_start, server_url
 
 SPEC_FLAGS = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
               "--speculative-num-draft-tokens", "3"]

@@ -1,4 +1,4 @@
-"""Tests for specgate.live and fixtures.live: a whole live session against the simulator."""
+"""Tests for specgate.measure.live and fixtures.live: a whole live session against the simulator."""
 
 import json
 import sys
@@ -7,10 +7,10 @@ import threading
 import pytest
 from specgate_fixtures.live import shared_live_results
 
-from specgate import perf_claims
-from specgate.claims import Status
-from specgate.live import LiveResults, run_live
-from specgate.profile import parse_profile
+from specgate.claims import perf as perf_claims
+from specgate.claims.result import Status
+from specgate.core.profile import parse_profile
+from specgate.measure.live import LiveResults, run_live
 
 
 def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, bench=None):
@@ -24,7 +24,7 @@ def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, benc
         "name": "live-test",
         "target": {"path": str(target)},
         "drafter": {"path": str(draft)},
-        "server": {"launcher": [sys.executable, "-m", "specgate.simulator"], "port": 0,
+        "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"], "port": 0,
                    "startup_timeout_s": 30, "env": env or {"NCCL_PROTO": "Simple"}},
         "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
                         "num_draft_tokens": 3},
@@ -108,7 +108,7 @@ def test_fixture_runs_live_once_for_concurrent_workers(tmp_path, monkeypatch):
         calls.append(1)
         return fake
 
-    monkeypatch.setattr("specgate.live.run_live", fake_run_live)
+    monkeypatch.setattr("specgate.measure.live.run_live", fake_run_live)
     got = []
     threads = [threading.Thread(target=lambda: got.append(
         shared_live_results(None, tmp_path, "run-1"))) for _ in range(4)]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate.errors import DataError
-from specgate.metrics_log import read_metrics
+from specgate.core.errors import DataError
+from specgate.io.metrics_log import read_metrics
 
 rows = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 10**6),
                           st.floats(0, 30, allow_nan=False), st.floats(0, 1)),

@@ -1,13 +1,13 @@
-"""Tests for specgate.perf_claims on constructed measurements: wording, verdicts, silent faults."""
+"""Tests for specgate.claims.perf on constructed measurements: wording, verdicts, silent faults."""
 
 import pytest
 
-from specgate import perf_claims
-from specgate.bench import RequestSample, build_measurement
-from specgate.claims import Status
-from specgate.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
-from specgate.profile import BenchSection, parse_profile
-from specgate.prompts import template_named
+from specgate.claims import perf as perf_claims
+from specgate.claims.result import Status
+from specgate.core.profile import BenchSection, parse_profile
+from specgate.measure.bench import RequestSample, build_measurement
+from specgate.measure.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
+from specgate.measure.prompts import template_named
 
 PLAIN = template_named("plain", "test")
 

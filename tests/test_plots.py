@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from specgate import plots
+from specgate.report import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

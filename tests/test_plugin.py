@@ -14,8 +14,7 @@ import pytest
 SUITE = '''
 import os, time
 import pytest
-from specgate import claims
-
+from specgate.claims import result as claims
 @pytest.mark.claim("demo.pass")
 @pytest.mark.phase0
 @pytest.mark.gate

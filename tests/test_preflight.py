@@ -1,4 +1,4 @@
-"""Tests for specgate.preflight: a stand-in sglang package always, the real one when installed."""
+"""Tests for specgate.serving.preflight: a stand-in sglang always, the real one if installed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate.launch import build_command
-from specgate.preflight import launcher_python, preflight, preflight_spec
-from specgate.profile import parse_profile
+from specgate.core.profile import parse_profile
+from specgate.serving.launch import build_command
+from specgate.serving.preflight import launcher_python, preflight, preflight_spec
 
 # The shape of sglang 0.5.23's parser: prepare_server_args with argparse's abbreviations on,
 # where --cuda-graph-max-bs is a prefix of two flags.

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.errors import ProfileError
-from specgate.profile import Profile, choose_profile_path, load_profile, parse_profile
+from specgate.core.errors import ProfileError
+from specgate.core.profile import Profile, choose_profile_path, load_profile, parse_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 

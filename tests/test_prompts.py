@@ -1,11 +1,11 @@
-"""Tests for specgate.prompts: the built-in set, JSONL files and chat templates."""
+"""Tests for specgate.measure.prompts: the built-in set, JSONL files and chat templates."""
 
 import json
 
 import pytest
 
-from specgate import prompts
-from specgate.errors import DataError, ProfileError
+from specgate.core.errors import DataError, ProfileError
+from specgate.measure import prompts
 
 
 def test_builtin_set_has_several_categories_and_unique_ids():

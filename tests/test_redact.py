@@ -1,4 +1,4 @@
-"""Tests for specgate.redact."""
+"""Tests for specgate.core.redact."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.redact import MASK, Redactor, is_secret_name, secrets_from_env
+from specgate.core.redact import MASK, Redactor, is_secret_name, secrets_from_env
 
 SECRET = st.text(string.ascii_letters + string.digits + "-_.", min_size=8, max_size=40)
 TEXT = st.text(string.printable, max_size=80)

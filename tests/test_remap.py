@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.checkpoint import open_drafter, read_tensor
-from specgate.claims import Status
-from specgate.finetune import vocab_alignment_claim
-from specgate.generate import small, write_drafter
-from specgate.profile import parse_profile
-from specgate.remap import main_remap, remap_vocab, row_sources
-from specgate.safetensors_io import TensorSpec, write_sparse
-from specgate.vocab import VocabMap, load_map, map_of
+from specgate.claims.finetune import vocab_alignment_claim
+from specgate.claims.result import Status
+from specgate.claims.vocab import VocabMap, load_map, map_of
+from specgate.core.profile import parse_profile
+from specgate.io.checkpoint import open_drafter, read_tensor
+from specgate.io.remap import main_remap, remap_vocab, row_sources
+from specgate.io.safetensors_io import TensorSpec, write_sparse
+from specgate.testing.generate import small, write_drafter
 
 SHAPE = small()  # 256 hidden, 512 draft tokens of 4096
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from helpers_allure import CLAIM_IDS, embedded_files, make_results
 
-from specgate import allure_meta, report
-from specgate.report import ReportError
+from specgate.report import allure_meta
+from specgate.report import build as report
+from specgate.report.build import ReportError
 
 HAVE_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from helpers_allure import make_results
 
-from specgate import allure_meta, report
+from specgate.report import allure_meta
+from specgate.report import build as report
 
 # CHROMIUM_PATH (tox passes it through) wins over whatever is on PATH.
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or next(

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.errors import CheckpointError
-from specgate.safetensors_io import (
+from specgate.core.errors import CheckpointError
+from specgate.io.safetensors_io import (
     DTYPES,
     TensorSpec,
     dtype_code,

@@ -10,10 +10,11 @@ from pathlib import Path
 import fault_helpers as fh
 import pytest
 
-from specgate import launch, vocab, weights
-from specgate.claims import Status
-from specgate.errors import CheckpointError
-from specgate.profile import parse_profile
+from specgate.claims import vocab, weights
+from specgate.claims.result import Status
+from specgate.core.errors import CheckpointError
+from specgate.core.profile import parse_profile
+from specgate.serving import launch
 
 SOURCE_DIRS = ("specgate", "fixtures", "benchmarks", "scripts")
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.server: real subprocesses (the simulator and a stand-in) on loopback."""
+"""Tests for specgate.serving.server: real subprocesses on loopback."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
-from specgate import live, server
-from specgate.errors import ServerError
-from specgate.launch import LaunchSpec, build_command
-from specgate.profile import parse_profile
+from specgate.core.errors import ServerError
+from specgate.core.profile import parse_profile
+from specgate.measure import live
+from specgate.serving import server
+from specgate.serving.launch import LaunchSpec, build_command
 
 KEY = "sk-test-5f2e9c1d7a"
 
@@ -48,7 +49,7 @@ def _sim_profile(tmp_path: Path, *, fault: str | None = None, **server_extra: An
     return parse_profile({
         "name": "t", "target": {"path": str(tmp_path / "target")},
         "drafter": {"path": str(tmp_path / "drafter")},
-        "server": {"launcher": ["python", "-m", "specgate.simulator"], "port": 0, "tp": 2,
+        "server": {"launcher": ["python", "-m", "specgate.testing.simulator"], "port": 0, "tp": 2,
                    "env": env, "api_key_env": "SPECGATE_TEST_KEY", **server_extra},
         "speculative": {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3},
     })
@@ -106,7 +107,7 @@ def test_launch_simulator_and_stop_the_whole_tree(tmp_path: Path) -> None:
 def test_env_is_read_from_the_process_on_the_port_not_the_wrapper(tmp_path: Path) -> None:
     # The wrapper gets NCCL_PROTO from the harness but forks a server without it; `; exit $?`
     # keeps any sh from exec-ing the server in place of itself.
-    script = (f"env -u NCCL_PROTO {shlex.quote(sys.executable)} -m specgate.simulator "
+    script = (f"env -u NCCL_PROTO {shlex.quote(sys.executable)} -m specgate.testing.simulator "
               '"$@"; exit $?')
     profile = _sim_profile(tmp_path, launcher=["sh", "-c", script, "sh"])
     spec = build_command(profile, "speculative")
@@ -173,7 +174,7 @@ def test_progress_is_reported_while_loading(tmp_path: Path) -> None:
 def test_sigterm_ignoring_tree_is_sigkilled(tmp_path: Path) -> None:
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
-    from specgate.launch import free_port
+    from specgate.serving.launch import free_port
     port = free_port()
     spec = LaunchSpec(argv=(sys.executable, str(script), "--port", str(port), "--api-key", KEY),
                       env={}, url=f"http://127.0.0.1:{port}", api_key=KEY, config="baseline",
@@ -230,7 +231,7 @@ def test_remote_launcher_carries_env_and_runs_stop_command(tmp_path: Path,
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     marker = tmp_path / "stopped"
     p = _sim_profile(tmp_path, launcher=["ssh", "gpu-box", sys.executable, "-m",
-                                         "specgate.simulator"],
+                                         "specgate.testing.simulator"],
                      stop_command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
     spec = build_command(p, "speculative")
     assert spec.remote
@@ -251,7 +252,7 @@ def test_remote_launcher_carries_env_and_runs_stop_command(tmp_path: Path,
 def test_no_server_outlives_the_tests() -> None:
     # Every test above stops what it starts; this guards against a regression that leaks.
     mine = psutil.Process().children(recursive=True)
-    assert [p for p in mine if "specgate.simulator" in " ".join(_cmdline(p))] == []
+    assert [p for p in mine if "specgate.testing.simulator" in " ".join(_cmdline(p))] == []
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests for specgate.simulator run as a real server subprocess on loopback."""
+"""Tests for specgate.testing.simulator run as a real server subprocess on loopback."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import psutil
 import pytest
 import requests
 
-from specgate.simulator import args as sim_args
-from specgate.simulator import faults, model
+from specgate.testing.simulator import args as sim_args
+from specgate.testing.simulator import faults, model
 
 SPEC_KEYS = {
     "spec_verify_ct",
@@ -122,7 +122,7 @@ def running(
     full_env = {**os.environ, "SPECGATE_SIM_START_DELAY_S": "0.05", **(env or {})}
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "specgate.simulator", *flags, "--port", str(port)],
+            [sys.executable, "-m", "specgate.testing.simulator", *flags, "--port", str(port)],
             stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
         )
     sim = Sim(proc, f"http://127.0.0.1:{port}", log_path)
@@ -335,7 +335,7 @@ def test_server_info_model_info_and_metrics(spec_sim: Sim) -> None:
     assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
             info["speculative_num_draft_tokens"], info["tp_size"]) == (3, 1, 4, 1)
     assert info["version"].startswith("0.5.")
-    assert "specgate.simulator" in info["launch_command"]
+    assert "specgate.testing.simulator" in info["launch_command"]
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1
     assert spec_sim.get("/get_server_info").json()["version"] == info["version"]
     model_info = spec_sim.get("/model_info").json()
@@ -399,7 +399,8 @@ def test_api_key_guards_all_but_health(dirs: tuple[Path, Path], tmp_path: Path) 
 
 def test_unknown_flag_exits_2_as_a_process(dirs: tuple[Path, Path]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "specgate.simulator", "--model-path", str(dirs[0]), "--bogus"],
+        [sys.executable, "-m", "specgate.testing.simulator", "--model-path", str(dirs[0]),
+         "--bogus"],
         capture_output=True, text=True, timeout=30, check=False,
     )
     assert done.returncode == 2
@@ -602,7 +603,7 @@ def test_port_in_use_exits_1(dirs: tuple[Path, Path], tmp_path: Path) -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         done = subprocess.run(
-            [sys.executable, "-m", "specgate.simulator", "--model-path", str(dirs[0]),
+            [sys.executable, "-m", "specgate.testing.simulator", "--model-path", str(dirs[0]),
              "--port", port],
             capture_output=True, text=True, timeout=30, check=False,
         )

@@ -1,4 +1,4 @@
-"""Tests for specgate.simulator.model: the truth formulas and the deterministic request plans."""
+"""Tests for specgate.testing.simulator.model: truth formulas and request plans."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.profile import parse_profile
-from specgate.simulator import model
+from specgate.core.profile import parse_profile
+from specgate.testing.simulator import model
 
 rates_st = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6).map(tuple)
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.stats: t quantiles, interval coverage, break-even and accept length."""
+"""Tests for specgate.measure.stats: t quantiles, coverage, break-even, accept length."""
 
 import math
 import random
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate import stats
+from specgate.measure import stats
 
 # Two-sided 95 % (p = 0.975) and 99 % (p = 0.995) critical values from standard t tables.
 T_TABLE = [
@@ -152,7 +152,7 @@ def test_summary_std_is_sample_std():
 
 
 def test_ratio_and_product_with_a_zero_mean_do_not_crash():
-    from specgate.stats import product_summary, ratio_summary, summarize
+    from specgate.measure.stats import product_summary, ratio_summary, summarize
 
     zero = summarize([0.0, 0.0, 0.0])
     some = summarize([80.0, 82.0, 81.0])
@@ -168,9 +168,9 @@ def test_sequential_repeats_keep_the_false_pass_rate_at_its_level():
     per the 95 % interval; without the split over looks it was about 6 %)."""
     import random
 
-    from specgate.bench import judged_confidence
-    from specgate.profile import BenchSection
-    from specgate.stats import summarize
+    from specgate.core.profile import BenchSection
+    from specgate.measure.bench import judged_confidence
+    from specgate.measure.stats import summarize
 
     bench = BenchSection(repeats=3, max_repeats=6)
     confidence = judged_confidence(bench)

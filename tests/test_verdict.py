@@ -9,8 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate import claims, verdict
-from specgate.claims import ClaimResult, Status
+from specgate.claims import result as claims
+from specgate.claims.result import ClaimResult, Status
+from specgate.report import verdict
 
 
 def _c(status: Status) -> ClaimResult:

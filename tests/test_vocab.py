@@ -12,11 +12,8 @@ from helpers_ckpt import make_profile, rewrite, tiny_drafter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.claims import Status
-from specgate.errors import CheckpointError
-from specgate.generate import shifted_token_ids, tiny, write_drafter
-from specgate.safetensors_io import TensorSpec, write_sparse
-from specgate.vocab import (
+from specgate.claims.result import Status
+from specgate.claims.vocab import (
     VocabMap,
     check_invariants,
     compare,
@@ -26,7 +23,10 @@ from specgate.vocab import (
     required_count,
     t2d_match_claim,
 )
-from specgate.weights import layout_claim
+from specgate.claims.weights import layout_claim
+from specgate.core.errors import CheckpointError
+from specgate.io.safetensors_io import TensorSpec, write_sparse
+from specgate.testing.generate import shifted_token_ids, tiny, write_drafter
 
 id_sets = st.integers(2, 400).flatmap(
     lambda v: st.tuples(st.just(v), st.sets(st.integers(0, v - 1), min_size=1, max_size=v)))

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from helpers_ckpt import make_profile, rewrite, tiny_drafter
 
-from specgate import vocab
-from specgate.claims import Status
-from specgate.generate import (
+from specgate.claims import vocab
+from specgate.claims.result import Status
+from specgate.claims.weights import health_claim, layout_claim, shape_parity_claim
+from specgate.io.safetensors_io import TensorSpec, read_header
+from specgate.testing.generate import (
     aq_medai_k2,
     kimi_k25,
     shifted_token_ids,
@@ -19,8 +21,6 @@ from specgate.generate import (
     write_drafter,
     write_target_config,
 )
-from specgate.safetensors_io import TensorSpec, read_header
-from specgate.weights import health_claim, layout_claim, shape_parity_claim
 
 
 def test_layout_passes_for_both_name_styles(tmp_path: Path) -> None:

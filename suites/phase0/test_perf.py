@@ -2,7 +2,7 @@
 
 import pytest
 
-from specgate import perf_claims
+from specgate.claims import perf as perf_claims
 
 pytestmark = [pytest.mark.probe, pytest.mark.phase0, pytest.mark.live]
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from specgate import vocab
-from specgate.claims import ClaimResult
-from specgate.profile import Profile
+from specgate.claims import vocab
+from specgate.claims.result import ClaimResult
+from specgate.core.profile import Profile
 
 pytestmark = [pytest.mark.probe, pytest.mark.phase0, pytest.mark.gate]
 

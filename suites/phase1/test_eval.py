@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from specgate import evaluate
-from specgate.claims import ClaimResult
-from specgate.profile import Profile
+from specgate.claims.result import ClaimResult
+from specgate.core.profile import Profile
+from specgate.model import evaluate
 
 pytestmark = [pytest.mark.phase1]
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from specgate import dataset
-from specgate.claims import ClaimResult
-from specgate.profile import Profile
+from specgate.claims import data as dataset
+from specgate.claims.result import ClaimResult
+from specgate.core.profile import Profile
 
 pytestmark = [pytest.mark.phase2]
 

@@ -1,0 +1,147 @@
+"""The config claims: expected config.json fields, and drafter-versus-target compatibility."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgate.claims import result as claims
+from specgate.claims.result import ClaimResult
+from specgate.core.errors import CheckpointError
+from specgate.core.profile import Profile
+from specgate.io.checkpoint import aux_layer_ids, load_target_config, num_aux_states, read_config
+
+PHASE = "phase0"
+OVERWRITE_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+_MISSING = object()
+
+
+def config_field_ids(profile: Profile) -> list[str]:
+    """The [drafter.expect] keys, in profile order: one config.<key> claim each."""
+    return list(profile.drafter.expect)
+
+
+def config_field_claims(profile: Profile) -> list[ClaimResult]:
+    return [config_field_claim(profile, key) for key in config_field_ids(profile)]
+
+
+def lookup(config: dict[str, Any], key: str) -> Any:
+    """config[key], or the nested field a dotted key reaches; _MISSING when absent."""
+    if key in config:
+        return config[key]
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _same(found: Any, expected: Any) -> bool:
+    if isinstance(found, (list, tuple)) and isinstance(expected, (list, tuple)):
+        return len(found) == len(expected) and all(map(_same, found, expected))
+    if isinstance(found, bool) or isinstance(expected, bool):
+        return found is expected
+    return bool(found == expected)
+
+
+def config_field_claim(profile: Profile, key: str) -> ClaimResult:
+    cid = f"config.{key}"
+    expected = profile.drafter.expect.get(key, _MISSING)
+    if expected is _MISSING:
+        return claims.broken(cid, PHASE, f"[drafter.expect] has no key {key!r}")
+    folder = profile.resolve(profile.drafter.path)
+    if folder is None:
+        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
+    try:
+        config = read_config(folder)
+    except CheckpointError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    file = folder / "config.json" if folder.is_dir() else folder
+    found = lookup(config, key)
+    if found is _MISSING:
+        return claims.failed(cid, PHASE, f"{file}: config.json has no field {key!r}; expected "
+                             f"{expected!r} ([drafter.expect] in the profile)",
+                             observed=None, expected=expected)
+    if _same(found, expected):
+        return claims.passed(cid, PHASE, f"{file}: {key} = {found!r}", observed=found,
+                             expected=expected)
+    text = f"{file}: {key} is {found!r}, expected {expected!r}"
+    if key == "max_position_embeddings" and _smaller(found, expected):
+        text += (f". SGLang refuses to start when the draft context is shorter than the "
+                 f"target's unless {OVERWRITE_ENV}=1; set max_position_embeddings to the "
+                 f"target's context ({expected}) in config.json, or set "
+                 f'{OVERWRITE_ENV} = "1" in [server] env')
+    elif key.endswith("eagle_aux_hidden_state_layer_ids"):
+        text += (". On DeepSeek-V3/Kimi targets SGLang shifts ids by one only when the first id "
+                 "is 1, so [1, 29, 57] and [2, 30, 58] capture the same layers; otherwise the "
+                 "drafter reads hidden states it was not trained on")
+    return claims.failed(cid, PHASE, text, observed=found, expected=expected)
+
+
+def _smaller(found: Any, expected: Any) -> bool:
+    return isinstance(found, (int, float)) and isinstance(expected, (int, float)) and \
+        found < expected
+
+
+def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> tuple[
+        list[str], list[str]]:
+    """Mismatches between a drafter config and its target's, and the checks that passed."""
+    problems: list[str] = []
+    passed: list[str] = []
+
+    def compare(what: str, mine: Any, theirs: Any, ok: bool, advice: str) -> None:
+        if mine is None or theirs is None:
+            return
+        if ok:
+            passed.append(f"{what} {mine}")
+        else:
+            problems.append(f"{what}: drafter {mine} vs target {theirs}; {advice}")
+
+    th = drafter.get("target_hidden_size") or drafter.get("hidden_size")
+    t_hidden = target.get("hidden_size")
+    compare("hidden size (fc input per aux state)", th, t_hidden, th == t_hidden,
+            f"fc expects {num_aux_states(drafter)}×{th} inputs: the drafter was trained for "
+            "another target")
+    vocab, t_vocab = drafter.get("vocab_size"), target.get("vocab_size")
+    compare("vocab_size", vocab, t_vocab, vocab == t_vocab,
+            "d2t would map draft tokens to the wrong target ids")
+    ids = aux_layer_ids(drafter)
+    layers = target.get("num_hidden_layers")
+    if ids is not None and isinstance(layers, int):
+        outside = [i for i in ids if not 0 <= i < layers]
+        compare("aux layer ids", ids, f"{layers} layers", not outside,
+                f"ids {outside} are outside the target's layers 0..{layers - 1}")
+    pos, t_pos = drafter.get("max_position_embeddings"), target.get("max_position_embeddings")
+    if isinstance(pos, int) and isinstance(t_pos, int):
+        compare("max_position_embeddings", pos, t_pos, pos >= t_pos,
+                f"SGLang refuses to start unless {OVERWRITE_ENV}=1 or --context-length ≤ {pos}; "
+                f"set the drafter's max_position_embeddings to {t_pos}")
+    return problems, passed
+
+
+def target_compat_claim(profile: Profile) -> ClaimResult:
+    cid = "config.target_compat"
+    folder = profile.resolve(profile.drafter.path)
+    target_path = profile.resolve(profile.target.path)
+    if folder is None:
+        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
+    if target_path is None:
+        return claims.skipped(cid, PHASE, "no target model given ([target] path or "
+                              "--target-model)")
+    try:
+        drafter = read_config(folder)
+        target = load_target_config(target_path)
+    except CheckpointError as exc:
+        return claims.broken(cid, PHASE, str(exc))
+    problems, ok = target_compat_problems(drafter, target)
+    details = {"problems": problems, "passed": ok}
+    if problems:
+        return claims.failed(cid, PHASE, f"{folder} vs target {target_path}: "
+                             + "; ".join(problems), observed=len(problems), expected=0,
+                             unit="mismatches", details=details)
+    if not ok:
+        return claims.broken(cid, PHASE, f"{target_path}: config has none of hidden_size, "
+                             "vocab_size, num_hidden_layers, max_position_embeddings; is it a "
+                             "model config.json?")
+    return claims.passed(cid, PHASE, f"{folder} fits target {target_path}: " + ", ".join(ok),
+                         observed=0, expected=0, unit="mismatches", details=details)

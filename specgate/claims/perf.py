@@ -1,0 +1,433 @@
+"""The live Phase 0 claims: environment, baseline tok/s, accept length, break-even and speedup."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from specgate.claims import result as claims
+from specgate.claims.result import Attachment, ClaimResult
+from specgate.core.profile import Profile
+from specgate.core.redact import mask_env
+from specgate.measure import stats
+from specgate.measure.bench import Measurement
+from specgate.measure.live import ConfigRun, LiveResults, json_safe
+from specgate.report import live_plots
+
+PHASE = "phase0"
+# Below this the drafter almost never lands a token: speculation is configured but not working.
+NOT_WIRED_ACCEPT_LEN = 1.05
+NOT_WIRED_HINT = ("accept length ≈ 1.00 means the drafter's tokens are never accepted: it is not "
+                  "wired in (wrong --speculative-algorithm, missing d2t/t2d in the checkpoint, or "
+                  "the aux hidden-state layers are not captured), or it was trained for another "
+                  "target")
+
+
+def _sim(live: LiveResults) -> str:
+    return "[simulated server] " if live.simulated else ""
+
+
+def _broken(claim_id: str, live: LiveResults, message: str, **kw: Any) -> ClaimResult:
+    return claims.broken(claim_id, PHASE, _sim(live) + message, **kw)
+
+
+def _need(run: ConfigRun, claim_id: str, live: LiveResults) -> Measurement | ClaimResult:
+    """The run's measurement, or a broken claim that carries the server's reason and log tail."""
+    if run.failure is not None:
+        return _broken(claim_id, live, f"the {run.config} measurement could not be made: "
+                       f"{run.failure.text()}", details={"failure": run.failure.message})
+    if run.measurement is None:
+        return _broken(claim_id, live, f"no {run.config} measurement was recorded")
+    return run.measurement
+
+
+def _judge(summary: stats.Summary, threshold: float, *, strict: bool = False) -> tuple[bool, str]:
+    """Passed only when the interval lies wholly on the good side of the threshold.
+
+    A straddling interval is "inconclusive at 95 %" and fails the claim: a gate must not let a
+    drafter through on evidence that does not show the claim, and sequential repeats have
+    already been spent trying to decide it.
+    """
+    pct = stats.percent(summary.confidence)
+    verdict = summary.compare(threshold)
+    if verdict == "no_interval":
+        ok = summary.mean > threshold if strict else summary.mean >= threshold
+        return ok, "judged on one repeat (no interval)"
+    if strict and verdict == "above" and summary.ci_low == threshold:
+        verdict = "inconclusive"
+    if verdict == "above":
+        return True, f"the whole {pct} % interval clears {threshold:g}"
+    if verdict == "below":
+        return False, f"the whole {pct} % interval is below {threshold:g}"
+    return False, f"inconclusive at {pct} %: the interval contains {threshold:g}"
+
+
+def _attachments(live: LiveResults, *runs: ConfigRun) -> tuple[Attachment, ...]:
+    out = []
+    for run in runs:
+        m = run.measurement
+        if m is None:
+            continue
+        out.append(Attachment(f"{m.config} requests.csv", m.samples_csv(), "csv"))
+        out.append(Attachment(f"{m.config} statistics", m.stats_table(), "text"))
+    for run in runs:
+        if run.launch:
+            out.append(Attachment(f"{run.config} launch command", run.launch, "text"))
+        if run.failure is not None and run.failure.log_tail:
+            out.append(Attachment(f"{run.config} server log tail", run.failure.log_tail, "text"))
+        log = _server_log(run)
+        if log:
+            out.append(Attachment(f"{run.config} server log", log, "text"))
+    return tuple(out)
+
+
+MAX_LOG_BYTES = 2_000_000
+
+
+def _server_log(run: ConfigRun) -> str:
+    """The server's whole log (its tail if huge); secrets were masked when the server stopped."""
+    if not run.log_path:
+        return ""
+    path = Path(run.log_path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size > MAX_LOG_BYTES:
+                fh.seek(size - MAX_LOG_BYTES)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    if size <= MAX_LOG_BYTES:
+        return text
+    return f"[first {size - MAX_LOG_BYTES} bytes left out]\n" + text
+
+
+def _steps(profile: Profile, run: ConfigRun) -> int | None:
+    steps = profile.speculative.num_steps or run.server_info.get("speculative_num_steps")
+    return int(steps) if steps else None
+
+
+def targets_table(cycle_ms: float, baseline_tps: float, measured_accept: float,
+                  targets: list[float], steps: int | None) -> str:
+    """Accept length (and equal per-step conditional rate) needed for each tok/s target."""
+    lines = [f"cycle time {cycle_ms:.3f} ms (measured); tok/s = accept length / cycle time",
+             f"chain depth {steps if steps else '?'} draft steps; conditional rate a assumes "
+             "τ = Σ_(k=0..steps) a^k with equal rates",
+             f"{'tok/s':>10}  {'accept length':>14}  {'rate a':>8}  note"]
+    rows = [(baseline_tps, "break-even (baseline tok/s)")]
+    rows += [(t, "target") for t in targets]
+    rows.append((measured_accept / (cycle_ms / 1000.0), "measured"))
+    for tps, note in rows:
+        tau = stats.required_accept_len(tps, cycle_ms / 1000.0)
+        if note == "measured":
+            tau = measured_accept
+        rate = stats.required_rate(tau, steps) if steps else None
+        rate_text = f"{rate:.3f}" if rate is not None else "n/a"
+        if steps and rate is None:
+            note += f" (unreachable with {steps} steps: max accept length {steps + 1})"
+        lines.append(f"{tps:>10.1f}  {tau:>14.3f}  {rate_text:>8}  {note}")
+    return "\n".join(lines)
+
+
+def _baseline_is_speculative(run: ConfigRun) -> str | None:
+    m = run.measurement
+    with_spec = (len(m.samples) - m.spec_fields_missing) if m else 0
+    algo = run.server_info.get("speculative_algorithm")
+    if algo not in (None, "", "None", "none"):
+        return f"/server_info reports speculative_algorithm = {algo!r}"
+    if with_spec:
+        return f"{with_spec} responses carried spec_verify_ct"
+    return None
+
+
+# -- environment -------------------------------------------------------------------------------
+
+def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """env.gpu_clean: no other process holds the server's GPUs before each launch."""
+    cid = "env.gpu_clean"
+    checks = [(r.config, r.gpu) for r in (live.baseline, live.speculative) if r.gpu is not None]
+    if not checks:
+        return claims.skipped(cid, PHASE, _sim(live) + "no server was launched by specgate "
+                              "(attached to running servers), so there was no launch to check")
+    done = [(c, g) for c, g in checks if g.checked]
+    if not done:
+        return claims.skipped(cid, PHASE, _sim(live) + checks[0][1].reason)
+    offenders = [(c, o) for c, g in done for o in g.offenders]
+    if offenders:
+        listed = "; ".join(
+            f"before the {c} launch: pid {o.get('pid')} {o.get('process_name', '?')} on GPU "
+            f"{o.get('gpu_index', '?')} holding {o.get('used_memory_mib', '?')} MiB"
+            for c, o in offenders)
+        return claims.failed(cid, PHASE, _sim(live) + f"other processes hold the server's GPUs: "
+                             f"{listed}. Stop them (or pick free GPUs in [server] gpus) so the "
+                             "benchmark measures this server alone.",
+                             observed=len(offenders), expected=0, unit="processes",
+                             details={"offenders": [o for _, o in offenders]})
+    return claims.passed(cid, PHASE, _sim(live) + "no other process on the server's GPUs before "
+                         + " or ".join(f"the {c} launch" for c, _ in done),
+                         observed=0, expected=0, unit="processes")
+
+
+def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """env.server_env: each launched server process carries the profile's [server] env."""
+    cid = "env.server_env"
+    if not profile.server.env:
+        return claims.skipped(cid, PHASE, "the profile sets no [server] env, so there is "
+                              "nothing to check")
+    runs = [r for r in (live.baseline, live.speculative)]
+    checked = [r for r in runs if r.env is not None and r.env.checked]
+    bad = {r.config: r.env.mismatched for r in checked if r.env and r.env.mismatched}
+    expected = mask_env(profile.server.env)
+    if bad:
+        parts = "; ".join(f"{c}: " + ", ".join(f"{k}={v!r} (expected {expected[k]!r})"
+                                                for k, v in mm.items()) for c, mm in bad.items())
+        return claims.failed(cid, PHASE, _sim(live) + f"the server started without the "
+                             f"[server] env the profile requires: {parts}. Check the launcher "
+                             "(a remote or container launcher may drop the environment).",
+                             observed=bad, expected=expected)
+    if checked:
+        return claims.passed(cid, PHASE, _sim(live) + "the server process environment carries "
+                             + ", ".join(f"{k}={v}" for k, v in expected.items()) + " ("
+                             + ", ".join(r.config for r in checked) + ")",
+                             observed=checked[0].env.found if checked[0].env else None,
+                             expected=expected)
+    failures = [r.failure for r in runs if r.failure is not None and r.failure.stage == "start"]
+    reasons = [r.env.reason for r in runs if r.env is not None]
+    if failures and not reasons:
+        return _broken(cid, live, "no server started, so its environment could not be read: "
+                       + failures[0].text())
+    why = reasons[0] if reasons else "the servers were attached, not launched by specgate"
+    return claims.skipped(cid, PHASE, _sim(live) + f"cannot check the server environment: {why}")
+
+
+# -- baseline ------------------------------------------------------------------------------------
+
+def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """perf.baseline_tps: single-stream decode tok/s without speculation ≥ baseline_tps_min."""
+    cid = "perf.baseline_tps"
+    got = _need(live.baseline, cid, live)
+    if isinstance(got, ClaimResult):
+        return got
+    attachments = (*_attachments(live, live.baseline),
+                   live_plots.tps_repeats(live.baseline.measurement, None))
+    secretly = _baseline_is_speculative(live.baseline)
+    if secretly:
+        return _broken(cid, live, f"the baseline server is speculative ({secretly}); a "
+                       "baseline must run without --speculative-algorithm, otherwise tok/s "
+                       "is not a baseline. Check [server] baseline_args or --baseline-url.",
+                       attachments=attachments)
+    tps = got.stat("tps")
+    if tps is None:
+        return _broken(cid, live, "the baseline pass produced no decode tokens to time "
+                       "(every completion was a single token?)", attachments=attachments)
+    figures = (f"baseline {tps.describe('tok/s', 1)}, {got.repeats} repeats of "
+               f"{len(got.samples) // max(got.repeats, 1)} prompts ({got.stop_reason})")
+    threshold = profile.thresholds.baseline_tps_min
+    details = {"tps": tps.to_json(), "template": got.template}
+    if threshold is None:
+        return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
+                              "baseline_tps_min is set, so there is nothing to judge",
+                              observed=round(tps.mean, 2), unit="tok/s", details=details,
+                              attachments=attachments)
+    ok, how = _judge(tps, threshold)
+    word = "meets" if ok else "does not meet"
+    return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} the minimum "
+                         f"{threshold:g} tok/s — {how}",
+                         observed=round(tps.mean, 2), expected=f">= {threshold:g}", unit="tok/s",
+                         details=details, attachments=attachments)
+
+
+# -- speculative -----------------------------------------------------------------------------
+
+def _spec_measurement(cid: str, live: LiveResults) -> Measurement | ClaimResult:
+    got = _need(live.speculative, cid, live)
+    if isinstance(got, ClaimResult):
+        return got
+    if got.spec_fields_missing:
+        return _broken(cid, live, f"the speculative server reported no spec_verify_ct on "
+                       f"{got.spec_fields_missing} of {len(got.samples)} responses: SGLang "
+                       "omits it when no verify pass ran, so speculation is not active (check "
+                       "--speculative-algorithm in /server_info), or this build names the "
+                       "field differently", attachments=_attachments(live, live.speculative))
+    return got
+
+
+def _decode_accept(spec: Measurement) -> stats.Summary:
+    """Tokens per verify over decode (Σ(completion − 1)/Σverify), the break-even comparand."""
+    return spec.stat("tau_decode") or spec.stats["accept_len"]
+
+
+def _breakeven(live: LiveResults, spec: Measurement) -> tuple[stats.Summary, stats.Summary,
+                                                              stats.Summary] | None:
+    base = live.baseline.measurement
+    if base is None or base.stat("tps") is None or spec.stat("cycle_ms") is None:
+        return None
+    cycle = spec.stats["cycle_ms"]
+    base_tps = base.stats["tps"]
+    return cycle, base_tps, stats.breakeven_summary(cycle, base_tps, spec.confidence)
+
+
+def _targets_attachment(profile: Profile, live: LiveResults, spec: Measurement) -> Attachment:
+    base = live.baseline.measurement
+    base_tps = base.stats["tps"].mean if base and "tps" in base.stats else math.nan
+    text = targets_table(spec.stats["cycle_ms"].mean, base_tps, spec.stats["accept_len"].mean,
+                         list(profile.thresholds.tps_targets), _steps(profile, live.speculative))
+    return Attachment("required accept length for tok/s targets", text, "text")
+
+
+def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """spec.accept_len: Σ completion_tokens / Σ spec_verify_ct ≥ accept_len_min (or break-even)."""
+    cid = "spec.accept_len"
+    got = _spec_measurement(cid, live)
+    if isinstance(got, ClaimResult):
+        return got
+    accept = got.stats["accept_len"]
+    tau = got.stat("tau_decode")
+    attachments = (*_attachments(live, live.speculative, live.baseline),
+                   _targets_attachment(profile, live, got),
+                   *live_plots.present(live_plots.per_prompt(got), live_plots.per_category(got),
+                                       live_plots.per_position(got)))
+    per_cat = ", ".join(f"{c} {v:.2f}" for c, v in sorted(got.per_category_accept_len.items()))
+    figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests"
+               f" (decode-only {tau.mean:.3f}; {got.stop_reason})" if tau
+               else f"accept length {accept.describe()}")
+    details = {"accept_len": accept.to_json(), "per_category": got.per_category_accept_len,
+               "template": got.template}
+    if accept.mean < NOT_WIRED_ACCEPT_LEN:
+        return claims.failed(cid, PHASE, _sim(live) + f"{figures}: {NOT_WIRED_HINT}",
+                             observed=round(accept.mean, 3), expected=_expected(profile),
+                             unit="tokens/verify", details=details, attachments=attachments)
+    configured = profile.thresholds.accept_len_min
+    if configured is None:
+        return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
+                              "accept_len_min is set", observed=round(accept.mean, 3),
+                              unit="tokens/verify", details=details, attachments=attachments)
+    if configured == "breakeven":
+        be = _breakeven(live, got)
+        if be is None:
+            return _broken(cid, live, "accept_len_min = \"breakeven\" needs the baseline "
+                           "tok/s, which was not measured: "
+                           + (live.baseline.failure.text() if live.baseline.failure else "?"),
+                           attachments=attachments)
+        threshold, label = be[2].mean, f"the measured break-even {be[2].mean:.3f}"
+        # Against break-even, compare like with like: tokens per verify over decode.
+        judged = _decode_accept(got)
+    else:
+        threshold, label = float(configured), f"the minimum {float(configured):g}"
+        judged = accept
+    ok, how = _judge(judged, threshold)
+    word = "reaches" if ok else "does not reach"
+    return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} {label} — {how}. "
+                         f"Per category: {per_cat}",
+                         observed=round(accept.mean, 3), expected=f">= {threshold:.3f}",
+                         unit="tokens/verify", details=details, attachments=attachments)
+
+
+def _expected(profile: Profile) -> str | None:
+    value = profile.thresholds.accept_len_min
+    return None if value is None else f">= {value}"
+
+
+def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """spec.breakeven: measured accept length ≥ cycle time × baseline tok/s."""
+    cid = "spec.breakeven"
+    got = _spec_measurement(cid, live)
+    if isinstance(got, ClaimResult):
+        return got
+    base = _need(live.baseline, cid, live)
+    if isinstance(base, ClaimResult):
+        return base
+    be = _breakeven(live, got)
+    if be is None:
+        return _broken(cid, live, "the break-even needs the baseline tok/s and the speculative "
+                       "cycle time; one of them was not measured")
+    cycle, base_tps, breakeven = be
+    # Decode tok/s = tokens per verify over decode ÷ cycle time, so the accept length that
+    # break-even compares with excludes the token prefill produced (SPEC's Σcompletion/Σverify
+    # counts it, and reads a little high: 2.02 for a drafter whose cycles yield 2.00).
+    accept = _decode_accept(got)
+    margin = stats.difference_summary(accept, breakeven, got.confidence)
+    ms = f"{cycle.mean:.1f}" if cycle.mean >= 10 else f"{cycle.mean:.2f}"
+    arithmetic = (f"cycle {ms} ms × {base_tps.mean:.1f} tok/s = break-even "
+                  f"{breakeven.mean:.2f}; measured {accept.mean:.2f} tokens per verify in "
+                  f"decode ({got.stats['accept_len'].mean:.2f} counting the prefill token)")
+    ok, how = _judge(margin, 0.0)
+    if ok:
+        tail = "the drafter makes serving faster"
+    elif accept.mean < breakeven.mean:
+        tail = "the drafter makes serving slower"
+    else:
+        tail = "not shown to beat the baseline"
+    attachments = (*_attachments(live, live.speculative, live.baseline),
+                   _targets_attachment(profile, live, got),
+                   Attachment("break-even.json", json.dumps(json_safe({
+                       "cycle_ms": cycle.to_json(), "baseline_tps": base_tps.to_json(),
+                       "breakeven": breakeven.to_json(), "accept_len": accept.to_json(),
+                       "margin": margin.to_json()}), indent=1), "json"),
+                   live_plots.breakeven(cycle.mean, base_tps.mean, got,
+                                        profile.thresholds.tps_targets))
+    return claims.judged(ok, cid, PHASE, _sim(live) + f"{arithmetic}: {tail} "
+                         f"(margin {margin.mean:+.3f}, {how})",
+                         observed=round(accept.mean, 3), expected=f">= {breakeven.mean:.3f}",
+                         unit="tokens/verify",
+                         details={"cycle_ms": round(cycle.mean, 4),
+                                  "baseline_tps": round(base_tps.mean, 3),
+                                  "breakeven": round(breakeven.mean, 4),
+                                  "margin_ci": [_r(margin.ci_low), _r(margin.ci_high)]},
+                         attachments=attachments)
+
+
+def _r(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 4)
+
+
+def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """spec.speedup: speculative ÷ baseline decode tok/s > speedup_min, with its interval."""
+    cid = "spec.speedup"
+    spec = _need(live.speculative, cid, live)
+    if isinstance(spec, ClaimResult):
+        return spec
+    base = _need(live.baseline, cid, live)
+    if isinstance(base, ClaimResult):
+        return base
+    if spec.stat("tps") is None or base.stat("tps") is None:
+        return _broken(cid, live, "a pass produced no decode tokens to time")
+    ratio = stats.ratio_summary(spec.stats["tps"], base.stats["tps"], spec.confidence)
+    threshold = profile.thresholds.speedup_min
+    ok, how = _judge(ratio, threshold, strict=True)
+    pct = stats.percent(ratio.confidence)
+    interval = (f", {pct} % CI [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] (delta method, "
+                f"Welch df {ratio.df:.1f})" if ratio.has_interval else "")
+    slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
+    message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
+               f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
+               f"required > {threshold:g}: {how}{slower}")
+    return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
+                         expected=f"> {threshold:g}", unit="x",
+                         details={"speedup": ratio.to_json(),
+                                  "spec_tps": spec.stats["tps"].to_json(),
+                                  "baseline_tps": base.stats["tps"].to_json()},
+                         attachments=(*_attachments(live, live.speculative, live.baseline),
+                                      live_plots.tps_repeats(base, spec)))
+
+
+def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
+                     reports_dir: Path) -> ClaimResult:
+    """regress.accept_len / regress.tps: no drop beyond the measured noise since the last
+    passing run of this profile (reports/history)."""
+    from specgate.report import history
+    spec = _need(live.speculative, claim_id, live)
+    if isinstance(spec, ClaimResult):
+        return spec
+    current: dict[str, history.Figure] = {}
+    if spec.stat("accept_len") is not None:
+        current["accept_len"] = history.Figure.of(spec.stats["accept_len"], "tokens/verify")
+    if spec.stat("tps") is not None:
+        current["spec_tps"] = history.Figure.of(spec.stats["tps"], "tok/s")
+    result = history.check_regression(claim_id, profile, reports_dir, current)
+    if live.simulated and not result.message.startswith(_sim(live)):
+        result = dataclasses.replace(result, message=_sim(live) + result.message)
+    return result

@@ -1,0 +1,364 @@
+"""Deployment profiles: TOML files validated into typed settings, with command-line overrides."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import sys
+import tomllib
+import types
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specgate.core.errors import ProfileError
+
+PROFILE_ENV = "SPECGATE_PROFILE"
+DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
+SIMULATOR_MODULE = "specgate.testing.simulator"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetSection(_Section):
+    path: str | None = None
+
+
+class DrafterSection(_Section):
+    path: str | None = None
+    reference: str | None = None
+    expect: dict[str, Any] = Field(default_factory=dict)
+
+
+class ServerSection(_Section):
+    launcher: list[str] = Field(default_factory=lambda: list(DEFAULT_LAUNCHER))
+    host: str = "127.0.0.1"
+    port: int = Field(default=30000, ge=0, le=65535)
+    tp: int = Field(default=1, ge=1)
+    startup_timeout_s: float = Field(default=1800.0, gt=0)
+    stop_timeout_s: float = Field(default=30.0, gt=0)
+    args: list[str] = Field(default_factory=list)
+    baseline_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    api_key_env: str | None = None
+    url: str | None = None
+    baseline_url: str | None = None
+    stop_command: list[str] | None = None
+    gpus: list[int] | None = None
+    log_dir: str | None = None
+
+    @field_validator("launcher", mode="before")
+    @classmethod
+    def _split_launcher(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return shlex.split(value)
+        return value
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher_not_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("must name at least the program to run")
+        return value
+
+
+class SpeculativeSection(_Section):
+    algorithm: str = "EAGLE3"
+    num_steps: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _all_or_none(self) -> SpeculativeSection:
+        given = [v is not None for v in (self.num_steps, self.eagle_topk, self.num_draft_tokens)]
+        if any(given) and not all(given):
+            raise ValueError(
+                "num_steps, eagle_topk and num_draft_tokens must be set all three or none "
+                "(SGLang asserts this at start-up)"
+            )
+        if self.eagle_topk == 1 and self.num_steps is not None:
+            if self.num_draft_tokens != self.num_steps + 1:
+                raise ValueError(
+                    f"with eagle_topk = 1, num_draft_tokens must be num_steps + 1 = "
+                    f"{self.num_steps + 1} (found {self.num_draft_tokens}); SGLang would "
+                    "silently rewrite it"
+                )
+        return self
+
+
+class BenchSection(_Section):
+    prompts: str = "builtin"
+    max_new_tokens: int = Field(default=256, ge=2)
+    temperature: float = Field(default=0.0, ge=0.0)
+    warmup: int = Field(default=2, ge=0)
+    repeats: int = Field(default=3, ge=1)
+    max_repeats: int = Field(default=6, ge=1)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    chat_template: str | None = None
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    categories: list[str] | None = None
+    prompts_per_category: int | None = Field(default=None, ge=1)
+
+
+class ThresholdsSection(_Section):
+    baseline_tps_min: float | None = Field(default=None, gt=0)
+    accept_len_min: float | Literal["breakeven"] | None = None
+    d2t_match_min: float = Field(default=0.99, ge=0.0, le=1.0)
+    t2d_match_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    speedup_min: float = Field(default=1.0, gt=0)
+    tps_targets: list[float] = Field(default_factory=lambda: [150.0, 200.0])
+    regression_tolerance: float | None = Field(default=None, ge=0.0)
+
+
+class FinetuneSection(_Section):
+    init: str | None = None
+    vocab_map: str | None = None
+    log: str | None = None
+    reference_log: str | None = None
+    hidden_states: str | None = None
+
+
+class DataSection(_Section):
+    path: str | None = None
+
+
+class DemoSection(_Section):
+    """Generated assets for a demonstration profile (checkpoints, target config, simulator)."""
+
+    assets: str = "demo"
+    kind: Literal["demo", "seeds"] = "demo"
+
+
+class Profile(_Section):
+    name: str
+    description: str | None = None
+    simulated: bool | None = None
+    target: TargetSection = Field(default_factory=TargetSection)
+    drafter: DrafterSection = Field(default_factory=DrafterSection)
+    server: ServerSection = Field(default_factory=ServerSection)
+    speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
+    bench: BenchSection = Field(default_factory=BenchSection)
+    thresholds: ThresholdsSection = Field(default_factory=ThresholdsSection)
+    finetune: FinetuneSection = Field(default_factory=FinetuneSection)
+    data: DataSection = Field(default_factory=DataSection)
+    demo: DemoSection | None = None
+    # Where the profile came from; paths in it are relative to that file's folder.
+    source: str | None = None
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source).parent if self.source else Path.cwd()
+
+    def resolve(self, value: str | None) -> Path | None:
+        """A path from the profile, relative to the profile's folder, with ~ and $VARS expanded."""
+        if value is None or value == "":
+            return None
+        expanded = os.path.expandvars(os.path.expanduser(value))
+        path = Path(expanded)
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    @property
+    def is_simulated(self) -> bool:
+        if self.simulated is not None:
+            return self.simulated
+        return any(SIMULATOR_MODULE in part for part in self.server.launcher)
+
+    def launcher_argv(self) -> list[str]:
+        """The launcher prefix with a leading `python` bound to this interpreter when local."""
+        argv = list(self.server.launcher)
+        if argv and argv[0] in ("python", "python3") and Path(sys.executable).exists():
+            argv[0] = sys.executable
+        return argv
+
+    def with_overrides(self, **overrides: Any) -> Profile:
+        """A copy with command-line options applied (None leaves the profile's value).
+
+        Paths given on the command line are relative to the working directory, not the profile.
+        """
+        def cli_path(value: str | None) -> str | None:
+            return str(Path(value).expanduser().resolve()) if value else None
+
+        drafter = self.drafter.model_copy(update=_given(
+            path=cli_path(overrides.get("drafter")),
+            reference=cli_path(overrides.get("reference_drafter"))))
+        target = self.target.model_copy(update=_given(
+            path=cli_path(overrides.get("target_model"))))
+        launcher = overrides.get("sglang_launcher")
+        server = self.server.model_copy(update=_given(
+            launcher=shlex.split(launcher) if isinstance(launcher, str) else launcher,
+            url=overrides.get("server_url"),
+            baseline_url=overrides.get("baseline_url"),
+        ))
+        return self.model_copy(update={"drafter": drafter, "target": target, "server": server})
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def default_profile_path() -> Path:
+    """profiles/demo.toml beside the installed package, or in the working directory."""
+    here = Path(__file__).resolve().parents[2] / "profiles" / "demo.toml"
+    if here.exists():
+        return here
+    return Path.cwd() / "profiles" / "demo.toml"
+
+
+def choose_profile_path(option: str | None) -> Path:
+    """--profile, else $SPECGATE_PROFILE, else the embedded demo profile."""
+    chosen = option or os.environ.get(PROFILE_ENV) or None
+    return Path(chosen).expanduser() if chosen else default_profile_path()
+
+
+def load_profile(path: Path | str) -> Profile:
+    """Read and validate one profile, raising ProfileError with the file, key and expectation."""
+    path = Path(path)
+    if not path.exists():
+        raise ProfileError(f"{path}: profile file not found (give --profile PATH or set "
+                           f"{PROFILE_ENV}; the demo profile is profiles/demo.toml)")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot be read: {exc}") from None
+    return parse_profile(raw, source=path)
+
+
+def parse_profile(raw: dict[str, Any], source: Path | None = None) -> Profile:
+    label = str(source) if source else "<profile>"
+    data = dict(raw)
+    if source is not None:
+        data["source"] = str(Path(source).resolve())
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(_describe(label, exc)) from None
+
+
+def _describe(label: str, exc: ValidationError) -> str:
+    lines: list[str | tuple[str, ...]] = []
+    # A value that fits no branch of a union (float | "breakeven") gets one error per branch;
+    # they are merged into one line per key, placed where the first of them was.
+    unions: dict[tuple[str, ...], list[Any]] = {}
+    for err in exc.errors():
+        loc, branched = _user_loc(err["loc"], keep_last=err["type"] == "extra_forbidden")
+        key = _key_name(loc)
+        if branched:
+            if tuple(loc) not in unions:
+                unions[tuple(loc)] = []
+                lines.append(tuple(loc))
+            unions[tuple(loc)].append(err)
+        elif err["type"] == "extra_forbidden":
+            section = _key_name(loc[:-1])
+            known = _known_keys(loc[:-1])
+            where = f"in [{section}]" if section else "at the top level"
+            close = difflib.get_close_matches(loc[-1], known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{label}: unknown key {key!r} {where}{hint}; expected one of: "
+                         f"{', '.join(known)}")
+        elif err["type"] == "missing":
+            lines.append(f"{label}: key {key!r} is required but missing")
+        else:
+            found = err.get("input")
+            lines.append(f"{label}: key {key!r}: {err['msg']} (found {found!r})")
+    return "\n".join(line if isinstance(line, str)
+                     else _union_line(label, _key_name(list(line)), unions[line])
+                     for line in lines)
+
+
+def _union_line(label: str, key: str, errors: list[Any]) -> str:
+    found = errors[0].get("input")
+    wanted = list(dict.fromkeys(_expectation(e) for e in errors))
+    hint = ""
+    if isinstance(found, str):
+        literals = [w for e in errors if e["type"] == "literal_error"
+                    for w in re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected")))]
+        close = difflib.get_close_matches(found, literals, n=1)
+        hint = f' (did you mean "{close[0]}"?)' if close else ""
+    return f"{label}: key {key!r} is {found!r}; expected {' or '.join(wanted)}{hint}"
+
+
+_EXPECTATIONS = {
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
+    "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table",
+}
+
+
+def _expectation(err: Any) -> str:
+    """What one union branch wanted, in the profile's (TOML) words."""
+    if err["type"] == "literal_error":
+        return str((err.get("ctx") or {}).get("expected", "")).replace("'", '"')
+    if err["type"] in _EXPECTATIONS:
+        return _EXPECTATIONS[err["type"]]
+    return str(err["msg"]).removeprefix("Input should be ")
+
+
+def _user_loc(loc: tuple[int | str, ...], *, keep_last: bool = False) -> tuple[list[str], bool]:
+    """The key path as the profile spells it, without pydantic's union-branch tags (`float`,
+    `literal['breakeven']`, a model's class name) and list indices; and whether a tag was cut."""
+    model: type[BaseModel] | None = Profile
+    members: list[Any] = []
+    tag_next = False
+    branched = False
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            continue
+        if tag_next:
+            tag_next = False
+            branched = True
+            model = next((m for m in _models(members) if m.__name__ == part), None)
+            continue
+        out.append(part)
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            # A free-form table's key (server.env.NAME), an unknown key, or a branch tag of a
+            # section's own union; the last is never a user key unless the error says so.
+            if model is not None and not (keep_last and i == len(loc) - 1):
+                out.pop()
+                branched = True
+            model = None
+            continue
+        members = _union_members(field.annotation)
+        tag_next = len(members) > 1
+        found = _models(members)
+        model = found[0] if len(members) == 1 and found else None
+    return out, branched
+
+
+def _union_members(annotation: Any) -> list[Any]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _models(members: list[Any]) -> list[type[BaseModel]]:
+    return [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+
+
+def _key_name(loc: list[str]) -> str:
+    return ".".join(loc)
+
+
+def _known_keys(loc: list[str]) -> list[str]:
+    model: Any = Profile
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
+                     None)
+        if model is None:
+            return []
+    return [k for k in model.model_fields if k != "source"]

@@ -1,0 +1,280 @@
+"""Drafter checkpoints on disk: config.json plus one or several safetensors files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from specgate.core.errors import CheckpointError
+from specgate.io.safetensors_io import TensorInfo, read_array, read_header
+
+INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+# Not trained by the drafter: taken from the target (embeddings, the training-only verifier head)
+# or built from data (the vocab maps).
+FROZEN_TENSORS = frozenset({"embed_tokens.weight", "verifier_lm_head.weight", "d2t", "t2d"})
+
+_LEGACY_RENAMES = (
+    (re.compile(r"^midlayer\."), "layers.0."),
+    (re.compile(r"^aux_norm_low\."), "fc_norm.0."),
+    (re.compile(r"^aux_norm_mid\."), "fc_norm.1."),
+    (re.compile(r"^aux_norm_high\."), "fc_norm.2."),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Drafter:
+    """An opened drafter: its folder, parsed config and every tensor with the file holding it."""
+
+    path: Path
+    config: dict[str, Any]
+    tensors: dict[str, TensorInfo]
+    files: tuple[Path, ...]
+
+    def find(self, canonical: str) -> TensorInfo | None:
+        """The tensor whose normalized name is `canonical`, whatever naming the file uses."""
+        return self.by_canonical().get(canonical)
+
+    def by_canonical(self) -> dict[str, TensorInfo]:
+        return {normalize_name(name): info for name, info in self.tensors.items()}
+
+
+class ExpectedTensor(NamedTuple):
+    """A tensor the config implies: shape, dtype code (None: any float) and whether optional."""
+
+    shape: tuple[int, ...]
+    dtype: str | None
+    optional: bool = False
+
+
+def normalize_name(name: str) -> str:
+    """One spelling for a tensor: no `model.` prefix, `layers.0.*` for legacy `midlayer.*`."""
+    name = name.removeprefix("model.")
+    for pattern, replacement in _LEGACY_RENAMES:
+        name = pattern.sub(replacement, name)
+    return name
+
+
+def read_config(path: Path | str) -> dict[str, Any]:
+    """config.json of a model folder (or the file itself) as a dict."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or directory; check the path in the profile "
+                              "or on the command line")
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
+                              "and its *.safetensors weights")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{file}: not valid JSON ({exc}); fix or re-download it") from None
+    except OSError as exc:
+        raise CheckpointError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{file}: holds JSON {type(config).__name__}, expected an object")
+    return config
+
+
+def load_target_config(path: Path | str) -> dict[str, Any]:
+    """The target's language-model config (multimodal configs keep it under text_config)."""
+    config = read_config(path)
+    text = config.get("text_config")
+    if "hidden_size" not in config and isinstance(text, dict):
+        return text
+    return config
+
+
+_cache: dict[Path, tuple[tuple[Any, ...], Drafter]] = {}
+_cache_lock = threading.Lock()
+
+
+def open_drafter(path: Path | str) -> Drafter:
+    """Open a drafter folder; cached until any of its files changes."""
+    folder = Path(path).expanduser().resolve()
+    signature = _signature(folder)
+    with _cache_lock:
+        hit = _cache.get(folder)
+        if hit is not None and hit[0] == signature:
+            return hit[1]
+    drafter = _open(folder)
+    with _cache_lock:
+        _cache[folder] = (signature, drafter)
+    return drafter
+
+
+def _signature(folder: Path) -> tuple[Any, ...]:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return ()
+    out = []
+    for entry in entries:
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        out.append((entry.name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _open(folder: Path) -> Drafter:
+    if not folder.exists():
+        raise CheckpointError(f"{folder}: drafter folder not found; check [drafter] path or "
+                              "--drafter")
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: is a file; a drafter is a folder with config.json and "
+                              "*.safetensors")
+    names = sorted(p.name for p in folder.iterdir())
+    if not names:
+        raise CheckpointError(f"{folder}: the drafter folder is empty; expected config.json and "
+                              "model.safetensors (was the download or export finished?)")
+    config = read_config(folder)
+    files = _weight_files(folder, names)
+    tensors: dict[str, TensorInfo] = {}
+    if (folder / INDEX_NAME).exists():
+        weight_map = _weight_map(folder / INDEX_NAME)
+        headers = {f: read_header(folder / f) for f in sorted(set(weight_map.values()))}
+        for name, shard in weight_map.items():
+            info = headers[shard].get(name)
+            if info is None:
+                raise CheckpointError(f"{folder / INDEX_NAME}: maps tensor {name!r} to {shard}, "
+                                      "but that shard has no such tensor; the index and shards "
+                                      "come from different exports")
+            tensors[name] = info
+    else:
+        for file in files:
+            for name, info in read_header(file).items():
+                if name in tensors:
+                    raise CheckpointError(f"{folder}: tensor {name!r} appears in both "
+                                          f"{tensors[name].file.name} and {file.name}")
+                tensors[name] = info
+    return Drafter(folder, config, tensors, tuple(files))
+
+
+def _weight_files(folder: Path, names: list[str]) -> list[Path]:
+    safetensors = [folder / n for n in names if n.endswith(".safetensors")]
+    if safetensors:
+        return safetensors
+    pickled = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
+    if pickled:
+        raise CheckpointError(
+            f"{folder}: weights only in pickle format ({', '.join(pickled)}); specgate never "
+            "unpickles checkpoints (it can run code). Convert them to safetensors (e.g. "
+            "safetensors.torch.save_file(torch.load(p, weights_only=True), 'model.safetensors'))")
+    raise CheckpointError(f"{folder}: no *.safetensors file (found: {', '.join(names)}); export "
+                          "the drafter in SGLang format (config.json + model.safetensors)")
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{index}: not valid JSON ({exc})") from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: has no weight_map object naming each tensor's shard")
+    bad = sorted({repr(s) for s in weight_map.values()
+                  if not isinstance(s, str) or not s or Path(s).name != s or s in (".", "..")})
+    if bad:
+        # Shards are files beside the index; a path would read outside the checkpoint.
+        raise CheckpointError(f"{index}: weight_map values must be shard file names in "
+                              f"{index.parent}, found {', '.join(bad[:5])}; fix the index")
+    missing = sorted({s for s in weight_map.values() if not (index.parent / str(s)).is_file()})
+    if missing:
+        raise CheckpointError(f"{index}: names shard(s) {', '.join(missing)} that are not in "
+                              f"{index.parent}; copy the missing shards or fix the index")
+    return {str(k): str(v) for k, v in weight_map.items()}
+
+
+def read_tensor(drafter: Drafter, name: str) -> np.ndarray[Any, Any]:
+    """One tensor by its stored or normalized name."""
+    info = drafter.tensors.get(name) or drafter.find(normalize_name(name))
+    if info is None:
+        raise CheckpointError(f"{drafter.path}: has no tensor {name!r}")
+    return read_array(info.file, info)
+
+
+def head_dim(config: dict[str, Any]) -> int:
+    value = config.get("head_dim")
+    if isinstance(value, int) and value > 0:
+        return value
+    return int(config["hidden_size"]) // int(config["num_attention_heads"])
+
+
+def aux_layer_ids(config: dict[str, Any]) -> list[int] | None:
+    eagle = config.get("eagle_config")
+    if isinstance(eagle, dict):
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+        if isinstance(ids, list):
+            return [int(i) for i in ids]
+    return None
+
+
+def num_aux_states(config: dict[str, Any]) -> int:
+    """SGLang's rule: num_aux_hidden_states, else the number of aux layer ids, else 3."""
+    if isinstance(config.get("num_aux_hidden_states"), int):
+        return int(config["num_aux_hidden_states"])
+    ids = aux_layer_ids(config)
+    return len(ids) if ids else 3
+
+
+def expected_layout(config: dict[str, Any]) -> dict[str, ExpectedTensor]:
+    """The tensors (normalized names) an EAGLE-3 drafter with this config must carry."""
+    try:
+        h = int(config["hidden_size"])
+        heads = int(config["num_attention_heads"])
+        kv = int(config.get("num_key_value_heads") or heads)
+        inter = int(config["intermediate_size"])
+        vocab = int(config["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"config.json lacks or garbles field {exc}; an EAGLE-3 drafter "
+                              "config needs hidden_size, num_attention_heads, intermediate_size "
+                              "and vocab_size") from None
+    d = head_dim(config)
+    th = int(config.get("target_hidden_size") or h)
+    draft_vocab = config.get("draft_vocab_size")
+    vd = int(draft_vocab) if draft_vocab else vocab
+    n_aux = num_aux_states(config)
+    layout = {
+        "fc.weight": ExpectedTensor((h, n_aux * th), None),
+        "layers.0.self_attn.q_proj.weight": ExpectedTensor((heads * d, 2 * h), None),
+        "layers.0.self_attn.k_proj.weight": ExpectedTensor((kv * d, 2 * h), None),
+        "layers.0.self_attn.v_proj.weight": ExpectedTensor((kv * d, 2 * h), None),
+        "layers.0.self_attn.o_proj.weight": ExpectedTensor((h, heads * d), None),
+        "layers.0.mlp.gate_proj.weight": ExpectedTensor((inter, h), None),
+        "layers.0.mlp.up_proj.weight": ExpectedTensor((inter, h), None),
+        "layers.0.mlp.down_proj.weight": ExpectedTensor((h, inter), None),
+        "layers.0.input_layernorm.weight": ExpectedTensor((h,), None),
+        "layers.0.hidden_norm.weight": ExpectedTensor((h,), None),
+        "layers.0.post_attention_layernorm.weight": ExpectedTensor((h,), None),
+        "norm.weight": ExpectedTensor((h,), None),
+        # Without draft_vocab_size or with tied embeddings SGLang takes lm_head from elsewhere.
+        "lm_head.weight": ExpectedTensor(
+            (vd, h), None, optional=not draft_vocab or bool(config.get("tie_word_embeddings"))),
+        # A full-vocabulary drafter needs no map (d2t would be all zeros).
+        "d2t": ExpectedTensor((vd,), "I64", optional=vd == vocab),
+        "t2d": ExpectedTensor((vocab,), "BOOL", optional=vd == vocab),
+        # Frozen and replaced by the target's embedding at load time.
+        "embed_tokens.weight": ExpectedTensor((vocab, h), None, optional=True),
+    }
+    if config.get("attention_bias"):
+        layout["layers.0.self_attn.q_proj.bias"] = ExpectedTensor((heads * d,), None)
+        layout["layers.0.self_attn.k_proj.bias"] = ExpectedTensor((kv * d,), None)
+        layout["layers.0.self_attn.v_proj.bias"] = ExpectedTensor((kv * d,), None)
+    if config.get("fc_norm") or config.get("use_aux_norm"):
+        for i in range(n_aux):
+            layout[f"fc_norm.{i}.weight"] = ExpectedTensor((th,), None)
+    return layout
+
+
+def is_trainable(canonical: str) -> bool:
+    """Not a frozen tensor: embed_tokens comes from the target, d2t/t2d are maps, and a
+    verifier_lm_head (some exports carry the target's head) is never trained."""
+    return canonical not in FROZEN_TENSORS and not canonical.startswith("verifier_lm_head.")

@@ -1,0 +1,466 @@
+"""The live Phase 0 session: baseline server, then speculative server, measured one at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from specgate.core.errors import SpecgateError
+from specgate.core.profile import Profile
+from specgate.core.redact import MASK, is_secret_name, mask_env
+from specgate.measure import bench, prompts, stats
+from specgate.serving.client import SGLangClient
+
+Progress = Callable[[str], None]
+CONFIGS = ("baseline", "speculative")
+RESULTS_FILE = "results.json"
+# server_info keys worth keeping beside a measurement (the rest is large and not ours).
+_SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "speculative_draft_model_path", "tp_size",
+                "model_path", "version", "simulated")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Why a stage could not be done: the message and the server's last log lines."""
+
+    stage: str
+    message: str
+    log_tail: str = ""
+
+    def text(self) -> str:
+        out = f"during {self.stage}: {self.message}"
+        if self.log_tail and self.log_tail not in self.message:
+            out += "\n--- last lines of the server log ---\n" + self.log_tail
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuCheck:
+    """Other processes on the server's GPUs just before a launch."""
+
+    checked: bool
+    reason: str
+    offenders: tuple[dict[str, Any], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvCheck:
+    """The profile's [server] env against the launched process's environment."""
+
+    checked: bool
+    reason: str
+    expected: dict[str, str] = dataclasses.field(default_factory=dict)
+    found: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def mismatched(self) -> dict[str, str | None]:
+        return {k: self.found.get(k) for k, v in self.expected.items() if self.found.get(k) != v}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigRun:
+    """One server configuration's session: launch (or attach), checks, measurement, stop."""
+
+    config: str
+    attached: bool = False
+    launch: str = ""
+    url: str = ""
+    simulated: bool = False
+    server_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    gpu: GpuCheck | None = None
+    env: EnvCheck | None = None
+    measurement: bench.Measurement | None = None
+    failure: Failure | None = None
+    stop: str = ""
+    log_path: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["gpu"] = dataclasses.asdict(self.gpu) if self.gpu else None
+        out["env"] = dataclasses.asdict(self.env) if self.env else None
+        out["measurement"] = self.measurement.to_json() if self.measurement else None
+        out["failure"] = dataclasses.asdict(self.failure) if self.failure else None
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ConfigRun:
+        fields = dict(data)
+        if data.get("gpu"):
+            gpu = dict(data["gpu"])
+            gpu["offenders"] = tuple(gpu.get("offenders", ()))
+            fields["gpu"] = GpuCheck(**gpu)
+        fields["env"] = EnvCheck(**data["env"]) if data.get("env") else None
+        fields["measurement"] = (bench.Measurement.from_json(data["measurement"])
+                                 if data.get("measurement") else None)
+        fields["failure"] = Failure(**data["failure"]) if data.get("failure") else None
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveResults:
+    """Both configurations of one live session, as written to reports/live/results.json."""
+
+    profile: str
+    simulated: bool
+    baseline: ConfigRun
+    speculative: ConfigRun
+    started_at: str = ""
+    finished_at: str = ""
+    prompts: str = ""
+
+    def run(self, config: str) -> ConfigRun:
+        return self.baseline if config == "baseline" else self.speculative
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
+                "started_at": self.started_at, "finished_at": self.finished_at,
+                "prompts": self.prompts, "baseline": self.baseline.to_json(),
+                "speculative": self.speculative.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LiveResults:
+        return cls(profile=str(data["profile"]), simulated=bool(data["simulated"]),
+                   baseline=ConfigRun.from_json(data["baseline"]),
+                   speculative=ConfigRun.from_json(data["speculative"]),
+                   started_at=str(data.get("started_at", "")),
+                   finished_at=str(data.get("finished_at", "")),
+                   prompts=str(data.get("prompts", "")))
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(json_safe(self.to_json()), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> LiveResults:
+        return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null (json.dumps would write invalid NaN)."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def load_prompts(profile: Profile) -> tuple[list[prompts.Prompt], str]:
+    """The profile's prompt set, selected by [bench] categories and prompts_per_category."""
+    b = profile.bench
+    if b.prompts == prompts.BUILTIN:
+        chosen, label = prompts.load_builtin(), "builtin"
+    else:
+        path = profile.resolve(b.prompts)
+        assert path is not None
+        chosen, label = prompts.load_jsonl(path), str(path)
+    return prompts.select(chosen, b.categories, b.prompts_per_category), label
+
+
+def api_key_of(profile: Profile) -> str | None:
+    """The key named by [server] api_key_env (a clear ProfileError when the variable is unset)."""
+    from specgate.serving.launch import read_api_key
+
+    return read_api_key(profile.server.api_key_env)
+
+
+def check_gpus(profile: Profile) -> GpuCheck:
+    """Other processes on the GPUs the server will use (skipped without nvidia-smi)."""
+    from specgate.serving import gpu
+    snap = gpu.snapshot()
+    if snap is None:
+        return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
+                               "cannot be listed")
+    wanted = profile.server.gpus if profile.server.gpus is not None else list(
+        range(profile.server.tp))
+    busy = gpu.busy_on(snap, wanted)
+    return GpuCheck(True, f"GPUs {wanted} checked", tuple(_as_dict(p) for p in busy))
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    return {k: getattr(obj, k) for k in ("pid", "process_name", "gpu_index", "used_memory_mib")
+            if hasattr(obj, k)}
+
+
+def check_env(profile: Profile, handle: Any) -> EnvCheck:
+    """The server process's environment against [server] env (skipped when unreadable)."""
+    from specgate.serving import server
+    expected = dict(profile.server.env)
+    reading = server.process_env_detail(handle)
+    if reading.env is None:
+        return EnvCheck(False, reading.reason, expected)
+    found = {k: reading.env.get(k) for k in expected}
+    # results.json is a report file: credential values are compared here, then masked.
+    for k, want in expected.items():
+        if is_secret_name(k) and found[k] is not None:
+            found[k] = MASK if found[k] == want else f"{MASK} (a different value)"
+    return EnvCheck(True, f"environment {reading.reason}",
+                    mask_env(expected), found)
+
+
+def _keep_going(profile: Profile, config: str,
+                baseline: bench.Measurement | None) -> Callable[[bench.Measurement], str | None]:
+    """Another repeat is worth it while an interval a claim is judged on straddles its threshold."""
+    th = profile.thresholds
+
+    def rule(m: bench.Measurement) -> str | None:
+        if config == "baseline":
+            return bench.straddles(m.stat("tps"), th.baseline_tps_min, "baseline tok/s")
+        reasons = []
+        accept = m.stat("accept_len")
+        tau = m.stat("tau_decode")
+        base_tps = baseline.stat("tps") if baseline else None
+        if isinstance(th.accept_len_min, (int, float)):
+            reasons.append(bench.straddles(accept, float(th.accept_len_min), "accept length"))
+        cycle = m.stat("cycle_ms")
+        if tau and cycle and base_tps:
+            be = stats.breakeven_summary(cycle, base_tps, m.confidence)
+            margin = stats.difference_summary(tau, be, m.confidence)
+            reasons.append(bench.straddles(margin, 0.0, "accept length − break-even"))
+        tps = m.stat("tps")
+        if tps and base_tps:
+            ratio = stats.ratio_summary(tps, base_tps, m.confidence)
+            reasons.append(bench.straddles(ratio, th.speedup_min, "speedup"))
+        found = [r for r in reasons if r]
+        return "; ".join(found) if found else None
+
+    return rule
+
+
+def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: info[k] for k in _SERVER_KEYS if k in info}
+
+
+@contextmanager
+def _server(profile: Profile, config: str, log_path: Path,
+            progress: Progress) -> Iterator[tuple[Any, str, bool]]:
+    from specgate.serving import launch, server
+    url = profile.server.baseline_url if config == "baseline" else profile.server.url
+    if url:
+        progress(f"{config}: attaching to {url}")
+        handle = server.attach(url, api_key_of(profile), config)  # type: ignore[arg-type]
+        yield handle, f"attached to {url}", True
+        return
+    spec = launch.build_command(profile, config)  # type: ignore[arg-type]
+    if not spec.simulated:
+        # A flag this SGLang rejects fails here in seconds, not after a 20-minute model load.
+        from specgate.core.errors import ServerError
+        from specgate.serving.preflight import preflight_spec
+
+        checked = preflight_spec(spec)
+        if checked.status == "rejected":
+            raise ServerError(f"SGLang {checked.version or ''} rejects the launch command "
+                              f"{spec.display()}: {checked.message}")
+        progress(f"{config}: preflight {checked.status}: {checked.message}")
+    progress(f"{config}: launching {spec.display()}")
+    with server.running(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s,
+                        stop_timeout_s=profile.server.stop_timeout_s,
+                        on_progress=progress) as handle:
+        yield handle, spec.display(), False
+
+
+def run_config(profile: Profile, config: str, reports_dir: Path, *,
+               baseline: bench.Measurement | None = None,
+               progress: Progress | None = None) -> ConfigRun:
+    """Launch (or attach), check, measure and stop one configuration; errors become data."""
+    say = progress or (lambda _msg: None)
+    fields: dict[str, Any] = {"config": config}
+    attached = bool(profile.server.baseline_url if config == "baseline" else profile.server.url)
+    fields["attached"] = attached
+    if not attached:
+        try:
+            fields["gpu"] = check_gpus(profile)
+        except Exception as exc:  # a broken check must not stop the session
+            fields["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
+    handle: Any = None
+    log_path = reports_dir / "live" / f"{config}-server.log"
+    if not attached:
+        fields["log_path"] = str(log_path)
+    stage = "prompts"
+    try:
+        chosen, _label = load_prompts(profile)
+        template = prompts.choose_template(profile.bench.chat_template,
+                                           profile.resolve(profile.target.path))
+        stage = "start"
+        with _server(profile, config, log_path, say) as (handle, display, attached):
+            fields.update(launch=display, url=handle.url, simulated=bool(handle.simulated),
+                          server_info=_server_spec(dict(handle.server_info or {})))
+            try:
+                fields["env"] = check_env(profile, handle)
+            except Exception as exc:  # a broken check must not stop the session
+                fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
+                                         dict(profile.server.env))
+            stage = "measure"
+            with SGLangClient(handle.url, handle.api_key,
+                              timeout_s=profile.bench.request_timeout_s) as client:
+                try:
+                    fields["measurement"] = bench.measure(
+                        client, profile.bench, config=config,  # type: ignore[arg-type]
+                        prompts=chosen, template=template,
+                        keep_going=_keep_going(profile, config, baseline), progress=say,
+                        simulated=bool(handle.simulated), server_spec=fields["server_info"])
+                except SpecgateError as exc:
+                    # Settle first: a server writes its access-log line for the failed request
+                    # after answering it, and a dying one needs a moment to exit.
+                    alive = _alive(handle, settle_s=1.0)
+                    tail = getattr(exc, "log_tail", "") or _tail(handle)
+                    note = "" if alive is not False else " (the server process has exited)"
+                    fields["failure"] = Failure("measure", f"{exc}{note}", tail)
+            stage = "stop"
+            fields["stop"] = _stop(handle)
+    except SpecgateError as exc:
+        if "failure" not in fields:
+            fields["failure"] = Failure(stage, str(exc), getattr(exc, "log_tail", "")
+                                        or _tail(handle))
+    except Exception as exc:  # recorded, so every claim can say what broke
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        fields.setdefault("failure", Failure(stage, f"internal error: {detail}",
+                                             _tail(handle)))
+    fields.setdefault("stop", "attached: left running" if attached else "")
+    return ConfigRun(**fields)
+
+
+def _stop(handle: Any) -> str:
+    """Stop now (running() would too) so the report of what was left behind is kept."""
+    report = handle.stop()
+    text = str(report.how)
+    if not report.clean:
+        text += (f"; left behind: pids {list(report.leftovers)}, port free {report.port_free}, "
+                 f"GPU pids {list(report.gpu_leftovers)}")
+    if report.notes:
+        text += "; " + "; ".join(report.notes)
+    return text
+
+
+def _tail(handle: Any) -> str:
+    if handle is None:
+        return ""
+    try:
+        return str(handle.log_tail())
+    except Exception:
+        return ""
+
+
+def _alive(handle: Any, settle_s: float = 0.0) -> bool | None:
+    """Whether the server still runs; settle_s lets a process that just hung up finish dying."""
+    deadline = time.monotonic() + settle_s
+    try:
+        while True:
+            alive = bool(handle.alive())
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
+    except Exception:
+        return None
+
+
+def run_live(profile: Profile, reports_dir: Path, *,
+             progress: Progress | None = None) -> LiveResults:
+    """The whole live session, one server at a time; written to reports_dir/live/results.json."""
+    live_dir = reports_dir / "live"
+    live_dir.mkdir(parents=True, exist_ok=True)
+    log_file = live_dir / "progress.log"
+
+    def say(message: str) -> None:
+        line = f"{_now()} {message}"
+        with open(log_file, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        if progress is not None:
+            progress(message)
+
+    started = _now()
+    label = ""
+    try:
+        label = load_prompts(profile)[1]
+    except SpecgateError:
+        pass  # reported by run_config as each configuration's failure
+    baseline = run_config(profile, "baseline", reports_dir, progress=say)
+    speculative = run_config(profile, "speculative", reports_dir,
+                             baseline=baseline.measurement, progress=say)
+    results = LiveResults(
+        profile=profile.name,
+        simulated=profile.is_simulated or baseline.simulated or speculative.simulated,
+        baseline=baseline, speculative=speculative, started_at=started,
+        finished_at=_now(), prompts=label)
+    results.write(live_dir / RESULTS_FILE)
+    return results
+
+
+RUN_FILE = re.compile(r"^[0-9a-f]{32}\.(json|lock)$")
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
+                  progress: Progress | None = None) -> LiveResults:
+    """run_live exactly once per run id, however many processes (xdist workers) ask.
+
+    The first caller takes a file lock and launches, measures and stops both servers inside
+    it, so no server outlives the locked section; the others wait on the lock and read what it
+    wrote to reports_dir/live/<uid>.json.
+    """
+    from filelock import FileLock
+
+    live_dir = reports_dir / "live"
+    live_dir.mkdir(parents=True, exist_ok=True)
+    done = live_dir / f"{uid}.json"
+    with FileLock(str(live_dir / f"{uid}.lock")):
+        if done.exists():
+            return LiveResults.read(done)
+        _remove_stale(live_dir)
+        results = run_live(profile, reports_dir, progress=progress)
+        results.write(done)
+        return results
+
+
+def _remove_stale(live_dir: Path) -> None:
+    """Per-run files of runs long gone (a run in progress keeps its files fresh)."""
+    cutoff = time.time() - STALE_AFTER_S
+    for path in live_dir.iterdir():
+        try:
+            if RUN_FILE.match(path.name) and path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            pass
+
+
+def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
+    """SGLang version and server URLs of the live session written to reports_dir after `since`
+    (a Unix time), for the verdict and the report's environment; {} when there was none."""
+    path = reports_dir / "live" / RESULTS_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    facts: dict[str, Any] = {}
+    for config in ("speculative", "baseline"):
+        run = data.get(config) or {}
+        info = run.get("server_info") or {}
+        if info.get("version") and "sglang_version" not in facts:
+            facts["sglang_version"] = str(info["version"])
+        if run.get("url"):
+            facts.setdefault("server_url", run["url"])
+            facts[f"{config}_url"] = run["url"]
+    return facts

@@ -1,0 +1,330 @@
+"""`specgate report`: Allure results to a single-file HTML report with the pinned Allure 3."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import importlib.resources
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specgate.core.errors import SpecgateError
+from specgate.report import allure_meta
+
+MIN_NODE_MAJOR = 20
+HISTORY_LIMIT = 100
+ALLURE_HISTORY_FILE = "allure-history.jsonl"
+_APPENDED_MARK = ".allure-appended"
+_INSTALLED_MARK = ".specgate-installed"
+
+# Allure 3 hard-codes Google Analytics into every report (analyticsEnable: true in each
+# generator, no option to turn it off); a report built offline and mailed around must not
+# phone home, so the two script tags are cut out of the generated HTML.
+_ANALYTICS = re.compile(
+    r"<script async src=\"https://www\.googletagmanager\.com/gtag/js[^\"]*\"></script>\s*"
+    r"<script>\s*window\.dataLayer[\s\S]*?</script>"
+)
+
+
+class ReportError(SpecgateError):
+    """The HTML report could not be built: Node.js missing, npm install failed, no results."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltReport:
+    """Where the report went and what it took."""
+
+    index: Path
+    summary: dict[str, Any]
+    install_s: float
+    generate_s: float
+    history_appended: bool
+
+
+def allure_version() -> str:
+    """The Allure Report version pinned in specgate/data/allure/package.json."""
+    return str(_package_json()["dependencies"]["allure"])
+
+
+def cache_dir() -> Path:
+    """Where the pinned Allure is installed: $SPECGATE_NPM_CACHE, else the user cache dir."""
+    override = os.environ.get("SPECGATE_NPM_CACHE")
+    if override:
+        return Path(override).expanduser() / f"allure-{allure_version()}"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specgate" / f"allure-{allure_version()}"
+
+
+def find_node() -> tuple[Path, Path]:
+    """node and npm on PATH, node new enough; ReportError saying what to install otherwise."""
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    if node is None or npm is None:
+        missing = " and ".join(n for n, p in (("node", node), ("npm", npm)) if p is None)
+        raise ReportError(
+            f"`specgate report` needs Node.js {MIN_NODE_MAJOR}+ with npm to run Allure Report "
+            f"{allure_version()}, but {missing} is not on PATH. Install them (Debian/Ubuntu: "
+            "`apt-get install -y nodejs npm`; or https://nodejs.org), then run it again. "
+            "The results in allure-results/ and verdict.json do not need it."
+        )
+    try:
+        out = subprocess.run(
+            [node, "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ReportError(f"{node} --version failed ({exc}); check the Node.js install.") from exc
+    match = re.match(r"v(\d+)\.", out)
+    if match is None or int(match.group(1)) < MIN_NODE_MAJOR:
+        raise ReportError(
+            f"{node} is Node.js {out or '(no version)'}, but Allure Report {allure_version()} "
+            f"needs Node.js {MIN_NODE_MAJOR} or newer. Put a newer node first on PATH."
+        )
+    return Path(node), Path(npm)
+
+
+def ensure_allure(install_dir: Path | None = None) -> Path:
+    """Install the pinned Allure with `npm ci` on first use; return its cli.js.
+
+    Installs into a fresh folder and renames it into place, under a file lock, so two runs
+    never see half an install. Later calls need no network.
+    """
+    target = install_dir or cache_dir()
+    cli = target / "node_modules" / "allure" / "cli.js"
+    stamp = _lock_digest()
+    if _installed(target, stamp):
+        return cli
+    _, npm = find_node()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock  # a dependency, but only `report` needs it
+
+    with FileLock(str(target) + ".lock", timeout=900):
+        if _installed(target, stamp):
+            return cli
+        staging = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+        try:
+            data = _data_dir()
+            for name in ("package.json", "package-lock.json"):
+                shutil.copyfile(data / name, staging / name)
+            proc = subprocess.run(
+                [str(npm), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
+                 "--omit=dev", "--loglevel=error"],
+                cwd=staging, capture_output=True, text=True, timeout=900, check=False,
+                env={**os.environ, "NO_UPDATE_NOTIFIER": "1"},
+            )
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+                raise ReportError(
+                    f"`npm ci` for Allure Report {allure_version()} failed in {staging} "
+                    f"(exit {proc.returncode}). It needs the npm registry once; offline, set "
+                    "SPECGATE_NPM_CACHE to a folder where it was installed before.\n" + tail
+                )
+            (staging / _INSTALLED_MARK).write_text(stamp + "\n", encoding="utf-8")
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return cli
+
+
+def allure_config(output: Path, history: Path, *, name: str) -> dict[str, Any]:
+    """The Allure 3 config: one single-file awesome report, categories, JSONL history."""
+    return {
+        "name": name,
+        "output": str(output),
+        "historyPath": str(history),
+        "historyLimit": HISTORY_LIMIT,
+        "plugins": {
+            "awesome": {
+                "options": {
+                    "singleFile": True,
+                    "reportName": name,
+                    "groupBy": ["epic", "feature"],
+                    "reportLanguage": "en",
+                }
+            }
+        },
+        "categories": allure_meta.awesome_categories(),
+    }
+
+
+def build_report(reports_dir: Path, *, name: str | None = None) -> Path:
+    """DIR/allure-results to DIR/allure-report/index.html; returns the index.html path."""
+    return build(reports_dir, name=name).index
+
+
+def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
+    """build_report with the summary and timings, for callers and tests that want them."""
+    reports_dir = Path(reports_dir).resolve()
+    results = reports_dir / "allure-results"
+    result_files = sorted(results.glob("*-result.json")) if results.is_dir() else []
+    if not result_files:
+        raise ReportError(
+            f"no Allure results in {results}: run the claims first, e.g. "
+            f"`pytest -m probe --reports {reports_dir}`, then `specgate report --reports "
+            f"{reports_dir}`."
+        )
+    if not (results / "categories.json").exists():
+        allure_meta.write_categories(results)
+    if not (results / "executor.json").exists():
+        allure_meta.write_executor(results)
+
+    node, _ = find_node()
+    started = time.monotonic()
+    cli = ensure_allure()
+    install_s = time.monotonic() - started
+
+    history_dir = reports_dir / "history"
+    history_dir.mkdir(parents=True, exist_ok=True)
+    history = history_dir / ALLURE_HISTORY_FILE
+    fingerprint = _fingerprint(result_files)
+    mark = history_dir / _APPENDED_MARK
+    earlier = _appended_before(mark, fingerprint)
+    append = earlier is None
+
+    final = reports_dir / "allure-report"
+    with _scratch(reports_dir) as scratch:
+        if earlier is not None:
+            # Rebuilding the report of a run already in the history: Allure 3.14 ignores
+            # appendHistory, so it gets a copy of the lines from before that run instead.
+            lines = history.read_text(encoding="utf-8").splitlines(keepends=True)
+            history = scratch / ALLURE_HISTORY_FILE
+            history.write_text("".join(lines[:earlier]), encoding="utf-8")
+        output = scratch / "allure-report"
+        config = scratch / "allurerc.json"
+        doc = allure_config(output, history, name=name or _report_name(reports_dir))
+        config.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+        started = time.monotonic()
+        proc = subprocess.run(
+            [str(node), str(cli), "generate", str(results), "--config", str(config)],
+            cwd=scratch, capture_output=True, text=True, timeout=600, check=False,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        generate_s = time.monotonic() - started
+        index = output / "index.html"
+        if proc.returncode != 0 or not index.exists():
+            tail = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[-20:])
+            raise ReportError(
+                f"Allure Report {allure_version()} could not build the report from {results} "
+                f"(exit {proc.returncode}); its output ends with:\n{tail}"
+            )
+        for html in output.rglob("*.html"):
+            strip_analytics(html)
+        if final.exists():
+            shutil.rmtree(final)
+        output.rename(final)
+    if append:
+        # Counted after Allure trimmed the file to HISTORY_LIMIT: this run is its last line.
+        mark.write_text(f"{fingerprint} {max(_count_lines(history) - 1, 0)}\n", encoding="utf-8")
+    summary_path = final / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    return BuiltReport(final / "index.html", summary, install_s, generate_s, append)
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """One line for a terminal or CI log out of the report's summary.json."""
+    stats = summary.get("stats") or {}
+    parts = [f"{stats[k]} {k}" for k in ("passed", "failed", "broken", "skipped") if stats.get(k)]
+    return f"{stats.get('total', 0)} claims: " + (", ".join(parts) or "none ran")
+
+
+def main_report(argv: Sequence[str] | None = None) -> int:
+    """`specgate report`: build DIR/allure-report/index.html from DIR/allure-results."""
+    parser = argparse.ArgumentParser(prog="specgate report", description=main_report.__doc__)
+    parser.add_argument("--reports", type=Path, default=Path("reports"), metavar="DIR",
+                        help="the reports folder of a run (default reports/)")
+    parser.add_argument("--name", help="report title (default: specgate — <profile>)")
+    args = parser.parse_args(argv)
+    built = build(args.reports, name=args.name)
+    print(f"report: {built.index} ({summary_line(built.summary)})")
+    print(f"history: {built.index.parent.parent / 'history'}"
+          + ("" if built.history_appended else " (this run was already in it)"))
+    return 0
+
+
+def strip_analytics(html: Path) -> bool:
+    """Remove Allure's Google Analytics tags from a generated page; True if there were any."""
+    text = html.read_text(encoding="utf-8")
+    cleaned, count = _ANALYTICS.subn("", text)
+    if count:
+        html.write_text(cleaned, encoding="utf-8")
+    return count > 0
+
+
+def _report_name(reports_dir: Path) -> str:
+    verdict = reports_dir / "verdict.json"
+    with contextlib.suppress(OSError, ValueError):
+        doc: Mapping[str, Any] = json.loads(verdict.read_text(encoding="utf-8"))
+        if doc.get("profile"):
+            return f"specgate — {doc['profile']}"
+    return "specgate"
+
+
+def _appended_before(mark: Path, fingerprint: str) -> int | None:
+    """History lines from before this run, if this run's results were appended already."""
+    with contextlib.suppress(OSError, ValueError):
+        seen, before = mark.read_text(encoding="utf-8").split()
+        if seen == fingerprint:
+            return int(before)
+    return None
+
+
+def _count_lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        return sum(1 for _ in fh)
+
+
+def _fingerprint(result_files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in result_files:
+        digest.update(path.name.encode())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _scratch(reports_dir: Path) -> Iterator[Path]:
+    # Beside the final report, so the last step is a rename on one file system.
+    path = Path(tempfile.mkdtemp(prefix=".report-", dir=reports_dir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _installed(target: Path, stamp: str) -> bool:
+    mark = target / _INSTALLED_MARK
+    cli = target / "node_modules" / "allure" / "cli.js"
+    return cli.exists() and mark.exists() and mark.read_text(encoding="utf-8").strip() == stamp
+
+
+def _lock_digest() -> str:
+    return hashlib.sha256((_data_dir() / "package-lock.json").read_bytes()).hexdigest()
+
+
+def _package_json() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((_data_dir() / "package.json").read_text(encoding="utf-8"))
+    return doc
+
+
+def _data_dir() -> Path:
+    data = Path(str(importlib.resources.files("specgate"))) / "data" / "allure"
+    if not (data / "package-lock.json").exists():
+        raise ReportError(
+            f"{data}: package.json and package-lock.json of the pinned Allure Report are "
+            "missing, so this specgate was packaged without them; reinstall specgate from a "
+            "checkout (`pip install -e .`) or a wheel that includes specgate/data/allure/."
+        )
+    return data

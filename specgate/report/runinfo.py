@@ -1,0 +1,55 @@
+"""What happens around a claims run: demo assets before it, result files and history after it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from specgate.core.profile import Profile
+
+
+def prepare(profile: Profile, reports_dir: Path) -> None:
+    """Make what the profile needs before any claim runs (the demo's generated checkpoints)."""
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    if profile.demo is None:
+        return
+    from specgate.testing import demo
+    assets = profile.resolve(profile.demo.assets)
+    assert assets is not None
+    assets.parent.mkdir(parents=True, exist_ok=True)
+    # xdist workers all get here; one generates, the others wait and find it done.
+    with FileLock(str(assets) + ".lock", timeout=600):
+        demo.ensure_assets(assets, profile.demo.kind)
+
+
+def clean_results(results_dir: Path) -> None:
+    """Empty allure-results of an earlier run (history lives elsewhere and is kept)."""
+    if results_dir.exists():
+        shutil.rmtree(results_dir, ignore_errors=True)
+    results_dir.mkdir(parents=True, exist_ok=True)
+
+
+def finish(profile: Profile | None, reports_dir: Path, verdict_doc: dict[str, Any],
+           results_dir: Path | None) -> list[str]:
+    """After the verdict: Allure's environment, executor and categories files, and the history.
+
+    The verdict is already on disk when this runs; a problem here is reported as a warning and
+    never costs the run its verdict.
+    """
+    warnings: list[str] = []
+    if results_dir is not None and results_dir.exists():
+        try:
+            from specgate.report import allure_meta
+            allure_meta.write_all(results_dir, profile, verdict_doc)
+        except Exception as exc:
+            warnings.append(f"writing Allure environment files failed: {exc}")
+    if profile is not None and verdict_doc.get("complete"):
+        try:
+            from specgate.report import history
+            history.append_run(reports_dir, profile, verdict_doc)
+        except Exception as exc:
+            warnings.append(f"appending to the run history failed: {exc}")
+    return warnings

@@ -1,0 +1,76 @@
+"""The machine-readable verdict: reports/verdict.json, written atomically and often."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from specgate.claims.result import ClaimResult, Status
+
+SCHEMA = 1
+
+
+def outcome_of(claims: Iterable[ClaimResult], *, interrupted: bool = False,
+               internal_error: bool = False) -> str:
+    """passed, failed, error or interrupted for a set of claim results.
+
+    A definite failure outranks a broken claim: the checkpoint is known not to meet a claim even
+    if another could not be evaluated. A run with no evaluated claim is an error, never a pass.
+    """
+    if interrupted:
+        return "interrupted"
+    statuses = [c.status for c in claims]
+    if Status.FAILED in statuses:
+        return "failed"
+    if internal_error or Status.BROKEN in statuses:
+        return "error"
+    if not any(s is Status.PASSED for s in statuses):
+        return "error"
+    return "passed"
+
+
+def build(
+    claims: list[ClaimResult],
+    *,
+    profile: str,
+    drafter: str | None,
+    outcome: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "profile": profile,
+        "drafter": drafter,
+        "outcome": outcome,
+        "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    if extra:
+        doc.update(extra)
+    doc["counts"] = {s.value: sum(1 for c in claims if c.status is s) for s in Status}
+    doc["claims"] = [c.to_json() for c in claims]
+    return doc
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    """Write atomically: a reader (or a crash) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=False, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data

@@ -1,0 +1,611 @@
+"""Start, watch, attach to and stop SGLang servers, leaving no process behind."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+
+from specgate.core.errors import ServerError
+from specgate.core.redact import Redactor
+from specgate.serving import gpu
+from specgate.serving.launch import Config, LaunchSpec
+
+READY_PATH = "/health_generate"
+SPECULATIVE_ALGORITHMS = frozenset({"EAGLE3", "EAGLE"})
+POLL_S = 0.5
+PROGRESS_EVERY_S = 5.0
+STOP_TIMEOUT_S = 30.0
+GPU_RELEASE_TIMEOUT_S = 30.0
+
+# Access-log lines of our own readiness polls: hundreds of them would bury the real tail.
+_POLL_LINE = re.compile(r'"GET /health(?:_generate)? HTTP/[0-9.]+" \d{3}')
+
+ProgressCallback = Callable[[float, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class StopReport:
+    """How a server ended and what, if anything, outlived it."""
+
+    how: str  # attached | exited | terminated | killed | remote
+    exit_code: int | None = None
+    pids: tuple[int, ...] = ()
+    killed: tuple[int, ...] = ()
+    leftovers: tuple[int, ...] = ()
+    port_free: bool | None = None
+    gpu_leftovers: tuple[int, ...] = ()
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not self.leftovers and self.port_free is not False and not self.gpu_leftovers
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvReading:
+    """A live server process's environment, or why it could not be read."""
+
+    env: dict[str, str] | None
+    reason: str
+    pid: int | None = None
+
+
+class ServerHandle:
+    """A launched or attached server; stop() tears down only what this harness started."""
+
+    def __init__(self, *, url: str, api_key: str | None, config: Config,
+                 spec: LaunchSpec | None = None, log_path: Path | None = None,
+                 proc: subprocess.Popen[bytes] | None = None,
+                 server_info: dict[str, Any] | None = None,
+                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.config = config
+        self.spec = spec
+        self.log_path = log_path
+        self.server_info: dict[str, Any] = server_info or {}
+        self.stop_timeout_s = stop_timeout_s
+        self._proc = proc
+        self._family: dict[int, psutil.Process] = {}
+        self._report: StopReport | None = None
+        self._lock = threading.Lock()
+        self._redactor = spec.redactor() if spec else Redactor([api_key])
+        self.remember_children()
+
+    def __repr__(self) -> str:
+        return f"ServerHandle({self.config}, {self.url}, pid={self.pid})"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def simulated(self) -> bool:
+        return self.server_info.get("simulated") is True
+
+    @property
+    def attached(self) -> bool:
+        return self._proc is None
+
+    def log_tail(self, n: int = 40) -> str:
+        """The last n lines of the server log, secrets redacted, our readiness polls left out."""
+        return self._redactor.redact(_tail(self.log_path, n)) if self.log_path else ""
+
+    def alive(self) -> bool:
+        if self._proc is None:
+            return _answers(self.url)
+        return self._proc.poll() is None
+
+    def remember_children(self) -> None:
+        """Record the process tree now: children re-parent to init once their parent dies."""
+        if self._proc is None:
+            return
+        try:
+            root = psutil.Process(self._proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                self._family.setdefault(p.pid, p)
+        except psutil.Error:
+            pass
+
+    def stop(self) -> StopReport:
+        """Stop the tree (SIGTERM, then SIGKILL after stop_timeout_s); idempotent."""
+        with self._lock:
+            if self._report is None:
+                self._report = self._stop()
+                _registry.discard(self)
+            return self._report
+
+    def _stop(self) -> StopReport:
+        started = time.monotonic()
+        if self._proc is None:
+            return StopReport(how="attached", notes=("attached server: left running",))
+        notes: list[str] = []
+        spec = self.spec
+        if spec is not None and spec.remote:
+            notes += _run_stop_command(spec, self._redactor)
+        self.remember_children()
+        family = [p for p in self._family.values() if _running(p)]
+        exited_before = self._proc.poll() is not None
+        killed = _terminate_tree(self._proc, family, self.stop_timeout_s)
+        exit_code = self._proc.poll()
+        leftovers = tuple(p.pid for p in family if _running(p))
+        port_free = _wait_port_free(self.url, 5.0 if not (spec and spec.remote) else 15.0)
+        if spec is not None and spec.remote and port_free is False:
+            notes.append(
+                "the remote server still answers after the local launcher was stopped; "
+                + ("its [server] stop_command did not stop it" if spec.stop_command else
+                   "set [server] stop_command (e.g. ['ssh', 'gpu-box', 'pkill', '-f', "
+                   "'sglang.launch_server']) so specgate can stop it")
+            )
+        pids = tuple(sorted(self._family))
+        if self.log_path is not None:
+            _scrub_log(self.log_path, self._redactor)
+        gpu_left = _wait_gpu_released(set(pids), notes)
+        how = "remote" if spec is not None and spec.remote else (
+            "exited" if exited_before else "killed" if killed else "terminated")
+        return StopReport(how=how, exit_code=exit_code, pids=pids, killed=tuple(killed),
+                          leftovers=leftovers, port_free=port_free, gpu_leftovers=gpu_left,
+                          seconds=round(time.monotonic() - started, 3), notes=tuple(notes))
+
+
+def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
+           on_progress: ProgressCallback | None = None, poll_s: float = POLL_S,
+           progress_every_s: float = PROGRESS_EVERY_S,
+           stop_timeout_s: float = STOP_TIMEOUT_S) -> ServerHandle:
+    """Start the server and return once it answers READY_PATH; never leaves it half-started."""
+    if port_in_use(spec.host, spec.port, spec.url, check_bind=not spec.remote):
+        raise ServerError(
+            f"port {spec.port} on {spec.host} is already in use, so the {spec.config} server "
+            f"cannot start there; stop what holds it (`ss -ltnp 'sport = :{spec.port}'`), "
+            "choose another [server] port, or attach with --server-url/--baseline-url"
+        )
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        log.write(f"# specgate: {spec.display()}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env={**os.environ, **spec.env},
+                start_new_session=True, preexec_fn=_die_with_parent_hook())
+        except OSError as exc:
+            raise ServerError(f"cannot start {spec.argv[0]!r}: {exc}; check [server] launcher "
+                              "or --sglang-launcher") from None
+    handle = ServerHandle(url=spec.url, api_key=spec.api_key, config=spec.config, spec=spec,
+                          log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s)
+    _registry.add(handle)
+    try:
+        _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s, progress_every_s)
+        handle.server_info = fetch_server_info(handle.url, handle.api_key)
+        check_config(handle.server_info, spec.config, handle.url)
+    except ServerError as exc:
+        handle.stop()
+        if exc.log_tail:
+            raise
+        # A refused key or a wrong /server_info: the log says what the server was started with.
+        raise ServerError(str(exc), handle.log_tail()) from None
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+def attach(url: str, api_key: str | None, config: Config, *,
+           timeout_s: float = 10.0) -> ServerHandle:
+    """A handle on a server someone else runs, after checking it is the expected config."""
+    info = fetch_server_info(url, api_key, timeout_s=timeout_s)
+    check_config(info, config, url)
+    return ServerHandle(url=url, api_key=api_key, config=config, server_info=info)
+
+
+@contextlib.contextmanager
+def running(spec: LaunchSpec, log_path: Path, **kwargs: Any) -> Iterator[ServerHandle]:
+    """launch() as a context manager that always stops the server."""
+    handle = launch(spec, log_path, **kwargs)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def fetch_server_info(url: str, api_key: str | None, *,
+                      timeout_s: float = 10.0) -> dict[str, Any]:
+    headers = _auth(api_key)
+    last = ""
+    import requests  # lazily: offline runs never need it
+
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            resp = requests.get(url.rstrip("/") + path, headers=headers, timeout=timeout_s)
+        except requests.RequestException as exc:
+            raise ServerError(f"{url}{path}: no answer ({exc.__class__.__name__}: {exc}); "
+                              "is the server running and the URL right?") from None
+        if resp.status_code == 404:
+            last = f"{path} answered 404"
+            continue
+        if resp.status_code in (401, 403):
+            if api_key:
+                raise ServerError(
+                    f"{url}{path} answered {resp.status_code}: the server refused the API key "
+                    "from [server] api_key_env; it was started with another --api-key (or a "
+                    "launcher replaced it); export the key the server expects")
+            raise ServerError(f"{url}{path} answered {resp.status_code}: the server wants an "
+                              "API key; set [server] api_key_env to the variable holding it")
+        if resp.status_code != 200:
+            raise ServerError(f"{url}{path} answered HTTP {resp.status_code}: "
+                              f"{Redactor([api_key]).redact(resp.text[:300])}")
+        try:
+            info = resp.json()
+        except ValueError:
+            raise ServerError(f"{url}{path} did not answer JSON: {resp.text[:200]!r}") from None
+        if not isinstance(info, dict):
+            raise ServerError(f"{url}{path} answered {type(info).__name__}, expected an object")
+        return info
+    raise ServerError(f"{url}: neither /server_info nor /get_server_info exists ({last}); "
+                      "is this an SGLang server?")
+
+
+def check_config(info: dict[str, Any], config: Config, url: str) -> None:
+    """Raise ServerError unless /server_info matches the configuration under test."""
+    algo = info.get("speculative_algorithm")
+    algo_name = str(algo).upper() if algo not in (None, "", "NONE", "None") else None
+    if config == "speculative" and algo_name not in SPECULATIVE_ALGORITHMS:
+        raise ServerError(
+            f"{url}: /server_info says speculative_algorithm = {algo!r}, expected EAGLE3 (or "
+            "EAGLE) for the speculative server; start it with --speculative-algorithm EAGLE3 "
+            "or point --server-url at the speculative server")
+    if config == "baseline" and algo_name is not None:
+        raise ServerError(
+            f"{url}: /server_info says speculative_algorithm = {algo!r}, expected none for the "
+            "baseline server; start it without --speculative-* flags or point --baseline-url "
+            "at the baseline server")
+
+
+def process_env(handle: ServerHandle) -> dict[str, str] | None:
+    """The live server process's environment, or None (process_env_detail says why)."""
+    return process_env_detail(handle).env
+
+
+def process_env_detail(handle: ServerHandle) -> EnvReading:
+    """The environment of the process that serves: the one of the launched tree on its port.
+
+    The launcher's own process got the profile env from us, so reading it proves nothing: a
+    wrapper (`sh -c 'env -u X ...'`, sudo, conda run) may fork a server without it.
+    """
+    spec = handle.spec
+    if spec is not None and spec.remote:
+        return EnvReading(None, "remote launcher: the server's environment lives on the GPU "
+                                "host; the profile env was passed as `env K=V` on its command line")
+    if handle.pid is None:
+        pid = _listener_pid(handle.url)
+        if pid is None:
+            return EnvReading(None, "attached server: no local process listens on its port, so "
+                                    "its environment cannot be read from here")
+        why = f"pid {pid} listens on the attached server's port"
+    else:
+        pid, why = _serving_pid(handle)
+    try:
+        return EnvReading(dict(psutil.Process(pid).environ()), f"read from /proc: {why}", pid)
+    except psutil.AccessDenied:
+        return EnvReading(None, f"pid {pid}: permission denied reading its environment "
+                                f"(run as the server's user); {why}", pid)
+    except psutil.Error as exc:
+        return EnvReading(None, f"pid {pid}: {exc.__class__.__name__}: {exc}; {why}", pid)
+
+
+def _serving_pid(handle: ServerHandle) -> tuple[int, str]:
+    """The launched tree's process listening on the handle's port, else its deepest descendant,
+    else the launcher's own process; with a sentence saying which and why."""
+    assert handle.pid is not None
+    root = handle.pid
+    port = urlsplit(handle.url).port
+    family = _tree(root, handle._family.values())
+    for proc in family:
+        if port is not None and _listens(proc, port):
+            name = _name(proc)
+            if proc.pid == root:
+                return root, f"pid {root} ({name}), the launched process, listens on port {port}"
+            return proc.pid, (f"pid {proc.pid} ({name}) listens on port {port}; it descends "
+                              f"from the launched process {root}, which may run a wrapper")
+    depth = {p.pid: _depth(p, root) for p in family}
+    deepest = max(family, key=lambda p: depth[p.pid], default=None)
+    if deepest is not None and deepest.pid != root:
+        return deepest.pid, (f"no process of the launched tree listens on port {port}, so its "
+                             f"deepest descendant pid {deepest.pid} ({_name(deepest)}) of the "
+                             f"launched process {root} stands in for the server")
+    return root, (f"no process of the launched tree listens on port {port} and the launched "
+                  f"process {root} has no children, so its own environment is read")
+
+
+def _tree(root: int, remembered: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """The root and its live descendants, plus remembered members re-parented away since."""
+    out: list[psutil.Process] = []
+    try:
+        top = psutil.Process(root)
+        out = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        pass
+    seen = {p.pid for p in out}
+    out += [p for p in remembered if p.pid not in seen and _running(p)]
+    return out
+
+
+def _listens(proc: psutil.Process, port: int) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in proc.net_connections(kind="inet"))
+    except psutil.Error:
+        return False
+
+
+def _depth(proc: psutil.Process, root: int) -> int:
+    """Generations between proc and root (-1: not below root any more)."""
+    depth = 0
+    try:
+        current: psutil.Process | None = proc
+        while current is not None and current.pid != root:
+            current = current.parent()
+            depth += 1
+    except psutil.Error:
+        return -1
+    return depth if current is not None else -1
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: bool = True) -> bool:
+    """Whether something already listens there (connect), or the port cannot be bound."""
+    target = urlsplit(url).hostname if url else host
+    with contextlib.suppress(OSError), socket.create_connection((target or host, port), 0.5):
+        return True
+    if not check_bind:
+        return False
+    bind_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((bind_host, port))
+        except OSError:
+            return True
+    return False
+
+
+# ---- safety net: stop every server this process started, however it ends ----
+
+_registry: set[ServerHandle] = set()
+
+
+def live_handles() -> list[ServerHandle]:
+    return list(_registry)
+
+
+def stop_all() -> list[StopReport]:
+    """Stop every server this process launched and has not stopped yet."""
+    return [h.stop() for h in list(_registry)]
+
+
+def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> None:
+    """On these signals stop every server, then raise KeyboardInterrupt (main thread only)."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop_all()
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for signum in signals:
+        signal.signal(signum, handler)
+
+
+atexit.register(stop_all)
+
+
+# ---- internals ----
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A preexec_fn that makes the server get SIGTERM when this process dies.
+
+    A killed pytest (an xdist worker that crashed, SIGKILL, the OOM killer) runs no atexit or
+    signal handler, and the server lives in its own session, so without this it would keep the
+    GPUs. The kernel sends the signal when the launching thread exits, so it is only set up for
+    a launch from the main thread, which lives as long as the process.
+    """
+    if _LIBC is None or threading.current_thread() is not threading.main_thread():
+        return None
+    libc, parent = _LIBC, os.getpid()
+
+    def hook() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
+
+
+def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
+                on_progress: ProgressCallback | None, poll_s: float,
+                progress_every_s: float) -> None:
+    import requests
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_progress = started + progress_every_s
+    url = handle.url + READY_PATH
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise ServerError(
+                f"the {handle.config} server exited with code {code} before it was ready "
+                f"({time.monotonic() - started:.1f} s after start); the log is {handle.log_path}",
+                handle.log_tail())
+        handle.remember_children()
+        try:
+            resp = requests.get(url, headers=_auth(handle.api_key), timeout=min(2.0, poll_s * 4))
+            if resp.status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise ServerError(
+                f"the {handle.config} server did not answer {READY_PATH} with 200 within "
+                f"{timeout_s:g} s ([server] startup_timeout_s); it was stopped; the log is "
+                f"{handle.log_path}", handle.log_tail())
+        if on_progress is not None and now >= next_progress:
+            next_progress = now + progress_every_s
+            lines = handle.log_tail(1).splitlines()
+            on_progress(now - started, lines[-1] if lines else "")
+        time.sleep(min(poll_s, max(0.0, deadline - now)))
+
+
+def _terminate_tree(proc: subprocess.Popen[bytes], family: list[psutil.Process],
+                    timeout_s: float) -> list[int]:
+    """SIGTERM the session and the known tree, wait, then SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(family, timeout=timeout_s)
+    killed = []
+    # Children first, so a parent cannot respawn one between its kill and theirs.
+    for p in sorted(alive, key=lambda q: q.pid == proc.pid):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+            killed.append(p.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=5.0)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
+    return killed
+
+
+def _run_stop_command(spec: LaunchSpec, redactor: Redactor) -> list[str]:
+    if not spec.stop_command:
+        return ["remote launcher without [server] stop_command: only the local launcher "
+                "process is stopped; the server on the GPU host may keep running"]
+    try:
+        done = subprocess.run(list(spec.stop_command), capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"[server] stop_command failed: {exc}"]
+    said = redactor.redact((done.stdout + done.stderr).strip())[-300:]
+    return [f"[server] stop_command exited with code {done.returncode}"
+            + (f": {said}" if said else "")]
+
+
+def _wait_port_free(url: str, timeout_s: float) -> bool:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), 0.5):
+                pass
+        except OSError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _wait_gpu_released(pids: set[int], notes: list[str]) -> tuple[int, ...]:
+    """GPU processes of the tree still listed after a bounded wait (none without nvidia-smi)."""
+    deadline = time.monotonic() + GPU_RELEASE_TIMEOUT_S
+    while True:
+        try:
+            snap = gpu.snapshot()
+        except gpu.NvidiaSmiError as exc:
+            notes.append(f"GPU release not checked: {exc}")
+            return ()
+        if snap is None:
+            return ()
+        left = tuple(p.pid for p in snap.processes if p.pid in pids)
+        if not left or time.monotonic() >= deadline:
+            if left:
+                notes.append(f"GPU processes {list(left)} still listed by nvidia-smi "
+                             f"{GPU_RELEASE_TIMEOUT_S:.0f} s after stop")
+            return left
+        time.sleep(1.0)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        # is_running() also guards against a recycled pid (it compares the start time).
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _listener_pid(url: str) -> int | None:
+    port = urlsplit(url).port
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return conn.pid
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+def _answers(url: str) -> bool:
+    import requests
+
+    try:
+        return requests.get(url + "/health", timeout=2.0).status_code < 500
+    except requests.RequestException:
+        return False
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = [ln for ln in data.decode("utf-8", "replace").splitlines()
+             if not _POLL_LINE.search(ln)]
+    return "\n".join(lines[-n:])
+
+
+def _scrub_log(path: Path, redactor: Redactor) -> None:
+    """Rewrite the finished log with secrets masked: reports folders get archived and shared."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        clean = redactor.redact(text)
+        if clean != text:
+            path.write_text(clean, encoding="utf-8")
+    except OSError:
+        pass

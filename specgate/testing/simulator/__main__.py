@@ -1,0 +1,138 @@
+"""`python -m specgate.testing.simulator <SGLang flags>`: SGLang-like start-up and teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from specgate.testing.simulator import args as sim_args
+from specgate.testing.simulator.faults import faults_from_env
+from specgate.testing.simulator.server import make_server
+from specgate.testing.simulator.state import SGLANG_VERSION, SimState, log
+
+# Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
+# (which watch the parent with a watchdog); the harness must still kill the whole tree.
+_CHILD_CODE = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "parent = int(sys.argv[2])\n"
+    "while os.getppid() == parent:\n"
+    "    time.sleep(0.2)\n"
+)
+
+
+def _spawn_children(tp_size: int) -> list[subprocess.Popen[bytes]]:
+    names = [f"sglang::scheduler_TP{rank}" for rank in range(tp_size)] + ["sglang::detokenizer"]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _CHILD_CODE, name, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+        )
+        for name in names
+    ]
+
+
+def _kill_children(children: Sequence[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+    for child in children:
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _fail(text: str) -> int:
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "<specgate simulator>", in launch_server',
+          file=sys.stderr)
+    print(text, file=sys.stderr, flush=True)
+    return 1
+
+
+def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
+    """The loading lines SGLang prints, spread over the start delay, then readiness."""
+    faults, resolved = state.faults, state.resolved
+    delay = faults.slow_start_s if faults.slow_start_s is not None else (
+        resolved.params.timing.start_delay_s
+    )
+    log(f"Load weight begin. avail mem=79.10 GB (model {model_path})")
+    if resolved.params.speculative:
+        log(f"Load draft weight begin. draft model {resolved.args['speculative_draft_model_path']}")
+    time.sleep(delay / 2)
+    log(f"Load weight end. type={resolved.architectures[0]}, dtype=torch.bfloat16, "
+        "avail mem=40.00 GB")
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=39.00 GB")
+    time.sleep(delay / 2)
+    log(f"Capture cuda graph end. Time elapsed: {delay / 2:.2f} s. mem usage=1.00 GB.")
+    print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+          file=sys.stderr, flush=True)
+    if "never_ready" not in faults:
+        state.ready.set()
+        log("The server is fired up and ready to roll!")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    namespace = sim_args.build_parser().parse_args(argv)  # exits 2 on a bad flag, like SGLang
+    try:
+        faults = faults_from_env(env)
+    except ValueError as exc:
+        return _fail(f"ValueError: {exc}")
+    try:
+        resolved = sim_args.resolve(namespace, env)
+    except sim_args.StartupError as exc:
+        log(f"server_args={sim_args.server_args_repr(vars(namespace))}")
+        return _fail(str(exc))
+    log(f"specgate SGLang simulator (simulated: no model, no GPU), SGLang API {SGLANG_VERSION}")
+    for warning in resolved.warnings:
+        log(warning)
+    log(f"server_args={sim_args.server_args_repr(resolved.args)}")
+    if "exit_at_start" in faults:
+        log("Load weight begin. avail mem=79.10 GB")
+        return _fail(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a "
+            "total capacity of 79.19 GiB of which 1.02 GiB is free. (simulated fault exit_at_start)"
+        )
+
+    state = SimState(resolved, faults, argv)
+    try:
+        httpd = make_server(state, namespace.host, namespace.port)
+    except OSError as exc:
+        return _fail(f"OSError: {exc} (address {namespace.host}:{namespace.port})")
+    children = _spawn_children(max(1, namespace.tp_size))
+
+    def die() -> None:
+        _kill_children(children)
+        os._exit(1)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        _kill_children(children)
+        os._exit(0)
+
+    state.on_die = die
+    signal.signal(signal.SIGTERM, on_term)
+    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
+
+    try:
+        _start_up(state, namespace.model_path, namespace.host, namespace.port)
+        while True:
+            time.sleep(0.5)
+            if any(child.poll() is not None for child in children):
+                log("Subprocess exited unexpectedly; the server shuts down.")
+                die()
+    except KeyboardInterrupt:
+        _kill_children(children)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
