@@ -165,4 +165,3 @@ def test_server_info_falls_back_to_old_endpoint(fake):
     assert SGLangClient(fake.url).server_info()["path"] == "/server_info"
     fake.mode = "old"
     assert SGLangClient(fake.url).server_info()["path"] == "/get_server_info"
-    assert SGLangClient(fake.url).health()

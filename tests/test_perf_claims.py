@@ -20,12 +20,15 @@ def _profile(**thresholds):
                                          **thresholds}})
 
 
-def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests=4):
-    """Requests whose decode rate is exactly the given tok/s in each repeat."""
+def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests=4,
+                 prompt_factors=None):
+    """Requests whose decode rate is exactly the given tok/s in each repeat (times the prompt's
+    factor: intervals are over prompts, so prompts that differ give an interval its width)."""
     samples = []
+    factors = prompt_factors or [1.0] * requests
     for repeat, tps in enumerate(tps_per_repeat, 1):
         for i in range(requests):
-            decode_s = (completion - 1) / tps
+            decode_s = (completion - 1) / (tps * factors[i])
             samples.append(RequestSample(repeat, f"p{i}", "chat" if i % 2 else "math", 10,
                                          completion, verify, 0.05, 0.05 + decode_s, None,
                                          "stop", 10))
@@ -52,9 +55,10 @@ def test_breakeven_message_shows_the_arithmetic_of_the_seeds():
     base, spec = _seeds_story()
     result = perf_claims.breakeven_claim(_profile(), _live(base, spec))
     assert result.status is Status.FAILED
-    assert result.message.startswith(
-        "cycle 30.0 ms × 82.0 tok/s = break-even 2.46; measured 1.98 tokens per verify in "
-        "decode (2.00 counting the prefill token): the drafter makes serving slower")
+    assert result.message.startswith("cycle 30.0 ms × 82.0 tok/s = break-even 2.46")
+    assert "the drafter makes serving slower" in result.message
+    assert result.observed == pytest.approx(1.98)  # decode-only: (100 − 1) / 50
+    assert result.details["breakeven"] == pytest.approx(2.46, abs=1e-3)
     assert result.expected == ">= 2.460"
     names = [a.name for a in result.attachments]
     assert "required accept length for tok/s targets" in names
@@ -81,11 +85,14 @@ def test_accept_len_against_breakeven_threshold():
 
 
 def test_inconclusive_interval_fails_with_that_wording():
-    base = _measurement("baseline", tps_per_repeat=[70.0, 80.0, 90.0])
+    base = _measurement("baseline", tps_per_repeat=[80.0] * 3,
+                        prompt_factors=[0.85, 1.15, 0.9, 1.1])
     result = perf_claims.baseline_tps_claim(_profile(), _live(base))
     assert result.status is Status.FAILED
     assert "inconclusive at 95 %" in result.message
-    assert "CV 12.5 %" in result.message
+    tps = result.details["tps"]
+    assert tps["ci_low"] < 80.0 < tps["ci_high"]
+    assert tps["n"] == 4  # the interval is over the 4 prompts, not the 3 repeats
 
 
 def test_baseline_passes_when_the_interval_clears():

@@ -12,7 +12,7 @@ from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
-from specgate.measure import stats
+from specgate.measure import bench, stats
 from specgate.measure.bench import Measurement
 from specgate.measure.live import ConfigRun, LiveResults, json_safe
 from specgate.report import live_plots
@@ -34,14 +34,28 @@ def _broken(claim_id: str, live: LiveResults, message: str, **kw: Any) -> ClaimR
     return claims.broken(claim_id, PHASE, _sim(live) + message, **kw)
 
 
-def _need(run: ConfigRun, claim_id: str, live: LiveResults) -> Measurement | ClaimResult:
-    """The run's measurement, or a broken claim that carries the server's reason and log tail."""
+def _need(run: ConfigRun, claim_id: str, live: LiveResults, *,
+          timed: bool = True) -> Measurement | ClaimResult:
+    """The run's measurement, or a broken claim that carries the server's reason and log tail.
+
+    A timed claim also refuses a measurement whose streams arrived in bursts: per-token timing
+    of a buffered stream measures the buffer, not the server (28,000 tok/s against a true 250).
+    """
     if run.failure is not None:
         return _broken(claim_id, live, f"the {run.config} measurement could not be made: "
                        f"{run.failure.text()}", details={"failure": run.failure.message})
-    if run.measurement is None:
+    m = run.measurement
+    if m is None:
         return _broken(claim_id, live, f"no {run.config} measurement was recorded")
-    return run.measurement
+    if timed and m.bursts * 2 >= len(m.samples) > 0:
+        return _broken(claim_id, live, f"{m.bursts} of {len(m.samples)} {run.config} responses "
+                       "arrived as one burst at the end (all messages within "
+                       f"{bench.BURST_GAP_S * 1000:g} ms of each other, after most of the "
+                       "request's time had passed): something between specgate and SGLang "
+                       "buffers the stream (a proxy, or a load balancer), so decode timing "
+                       "cannot be measured; point specgate at SGLang itself or turn the "
+                       "buffering off", details={"bursts": m.bursts, "requests": len(m.samples)})
+    return m
 
 
 def _judge(summary: stats.Summary, threshold: float, *, strict: bool = False) -> tuple[bool, str]:
@@ -242,14 +256,16 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
 
 # -- speculative -----------------------------------------------------------------------------
 
-def _spec_measurement(cid: str, live: LiveResults) -> Measurement | ClaimResult:
-    got = _need(live.speculative, cid, live)
+def _spec_measurement(cid: str, live: LiveResults, *,
+                      timed: bool = True) -> Measurement | ClaimResult:
+    got = _need(live.speculative, cid, live, timed=timed)
     if isinstance(got, ClaimResult):
         return got
     if got.spec_fields_missing:
         return _broken(cid, live, f"the speculative server reported no spec_verify_ct on "
                        f"{got.spec_fields_missing} of {len(got.samples)} responses: SGLang "
-                       "omits it when no verify pass ran, so speculation is not active (check "
+                       "omits it only when no verify pass ran (a request that ended at its first "
+                       "token), so speculation is not active (check "
                        "--speculative-algorithm in /server_info), or this build names the "
                        "field differently", attachments=_attachments(live, live.speculative))
     return got
@@ -260,14 +276,47 @@ def _decode_accept(spec: Measurement) -> stats.Summary:
     return spec.stat("tau_decode") or spec.stats["accept_len"]
 
 
-def _breakeven(live: LiveResults, spec: Measurement) -> tuple[stats.Summary, stats.Summary,
-                                                              stats.Summary] | None:
+@dataclasses.dataclass(frozen=True)
+class BreakEven:
+    """Break-even and speed-up, both from the one paired ratio of decode tok/s.
+
+    Decode tok/s = τ / cycle, so τ ≥ cycle × baseline tok/s (break-even) exactly when
+    speculative ÷ baseline tok/s ≥ 1: the two claims test one hypothesis on one interval and
+    cannot contradict each other. The break-even accept length and its interval are that
+    ratio's, expressed in accept length: τ ÷ ratio.
+    """
+
+    ratio: stats.Summary
+    tau: float  # decode-only accept length, Σ(completion − 1) / Σ verify
+    cycle_ms: float
+    baseline_tps: float
+
+    @property
+    def breakeven(self) -> float:
+        return self.tau / self.ratio.mean
+
+    @property
+    def breakeven_ci(self) -> tuple[float | None, float | None]:
+        if not self.ratio.has_interval or self.ratio.ci_low <= 0:
+            return None, None
+        return self.tau / self.ratio.ci_high, self.tau / self.ratio.ci_low
+
+    def to_json(self) -> dict[str, Any]:
+        low, high = self.breakeven_ci
+        return {"speedup": self.ratio.to_json(), "tau_decode": self.tau,
+                "cycle_ms": self.cycle_ms, "baseline_tps": self.baseline_tps,
+                "breakeven": self.breakeven, "breakeven_ci": [low, high]}
+
+
+def _breakeven(live: LiveResults, spec: Measurement) -> BreakEven | None:
     base = live.baseline.measurement
-    if base is None or base.stat("tps") is None or spec.stat("cycle_ms") is None:
+    tau, cycle = spec.stat("tau_decode"), spec.stat("cycle_ms")
+    if base is None or base.stat("tps") is None or tau is None or cycle is None:
         return None
-    cycle = spec.stats["cycle_ms"]
-    base_tps = base.stats["tps"]
-    return cycle, base_tps, stats.breakeven_summary(cycle, base_tps, spec.confidence)
+    ratio = bench.speedup(spec, base)
+    if not math.isfinite(ratio.mean) or ratio.mean <= 0:
+        return None
+    return BreakEven(ratio, tau.mean, cycle.mean, base.stats["tps"].mean)
 
 
 def _targets_attachment(profile: Profile, live: LiveResults, spec: Measurement) -> Attachment:
@@ -281,7 +330,7 @@ def _targets_attachment(profile: Profile, live: LiveResults, spec: Measurement) 
 def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.accept_len: Σ completion_tokens / Σ spec_verify_ct ≥ accept_len_min (or break-even)."""
     cid = "spec.accept_len"
-    got = _spec_measurement(cid, live)
+    got = _spec_measurement(cid, live, timed=profile.thresholds.accept_len_min == "breakeven")
     if isinstance(got, ClaimResult):
         return got
     accept = got.stats["accept_len"]
@@ -312,13 +361,12 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                            "tok/s, which was not measured: "
                            + (live.baseline.failure.text() if live.baseline.failure else "?"),
                            attachments=attachments)
-        threshold, label = be[2].mean, f"the measured break-even {be[2].mean:.3f}"
-        # Against break-even, compare like with like: tokens per verify over decode.
-        judged = _decode_accept(got)
+        threshold, label = be.breakeven, f"the measured break-even {be.breakeven:.3f}"
+        # Judged as spec.breakeven is: on the paired speed-up's interval against 1.
+        ok, how = _judge(be.ratio, 1.0, strict=True)
     else:
         threshold, label = float(configured), f"the minimum {float(configured):g}"
-        judged = accept
-    ok, how = _judge(judged, threshold)
+        ok, how = _judge(accept, threshold)
     word = "reaches" if ok else "does not reach"
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} {label} — {how}. "
                          f"Per category: {per_cat}",
@@ -344,44 +392,45 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     if be is None:
         return _broken(cid, live, "the break-even needs the baseline tok/s and the speculative "
                        "cycle time; one of them was not measured")
-    cycle, base_tps, breakeven = be
     # Decode tok/s = tokens per verify over decode ÷ cycle time, so the accept length that
     # break-even compares with excludes the token prefill produced (SPEC's Σcompletion/Σverify
     # counts it, and reads a little high: 2.02 for a drafter whose cycles yield 2.00).
-    accept = _decode_accept(got)
-    margin = stats.difference_summary(accept, breakeven, got.confidence)
-    ms = f"{cycle.mean:.1f}" if cycle.mean >= 10 else f"{cycle.mean:.2f}"
-    arithmetic = (f"cycle {ms} ms × {base_tps.mean:.1f} tok/s = break-even "
-                  f"{breakeven.mean:.2f}; measured {accept.mean:.2f} tokens per verify in "
+    ms = f"{be.cycle_ms:.1f}" if be.cycle_ms >= 10 else f"{be.cycle_ms:.2f}"
+    low, high = be.breakeven_ci
+    pct = stats.percent(be.ratio.confidence)
+    interval = (f", {pct} % CI [{low:.2f}, {high:.2f}] (paired over {be.ratio.n} prompts)"
+                if low is not None and high is not None else "")
+    arithmetic = (f"cycle {ms} ms × {be.baseline_tps:.1f} tok/s = break-even "
+                  f"{be.breakeven:.2f}{interval}; measured {be.tau:.2f} tokens per verify in "
                   f"decode ({got.stats['accept_len'].mean:.2f} counting the prefill token)")
-    ok, how = _judge(margin, 0.0)
+    ok, how = _judge(be.ratio, 1.0, strict=True)
     if ok:
         tail = "the drafter makes serving faster"
-    elif accept.mean < breakeven.mean:
+    elif be.ratio.mean < 1.0:
         tail = "the drafter makes serving slower"
     else:
         tail = "not shown to beat the baseline"
+    how = how.replace("clears 1", "clears break-even").replace("below 1", "below break-even")
     attachments = (*_attachments(live, live.speculative, live.baseline),
                    _targets_attachment(profile, live, got),
-                   Attachment("break-even.json", json.dumps(json_safe({
-                       "cycle_ms": cycle.to_json(), "baseline_tps": base_tps.to_json(),
-                       "breakeven": breakeven.to_json(), "accept_len": accept.to_json(),
-                       "margin": margin.to_json()}), indent=1), "json"),
-                   live_plots.breakeven(cycle.mean, base_tps.mean, got,
+                   Attachment("break-even.json", json.dumps(json_safe(be.to_json()), indent=1),
+                              "json"),
+                   live_plots.breakeven(be.cycle_ms, be.baseline_tps, got,
                                         profile.thresholds.tps_targets))
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{arithmetic}: {tail} "
-                         f"(margin {margin.mean:+.3f}, {how})",
-                         observed=round(accept.mean, 3), expected=f">= {breakeven.mean:.3f}",
+                         f"(speed-up {be.ratio.mean:.3f}: {how})",
+                         observed=round(be.tau, 3), expected=f">= {be.breakeven:.3f}",
                          unit="tokens/verify",
-                         details={"cycle_ms": round(cycle.mean, 4),
-                                  "baseline_tps": round(base_tps.mean, 3),
-                                  "breakeven": round(breakeven.mean, 4),
-                                  "margin_ci": [_r(margin.ci_low), _r(margin.ci_high)]},
+                         details={"cycle_ms": round(be.cycle_ms, 4),
+                                  "baseline_tps": round(be.baseline_tps, 3),
+                                  "breakeven": round(be.breakeven, 4),
+                                  "breakeven_ci": [_r(low), _r(high)],
+                                  "speedup_ci": [_r(be.ratio.ci_low), _r(be.ratio.ci_high)]},
                          attachments=attachments)
 
 
-def _r(value: float) -> float | None:
-    return None if math.isnan(value) else round(value, 4)
+def _r(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, 4)
 
 
 def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
@@ -395,12 +444,12 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         return base
     if spec.stat("tps") is None or base.stat("tps") is None:
         return _broken(cid, live, "a pass produced no decode tokens to time")
-    ratio = stats.ratio_summary(spec.stats["tps"], base.stats["tps"], spec.confidence)
+    ratio = bench.speedup(spec, base)
     threshold = profile.thresholds.speedup_min
     ok, how = _judge(ratio, threshold, strict=True)
     pct = stats.percent(ratio.confidence)
-    interval = (f", {pct} % CI [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] (delta method, "
-                f"Welch df {ratio.df:.1f})" if ratio.has_interval else "")
+    interval = (f", {pct} % CI [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] (paired jackknife "
+                f"over {ratio.n} prompts)" if ratio.has_interval else "")
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "

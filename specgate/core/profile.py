@@ -52,6 +52,42 @@ class ServerSection(_Section):
     gpus: list[int] | None = None
     log_dir: str | None = None
 
+    @model_validator(mode="after")
+    def _gpus_agree(self) -> ServerSection:
+        if self.gpus is None:
+            return self
+        if len(self.gpus) < self.tp:
+            raise ValueError(f"gpus lists {len(self.gpus)} GPUs but tp = {self.tp} needs "
+                             f"{self.tp}")
+        visible = self.env.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and visible.replace(" ", "") != ",".join(map(str, self.gpus)):
+            raise ValueError(f"gpus = {self.gpus} disagrees with env CUDA_VISIBLE_DEVICES = "
+                             f"{visible!r}; set one of them (gpus is passed to the server as "
+                             "CUDA_VISIBLE_DEVICES)")
+        return self
+
+    def server_env(self) -> dict[str, str]:
+        """The environment the server gets on top of the launcher's: [server] env, plus
+        CUDA_VISIBLE_DEVICES from [server] gpus."""
+        env = dict(self.env)
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        return env
+
+    def server_gpus(self) -> list[int] | str:
+        """The GPUs (nvidia-smi indices) the server will run on: [server] gpus, else the
+        CUDA_VISIBLE_DEVICES of [server] env, else 0..tp−1; a CUDA_VISIBLE_DEVICES that is not
+        a list of indices (GPU UUIDs, MIG ids) comes back as written."""
+        if self.gpus is not None:
+            return list(self.gpus)
+        visible = self.env.get("CUDA_VISIBLE_DEVICES")
+        if visible is None:
+            return list(range(self.tp))
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        if all(p.isdigit() for p in parts):
+            return [int(p) for p in parts][: max(self.tp, 1)]
+        return visible
+
     @field_validator("launcher", mode="before")
     @classmethod
     def _split_launcher(cls, value: Any) -> Any:

@@ -4,27 +4,33 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
 from specgate.measure.prompts import ChatTemplate, Prompt
-from specgate.measure.stats import Summary, summarize
+from specgate.measure.stats import Summary, jackknife
 from specgate.serving.client import SGLangClient
 
 Config = Literal["baseline", "speculative"]
 Progress = Callable[[str], None]
 
-# Metrics summarized over repeats, with their units.
+# Metrics, with their units. Each is a ratio of totals over requests; its interval is the
+# jackknife over prompts (the same prompts run on both servers, so prompts are the unit).
 METRICS: dict[str, str] = {
-    "tps": "tok/s",  # decode tokens / decode seconds, per pass
+    "tps": "tok/s",  # Σ tokens after the first message / Σ seconds after the first message
     "accept_len": "tokens/verify",  # Σ completion_tokens / Σ spec_verify_ct
     "tau_decode": "tokens/verify",  # Σ (completion_tokens − 1) / Σ spec_verify_ct
-    "cycle_ms": "ms",  # decode seconds / Σ spec_verify_ct
+    "cycle_ms": "ms",  # tau_decode / tps: the time one verify cycle takes
     "ttft_ms": "ms",
 }
+# A stream whose messages arrive this close together came through something that buffered it:
+# a real decode step takes milliseconds (4.4 ms for a tiny model on an H200, 12 ms for Kimi-K2.5).
+BURST_GAP_S = 0.00025
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +50,31 @@ class RequestSample:
     chunks: int
     # spec_correct_drafts_histogram: how many verify passes accepted 0, 1, 2, … drafts.
     drafts_histogram: tuple[int, ...] | None = None
+    first_tokens: int = 1  # completion_tokens of the first streamed message
+    median_gap_s: float | None = None  # median time between messages after the first
 
     @property
     def decode_tokens(self) -> int:
-        return max(self.completion_tokens - 1, 0)
+        """Tokens that arrived after the first message: the ones decode_s times."""
+        return max(self.completion_tokens - self.first_tokens, 0)
 
     @property
     def decode_s(self) -> float:
         return max(self.e2e_s - self.ttft_s, 0.0)
+
+    @property
+    def verify_ct(self) -> int | None:
+        """Verify passes; 0 for a request that ended at its first token (SGLang then sends no
+        spec fields), None when a longer answer lacks them (speculation not active)."""
+        if self.spec_verify_ct is not None:
+            return self.spec_verify_ct
+        return 0 if self.completion_tokens <= 1 else None
+
+    @property
+    def burst(self) -> bool:
+        """Its messages arrived all at once, as through a buffering proxy (not as decoded)."""
+        return (self.chunks >= 3 and self.median_gap_s is not None
+                and self.median_gap_s < BURST_GAP_S and self.decode_s < 0.1 * self.e2e_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +99,12 @@ class PassResult:
 
     @property
     def tau_decode(self) -> float | None:
-        return self.decode_tokens / self.verify_ct if self.verify_ct else None
+        return (self.completion_tokens - self.requests) / self.verify_ct if self.verify_ct else None
 
     @property
     def cycle_ms(self) -> float | None:
-        return 1000.0 * self.decode_s / self.verify_ct if self.verify_ct else None
+        tau, tps = self.tau_decode, self.tps
+        return 1000.0 * tau / tps if tau is not None and tps > 0 else None
 
     def metric(self, name: str) -> float | None:
         if name == "ttft_ms":
@@ -90,17 +114,76 @@ class PassResult:
 
     @classmethod
     def of(cls, repeat: int, samples: Sequence[RequestSample]) -> PassResult:
-        verifies = [s.spec_verify_ct for s in samples]
-        verify_ct = None if any(v is None for v in verifies) else sum(v or 0 for v in verifies)
-        return cls(
-            repeat=repeat,
-            requests=len(samples),
-            completion_tokens=sum(s.completion_tokens for s in samples),
-            decode_tokens=sum(s.decode_tokens for s in samples),
-            decode_s=math.fsum(s.decode_s for s in samples),
-            verify_ct=verify_ct,
-            ttft_s=math.fsum(s.ttft_s for s in samples) / max(len(samples), 1),
-        )
+        t = Totals.of(samples)
+        return cls(repeat=repeat, requests=t.requests, completion_tokens=t.completion_tokens,
+                   decode_tokens=t.decode_tokens, decode_s=t.decode_s, verify_ct=t.verify_ct,
+                   ttft_s=t.ttft_s / max(t.requests, 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Totals:
+    """Sums over some requests (one prompt's, or a pass's): what every metric is a ratio of."""
+
+    requests: int
+    completion_tokens: int
+    decode_tokens: int  # after the first message
+    decode_s: float
+    verify_ct: int | None  # None when any request lacked spec fields it should have had
+    ttft_s: float  # sum
+
+    @classmethod
+    def of(cls, samples: Sequence[RequestSample]) -> Totals:
+        verifies = [s.verify_ct for s in samples]
+        return cls(requests=len(samples),
+                   completion_tokens=sum(s.completion_tokens for s in samples),
+                   decode_tokens=sum(s.decode_tokens for s in samples),
+                   decode_s=math.fsum(s.decode_s for s in samples),
+                   verify_ct=None if any(v is None for v in verifies)
+                   else sum(v or 0 for v in verifies),
+                   ttft_s=math.fsum(s.ttft_s for s in samples))
+
+
+def _pooled(units: Sequence[Totals]) -> Totals:
+    verifies = [u.verify_ct for u in units]
+    return Totals(requests=sum(u.requests for u in units),
+                  completion_tokens=sum(u.completion_tokens for u in units),
+                  decode_tokens=sum(u.decode_tokens for u in units),
+                  decode_s=math.fsum(u.decode_s for u in units),
+                  verify_ct=None if any(v is None for v in verifies)
+                  else sum(v or 0 for v in verifies),
+                  ttft_s=math.fsum(u.ttft_s for u in units))
+
+
+def _tps(t: Totals) -> float:
+    return t.decode_tokens / t.decode_s if t.decode_s > 0 else math.nan
+
+
+def _per_verify(tokens: int, t: Totals) -> float:
+    return tokens / t.verify_ct if t.verify_ct else math.nan
+
+
+def metric_of(name: str, units: Sequence[Totals]) -> float:
+    """One metric over pooled units (see METRICS); nan where it is undefined."""
+    t = _pooled(units)
+    if name == "tps":
+        return _tps(t)
+    if name == "accept_len":
+        return _per_verify(t.completion_tokens, t)
+    if name == "tau_decode":
+        return _per_verify(t.completion_tokens - t.requests, t)
+    if name == "cycle_ms":
+        return 1000.0 * _per_verify(t.completion_tokens - t.requests, t) / _tps(t)
+    if name == "ttft_ms":
+        return 1000.0 * t.ttft_s / t.requests if t.requests else math.nan
+    raise KeyError(name)
+
+
+def per_prompt(samples: Sequence[RequestSample]) -> dict[str, Totals]:
+    """Each prompt's totals over all its repeats, in first-seen order."""
+    by_prompt: dict[str, list[RequestSample]] = {}
+    for s in samples:
+        by_prompt.setdefault(s.prompt_id, []).append(s)
+    return {pid: Totals.of(chosen) for pid, chosen in by_prompt.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +202,7 @@ class Measurement:
     passes: tuple[PassResult, ...]
     stats: dict[str, Summary]
     per_category_accept_len: dict[str, float]
-    spec_fields_missing: int  # measured requests without spec_verify_ct
+    spec_fields_missing: int  # measured requests without spec_verify_ct that should have it
     stop_reason: str
     simulated: bool = False
     server_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -130,6 +213,11 @@ class Measurement:
 
     def stat(self, name: str) -> Summary | None:
         return self.stats.get(name)
+
+    @property
+    def bursts(self) -> int:
+        """Requests whose stream arrived all at once (see RequestSample.burst)."""
+        return sum(1 for s in self.samples if s.burst)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -159,7 +247,8 @@ class Measurement:
 
     def stats_table(self) -> str:
         per_pass = len(self.samples) // max(self.repeats, 1)
-        lines = [f"{self.config}: {self.repeats} repeats × {per_pass} prompts, template "
+        lines = [f"{self.config}: {self.repeats} repeats × {per_pass} prompts (intervals: "
+                 "jackknife over prompts), template "
                  f"{self.template} ({self.template_source}), "
                  f"temperature {self.temperature}, max_new_tokens {self.max_new_tokens}",
                  f"{'metric':<12}{'n':>4}{'mean':>12}{'std':>10}{'CV %':>8}"
@@ -193,10 +282,16 @@ def run_pass(client: SGLangClient, prompts: Sequence[Prompt], template: ChatTemp
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             spec_verify_ct=gen.spec_verify_ct, ttft_s=gen.ttft_s, e2e_s=gen.e2e_s,
             server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
-            drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram"))))
+            drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
+            first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s)))
         if progress is not None and (i == len(prompts) or i % 10 == 0):
             progress(f"repeat {repeat}: {i}/{len(prompts)} requests")
     return samples
+
+
+def _median_gap(arrivals: Sequence[float]) -> float | None:
+    gaps = sorted(b - a for a, b in itertools.pairwise(arrivals))
+    return gaps[len(gaps) // 2] if gaps else None
 
 
 def _histogram(value: Any) -> tuple[int, ...] | None:
@@ -225,25 +320,24 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: B
     """Reduce samples to per-pass rates and summarize each metric over passes."""
     repeats = sorted({s.repeat for s in samples})
     passes = tuple(PassResult.of(r, [s for s in samples if s.repeat == r]) for r in repeats)
+    units = list(per_prompt(samples).values())
     stats: dict[str, Summary] = {}
     for name in METRICS:
-        values = [p.metric(name) for p in passes]
-        if values and all(v is not None and math.isfinite(v) for v in values):
-            stats[name] = summarize([float(v) for v in values if v is not None],
-                                    judged_confidence(bench))
+        summary = jackknife(units, functools.partial(metric_of, name), judged_confidence(bench))
+        if math.isfinite(summary.mean):
+            stats[name] = summary
     per_category: dict[str, float] = {}
     for category in sorted({s.category for s in samples}):
-        chosen = [s for s in samples if s.category == category]
-        verify = [s.spec_verify_ct for s in chosen]
-        if verify and all(v for v in verify):
-            per_category[category] = (sum(s.completion_tokens for s in chosen)
-                                      / sum(v or 0 for v in verify))
+        value = metric_of("accept_len", [Totals.of([s for s in samples
+                                                    if s.category == category])])
+        if math.isfinite(value):
+            per_category[category] = value
     return Measurement(
         config=config, url=url, template=template.name, template_source=template.source,
         temperature=bench.temperature, max_new_tokens=bench.max_new_tokens, warmup=bench.warmup,
         confidence=judged_confidence(bench), samples=tuple(samples), passes=passes, stats=stats,
         per_category_accept_len=per_category,
-        spec_fields_missing=sum(1 for s in samples if s.spec_verify_ct is None),
+        spec_fields_missing=sum(1 for s in samples if s.verify_ct is None),
         stop_reason=stop_reason, simulated=simulated, server_spec=dict(server_spec or {}))
 
 
@@ -301,3 +395,20 @@ def straddles(summary: Summary | None, threshold: float | None, what: str) -> st
         return (f"the {what} interval [{summary.ci_low:.3f}, {summary.ci_high:.3f}] "
                 f"straddles {threshold:.3f}")
     return None
+
+
+def speedup(spec: Measurement, base: Measurement) -> Summary:
+    """Speculative ÷ baseline decode tok/s over the prompts both measured, paired by prompt.
+
+    One statistic decides both spec.speedup and spec.breakeven: decode tok/s = τ / cycle time,
+    so τ ≥ cycle × baseline tok/s exactly when this ratio is ≥ 1. Pairing by prompt takes the
+    prompts' own spread (long and short answers, easy and hard text) out of the interval.
+    """
+    spec_units, base_units = per_prompt(spec.samples), per_prompt(base.samples)
+    pairs = [(spec_units[p], base_units[p]) for p in spec_units if p in base_units]
+
+    def ratio(chosen: Sequence[tuple[Totals, Totals]]) -> float:
+        den = _tps(_pooled([b for _, b in chosen]))
+        return _tps(_pooled([a for a, _ in chosen])) / den if den else math.nan
+
+    return jackknife(pairs, ratio, min(spec.confidence, base.confidence))

@@ -12,16 +12,21 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
 from specgate.core.redact import MASK, is_secret_name, mask_env
 from specgate.measure import bench, prompts, stats
 from specgate.serving.client import SGLangClient
+from specgate.serving.launch import Config
+
+if TYPE_CHECKING:
+    from specgate.serving.gpu import GpuProcess
+    from specgate.serving.server import ServerHandle
 
 Progress = Callable[[str], None]
-CONFIGS = ("baseline", "speculative")
+CONFIGS: tuple[Config, Config] = ("baseline", "speculative")
 RESULTS_FILE = "results.json"
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -188,25 +193,23 @@ def check_gpus(profile: Profile) -> GpuCheck:
     if snap is None:
         return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
                                "cannot be listed")
-    wanted = profile.server.gpus if profile.server.gpus is not None else list(
-        range(profile.server.tp))
+    wanted = profile.server.server_gpus()
+    if isinstance(wanted, str):
+        return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {wanted!r} names GPUs "
+                               "by id, not by index; set [server] gpus to the indices that "
+                               "nvidia-smi lists so they can be checked")
     busy = gpu.busy_on(snap, wanted)
     return GpuCheck(True, f"GPUs {wanted} checked", tuple(_as_dict(p) for p in busy))
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, dict):
-        return dict(obj)
-    return {k: getattr(obj, k) for k in ("pid", "process_name", "gpu_index", "used_memory_mib")
-            if hasattr(obj, k)}
+def _as_dict(proc: GpuProcess) -> dict[str, Any]:
+    return dataclasses.asdict(proc)
 
 
-def check_env(profile: Profile, handle: Any) -> EnvCheck:
+def check_env(profile: Profile, handle: ServerHandle) -> EnvCheck:
     """The server process's environment against [server] env (skipped when unreadable)."""
     from specgate.serving import server
-    expected = dict(profile.server.env)
+    expected = profile.server.server_env()
     reading = server.process_env_detail(handle)
     if reading.env is None:
         return EnvCheck(False, reading.reason, expected)
@@ -219,7 +222,7 @@ def check_env(profile: Profile, handle: Any) -> EnvCheck:
                     mask_env(expected), found)
 
 
-def _keep_going(profile: Profile, config: str,
+def _keep_going(profile: Profile, config: Config,
                 baseline: bench.Measurement | None) -> Callable[[bench.Measurement], str | None]:
     """Another repeat is worth it while an interval a claim is judged on straddles its threshold."""
     th = profile.thresholds
@@ -229,19 +232,15 @@ def _keep_going(profile: Profile, config: str,
             return bench.straddles(m.stat("tps"), th.baseline_tps_min, "baseline tok/s")
         reasons = []
         accept = m.stat("accept_len")
-        tau = m.stat("tau_decode")
         base_tps = baseline.stat("tps") if baseline else None
         if isinstance(th.accept_len_min, (int, float)):
             reasons.append(bench.straddles(accept, float(th.accept_len_min), "accept length"))
-        cycle = m.stat("cycle_ms")
-        if tau and cycle and base_tps:
-            be = stats.breakeven_summary(cycle, base_tps, m.confidence)
-            margin = stats.difference_summary(tau, be, m.confidence)
-            reasons.append(bench.straddles(margin, 0.0, "accept length − break-even"))
-        tps = m.stat("tps")
-        if tps and base_tps:
-            ratio = stats.ratio_summary(tps, base_tps, m.confidence)
+        if baseline is not None and m.stat("tps") and base_tps:
+            # spec.breakeven and spec.speedup are one hypothesis on one interval.
+            ratio = bench.speedup(m, baseline)
             reasons.append(bench.straddles(ratio, th.speedup_min, "speedup"))
+            if th.speedup_min != 1.0:
+                reasons.append(bench.straddles(ratio, 1.0, "speedup (break-even)"))
         found = [r for r in reasons if r]
         return "; ".join(found) if found else None
 
@@ -252,17 +251,27 @@ def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
     return {k: info[k] for k in _SERVER_KEYS if k in info}
 
 
+def _start_progress(config: Config, progress: Progress) -> Callable[[float, str], None]:
+    """The launcher's progress callback (seconds since start, last log line) as one line."""
+    def report(elapsed_s: float, last_line: str) -> None:
+        tail = f": {last_line.strip()[:160]}" if last_line.strip() else ""
+        progress(f"{config}: starting, {elapsed_s:.0f} s so far{tail}")
+
+    return report
+
+
 @contextmanager
-def _server(profile: Profile, config: str, log_path: Path,
-            progress: Progress) -> Iterator[tuple[Any, str, bool]]:
+def _server(profile: Profile, config: Config, log_path: Path,
+            progress: Progress) -> Iterator[tuple[ServerHandle, str, bool]]:
     from specgate.serving import launch, server
+
     url = profile.server.baseline_url if config == "baseline" else profile.server.url
     if url:
         progress(f"{config}: attaching to {url}")
-        handle = server.attach(url, api_key_of(profile), config)  # type: ignore[arg-type]
+        handle = server.attach(url, api_key_of(profile), config)
         yield handle, f"attached to {url}", True
         return
-    spec = launch.build_command(profile, config)  # type: ignore[arg-type]
+    spec = launch.build_command(profile, config)
     if not spec.simulated:
         # A flag this SGLang rejects fails here in seconds, not after a 20-minute model load.
         from specgate.core.errors import ServerError
@@ -276,11 +285,11 @@ def _server(profile: Profile, config: str, log_path: Path,
     progress(f"{config}: launching {spec.display()}")
     with server.running(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s,
                         stop_timeout_s=profile.server.stop_timeout_s,
-                        on_progress=progress) as handle:
+                        on_progress=_start_progress(config, progress)) as handle:
         yield handle, spec.display(), False
 
 
-def run_config(profile: Profile, config: str, reports_dir: Path, *,
+def run_config(profile: Profile, config: Config, reports_dir: Path, *,
                baseline: bench.Measurement | None = None,
                progress: Progress | None = None) -> ConfigRun:
     """Launch (or attach), check, measure and stop one configuration; errors become data."""
@@ -293,7 +302,7 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
             fields["gpu"] = check_gpus(profile)
         except Exception as exc:  # a broken check must not stop the session
             fields["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
-    handle: Any = None
+    handle: ServerHandle | None = None
     log_path = reports_dir / "live" / f"{config}-server.log"
     if not attached:
         fields["log_path"] = str(log_path)
@@ -316,7 +325,7 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
                               timeout_s=profile.bench.request_timeout_s) as client:
                 try:
                     fields["measurement"] = bench.measure(
-                        client, profile.bench, config=config,  # type: ignore[arg-type]
+                        client, profile.bench, config=config,
                         prompts=chosen, template=template,
                         keep_going=_keep_going(profile, config, baseline), progress=say,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
@@ -324,15 +333,14 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
                     # Settle first: a server writes its access-log line for the failed request
                     # after answering it, and a dying one needs a moment to exit.
                     alive = _alive(handle, settle_s=1.0)
-                    tail = getattr(exc, "log_tail", "") or _tail(handle)
+                    tail = _log_tail_of(exc) or _tail(handle)
                     note = "" if alive is not False else " (the server process has exited)"
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
             stage = "stop"
             fields["stop"] = _stop(handle)
     except SpecgateError as exc:
         if "failure" not in fields:
-            fields["failure"] = Failure(stage, str(exc), getattr(exc, "log_tail", "")
-                                        or _tail(handle))
+            fields["failure"] = Failure(stage, str(exc), _log_tail_of(exc) or _tail(handle))
     except Exception as exc:  # recorded, so every claim can say what broke
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         fields.setdefault("failure", Failure(stage, f"internal error: {detail}",
@@ -341,7 +349,13 @@ def run_config(profile: Profile, config: str, reports_dir: Path, *,
     return ConfigRun(**fields)
 
 
-def _stop(handle: Any) -> str:
+def _log_tail_of(exc: SpecgateError) -> str:
+    from specgate.core.errors import ServerError
+
+    return exc.log_tail if isinstance(exc, ServerError) else ""
+
+
+def _stop(handle: ServerHandle) -> str:
     """Stop now (running() would too) so the report of what was left behind is kept."""
     report = handle.stop()
     text = str(report.how)
@@ -353,16 +367,16 @@ def _stop(handle: Any) -> str:
     return text
 
 
-def _tail(handle: Any) -> str:
+def _tail(handle: ServerHandle | None) -> str:
     if handle is None:
         return ""
     try:
-        return str(handle.log_tail())
+        return handle.log_tail()
     except Exception:
         return ""
 
 
-def _alive(handle: Any, settle_s: float = 0.0) -> bool | None:
+def _alive(handle: ServerHandle, settle_s: float = 0.0) -> bool | None:
     """Whether the server still runs; settle_s lets a process that just hung up finish dying."""
     deadline = time.monotonic() + settle_s
     try:
@@ -412,12 +426,14 @@ STALE_AFTER_S = 7 * 24 * 3600
 
 
 def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
-                  progress: Progress | None = None) -> LiveResults:
+                  not_before: float = 0.0, progress: Progress | None = None) -> LiveResults:
     """run_live exactly once per run id, however many processes (xdist workers) ask.
 
     The first caller takes a file lock and launches, measures and stops both servers inside
     it, so no server outlives the locked section; the others wait on the lock and read what it
-    wrote to reports_dir/live/<uid>.json.
+    wrote to reports_dir/live/<uid>.json. A file written before not_before (a Unix time: when
+    the asking process started) is another run's, left by a fixed --testrunuid, and is measured
+    again rather than reused.
     """
     from filelock import FileLock
 
@@ -425,7 +441,7 @@ def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
     live_dir.mkdir(parents=True, exist_ok=True)
     done = live_dir / f"{uid}.json"
     with FileLock(str(live_dir / f"{uid}.lock")):
-        if done.exists():
+        if done.exists() and done.stat().st_mtime >= not_before:
             return LiveResults.read(done)
         _remove_stale(live_dir)
         results = run_live(profile, reports_dir, progress=progress)

@@ -1,4 +1,4 @@
-"""Small-sample statistics for benchmark repeats: t intervals, ratios, break-even, accept length."""
+"""Statistics of measurements: t intervals, the jackknife over prompts, accept-length algebra."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import dataclasses
 import functools
 import math
 import statistics
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
+U = TypeVar("U")
 Verdict = Literal["above", "below", "inconclusive", "no_interval"]
 
 
@@ -159,82 +160,39 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
     return Summary(n, mean, std, cv, mean - half, mean + half, confidence, float(n - 1))
 
 
-def ratio_summary(num: Summary, den: Summary, confidence: float = 0.95) -> Summary:
-    """The ratio of two independent means with a delta-method interval and Welch df.
+def jackknife(units: Sequence[U], statistic: Callable[[Sequence[U]], float],
+              confidence: float = 0.95) -> Summary:
+    """A statistic over units (prompts) with a leave-one-out jackknife t interval.
 
-    Var(R) ≈ R²(s_a²/(n_a·a²) + s_b²/(n_b·b²)); the degrees of freedom follow
-    Welch–Satterthwaite on the two relative variance terms. The two servers are measured
-    separately, so repeats are not paired. std and cv are the per-repeat equivalent (se·√n),
-    so the result reads like any other Summary.
+    The point estimate is the statistic over all units (a ratio of totals stays a ratio of
+    totals); the interval is estimate ± t(1-α/2, n-1)·se with se from the jackknife
+    pseudo-values n·θ − (n−1)·θ₋ᵢ. std and cv are those of the pseudo-values, so the result
+    reads like a Summary over n values. Without an interval (n < 2, or a leave-one-out value
+    that is not finite) ci_low/ci_high are nan.
     """
-    if den.mean == 0.0:
-        ratio = math.inf if num.mean > 0 else math.nan
-        return Summary(min(num.n, den.n), ratio, math.nan, math.nan, math.nan, math.nan,
-                       confidence)
-    ratio = num.mean / den.mean
-    if not (num.has_interval and den.has_interval) or num.mean == 0.0:
-        return Summary(min(num.n, den.n), ratio, math.nan, math.nan, math.nan, math.nan,
-                       confidence)
-    va = (num.std / num.mean) ** 2 / num.n
-    vb = (den.std / den.mean) ** 2 / den.n
-    rel = va + vb
-    se = abs(ratio) * math.sqrt(rel)
-    if rel == 0.0:
-        df = math.inf
-    else:
-        df = rel**2 / (va**2 / (num.n - 1) + vb**2 / (den.n - 1))
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
-    cv = se / abs(ratio) * math.sqrt(min(num.n, den.n))
-    return Summary(min(num.n, den.n), ratio, se * math.sqrt(min(num.n, den.n)), cv,
-                   ratio - half, ratio + half, confidence, df)
-
-
-def product_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summary:
-    """The product of two independent means (break-even = cycle × baseline tok/s), delta method."""
-    prod = a.mean * b.mean
-    if not (a.has_interval and b.has_interval) or a.mean == 0.0 or b.mean == 0.0:
-        return Summary(min(a.n, b.n), prod, math.nan, math.nan, math.nan, math.nan, confidence)
-    va = (a.std / a.mean) ** 2 / a.n
-    vb = (b.std / b.mean) ** 2 / b.n
-    rel = va + vb
-    se = abs(prod) * math.sqrt(rel)
-    df = math.inf if rel == 0.0 else rel**2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
-    n = min(a.n, b.n)
-    return Summary(n, prod, se * math.sqrt(n), se / abs(prod) * math.sqrt(n) if prod else math.nan,
-                   prod - half, prod + half, confidence, df)
-
-
-def difference_summary(a: Summary, b: Summary, confidence: float = 0.95) -> Summary:
-    """a − b for two independent means, with a Welch interval."""
-    diff = a.mean - b.mean
-    if not (a.has_interval and b.has_interval):
-        return Summary(min(a.n, b.n), diff, math.nan, math.nan, math.nan, math.nan, confidence)
-    va, vb = a.std**2 / a.n, b.std**2 / b.n
-    se = math.sqrt(va + vb)
-    df = math.inf if se == 0.0 else (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
-    n = min(a.n, b.n)
-    return Summary(n, diff, se * math.sqrt(n), math.nan, diff - half, diff + half, confidence, df)
+    n = len(units)
+    full = statistic(units)
+    nan = math.nan
+    if n < 2 or not math.isfinite(full):
+        return Summary(n, full, nan, nan, nan, nan, confidence)
+    pseudo = []
+    for i in range(n):
+        try:
+            value = statistic([*units[:i], *units[i + 1:]])
+        except ZeroDivisionError:
+            return Summary(n, full, nan, nan, nan, nan, confidence)
+        if not math.isfinite(value):
+            return Summary(n, full, nan, nan, nan, nan, confidence)
+        pseudo.append(n * full - (n - 1) * value)
+    std = statistics.stdev(pseudo)
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
+    cv = std / abs(full) if full else nan
+    return Summary(n, full, std, cv, full - half, full + half, confidence, float(n - 1))
 
 
 def percent(confidence: float) -> str:
     """A confidence level as people write it: 95, 98.75, 99.17 (not 98.75000000000001)."""
     return f"{confidence * 100:.4g}"
-
-
-def breakeven_summary(cycle_ms: Summary, baseline_tps: Summary,
-                      confidence: float = 0.95) -> Summary:
-    """Break-even accept length = cycle time (ms) × baseline tok/s / 1000, with its interval."""
-    be = product_summary(cycle_ms, baseline_tps, confidence)
-    k = 1e-3
-    return dataclasses.replace(be, mean=be.mean * k, std=be.std * k, ci_low=be.ci_low * k,
-                               ci_high=be.ci_high * k)
-
-
-def breakeven_accept_len(cycle_s: float, baseline_tps: float) -> float:
-    """Accept length at which speculation merely matches the baseline: T_cycle × baseline tok/s."""
-    return cycle_s * baseline_tps
 
 
 def required_accept_len(target_tps: float, cycle_s: float) -> float:

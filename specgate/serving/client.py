@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from specgate.core.errors import ServerError
 
@@ -20,22 +22,29 @@ class Generation:
 
     text: str
     meta_info: dict[str, Any]
-    ttft_s: float  # request sent → first streamed chunk (prefill + first token)
+    ttft_s: float  # request sent → first streamed message (prefill + first token)
     e2e_s: float  # request sent → final message
-    chunks: int
+    chunks: int  # streamed messages (SGLang may merge several tokens into one)
+    # completion_tokens of the first message: SGLang's tokenizer manager keeps only the newest of
+    # queued outputs, so the first message can carry more than the prefill's one token.
+    first_tokens: int = 1
+    arrivals_s: tuple[float, ...] = ()  # each message's arrival, from the request's start
 
     @property
     def completion_tokens(self) -> int:
-        return int(self.meta_info.get("completion_tokens") or 0)
+        return _int(self.meta_info.get("completion_tokens"), 0)
 
     @property
     def prompt_tokens(self) -> int:
-        return int(self.meta_info.get("prompt_tokens") or 0)
+        return _int(self.meta_info.get("prompt_tokens"), 0)
 
     @property
     def spec_verify_ct(self) -> int | None:
+        """Verify passes, as reported; None when the answer carries no spec fields (a baseline
+        server, or a request that ended at its first token: SGLang adds spec_* only when
+        spec_verify_ct > 0)."""
         value = self.meta_info.get("spec_verify_ct")
-        return None if value is None else int(value)
+        return None if value is None else _int(value, 0)
 
     @property
     def server_e2e_s(self) -> float | None:
@@ -58,6 +67,7 @@ class SGLangClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._session = requests.Session()
+        self._keyed = bool(api_key)
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
 
@@ -87,37 +97,26 @@ class SGLangClient:
             raise ServerError(f"{method} {self._url(path)}: connection failed ({_short(exc)}); "
                               "is the server running and reachable?") from None
 
-    def _json(self, method: str, path: str, **kw: Any) -> Any:
-        resp = self._request(method, path, **kw)
-        _raise_for_status(method, self._url(path), resp)
-        try:
-            return resp.json()
-        except ValueError:
-            raise ServerError(f"{method} {self._url(path)}: answer is not JSON: "
-                              f"{resp.text[:200]!r}") from None
-
-    def health(self) -> bool:
-        """True when /health answers 200 (it runs a one-token generation on SGLang)."""
-        try:
-            resp = self._request("GET", "/health", timeout_s=30.0)
-        except ServerError:
-            return False
-        return resp.status_code == 200
-
     def server_info(self) -> dict[str, Any]:
-        """GET /server_info, falling back to the deprecated /get_server_info on 404."""
-        resp = self._request("GET", "/server_info")
-        if resp.status_code == 404:
-            resp = self._request("GET", "/get_server_info")
-        _raise_for_status("GET", self._url("/server_info"), resp)
-        return _object(resp, self._url("/server_info"))
-
-    def model_info(self) -> dict[str, Any]:
-        resp = self._request("GET", "/model_info")
-        if resp.status_code == 404:
-            resp = self._request("GET", "/get_model_info")
-        _raise_for_status("GET", self._url("/model_info"), resp)
-        return _object(resp, self._url("/model_info"))
+        """GET /server_info (older SGLang: /get_server_info), with what a refusal means."""
+        last = ""
+        for path in ("/server_info", "/get_server_info"):
+            resp = self._request("GET", path)
+            if resp.status_code == 404:
+                last = f"{path} answered 404"
+                continue
+            if resp.status_code in (401, 403):
+                raise ServerError(
+                    f"{self._url(path)} answered {resp.status_code}: "
+                    + ("the server refused the API key from [server] api_key_env; it was started "
+                       "with another --api-key (or a launcher replaced it); export the key the "
+                       "server expects" if self._keyed else
+                       "the server wants an API key; set [server] api_key_env to the variable "
+                       "holding it"))
+            _raise_for_status("GET", self._url(path), resp)
+            return _object(resp, self._url(path))
+        raise ServerError(f"{self.base_url}: neither /server_info nor /get_server_info exists "
+                          f"({last}); is this an SGLang server?")
 
     def flush_cache(self, *, attempts: int = 10, wait_s: float = 0.5) -> None:
         """Empty the radix cache; SGLang answers 400 while requests are in flight, so retry."""
@@ -153,52 +152,85 @@ class SGLangClient:
             resp.close()
 
 
-def _read_stream(url: str, resp: requests.Response, start: float) -> Generation:
-    first: float | None = None
+def _read_stream(url: str, resp: requests.Response, start: float,
+                 clock: Callable[[], float] = time.perf_counter) -> Generation:
+    """Read SGLang's server-sent events as they arrive, timing each message.
+
+    The body is read straight from the socket (chunk by chunk, or whatever bytes are there), not
+    through requests' iter_lines, which waits for 512-byte blocks and turns a read timeout into a
+    ConnectionError. After [DONE] the rest of the body (the final empty chunk) is drained so the
+    connection goes back to the pool and the next request reuses it.
+    """
+    buf = b""
+    first: dict[str, Any] | None = None
     last: dict[str, Any] | None = None
-    chunks = 0
+    arrivals: list[float] = []
     done = False
     try:
-        for raw in resp.iter_lines(decode_unicode=False):
-            if not raw:
-                continue
-            line = raw.decode("utf-8", errors="replace")
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                obj = json.loads(data)
-            except json.JSONDecodeError:
-                raise ServerError(f"POST {url}: streamed message {chunks + 1} is not JSON: "
-                                  f"{data[:200]!r}") from None
-            if not isinstance(obj, dict):
-                raise ServerError(f"POST {url}: streamed message {chunks + 1} is not a JSON "
-                                  f"object: {data[:200]!r}")
-            _raise_embedded_error(url, obj)
-            if first is None:
-                first = time.perf_counter()
-            chunks += 1
-            last = obj
-    except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-        raise ServerError(f"POST {url}: the stream was cut after {chunks} messages "
+        for piece in _pieces(resp):
+            now = clock()
+            buf += piece
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                if done or not raw.startswith(b"data:"):
+                    continue
+                data = raw[5:].strip().decode("utf-8", errors="replace")
+                if data == "[DONE]":
+                    done = True
+                    continue
+                obj = _message(url, data, len(arrivals) + 1)
+                arrivals.append(now)
+                first = first or obj
+                last = obj
+    except (ReadTimeoutError, TimeoutError):
+        raise ServerError(f"POST {url}: the stream stalled after {len(arrivals)} messages: no "
+                          "data within the read timeout while the connection stayed open (a hung "
+                          "server, e.g. a stuck collective); [bench] request_timeout_s sets the "
+                          "limit") from None
+    except (ProtocolError, OSError, requests.RequestException) as exc:
+        raise ServerError(f"POST {url}: the stream was cut after {len(arrivals)} messages "
                           f"({_short(exc)}); the server closed the connection or died") from None
-    except requests.Timeout:
-        raise ServerError(f"POST {url}: the stream stalled after {chunks} messages; no data "
-                          "within the read timeout") from None
-    end = time.perf_counter()
     if last is None or first is None:
         raise ServerError(f"POST {url}: the stream ended without any message")
     meta = _meta(url, last)
     if not done and meta.get("finish_reason") is None:
-        raise ServerError(f"POST {url}: the stream ended after {chunks} messages without a "
-                          "finished message or [DONE]; the response is truncated")
+        raise ServerError(f"POST {url}: the stream ended after {len(arrivals)} messages without "
+                          "a finished message or [DONE]; the response is truncated")
     if meta.get("finish_reason") is None:
         raise ServerError(f"POST {url}: the last streamed message has no finish_reason; the "
                           "generation did not finish")
-    return Generation(str(last.get("text", "")), meta, first - start, end - start, chunks)
+    first_meta = first.get("meta_info")
+    first_tokens = _int(first_meta.get("completion_tokens") if isinstance(first_meta, dict)
+                        else None, 1)
+    return Generation(str(last.get("text", "")), meta, arrivals[0] - start, arrivals[-1] - start,
+                      len(arrivals), first_tokens=first_tokens,
+                      arrivals_s=tuple(t - start for t in arrivals))
+
+
+def _pieces(resp: requests.Response) -> Iterator[bytes]:
+    """The body's bytes as they arrive: whole chunks of a chunked body, else what is there."""
+    raw = resp.raw
+    if raw.chunked:
+        yield from raw.read_chunked(decode_content=True)
+        return
+    while True:
+        piece = raw.read1(65536, decode_content=True)
+        if not piece:
+            return
+        yield piece
+
+
+def _message(url: str, data: str, number: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        raise ServerError(f"POST {url}: streamed message {number} is not JSON: "
+                          f"{data[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise ServerError(f"POST {url}: streamed message {number} is not a JSON object: "
+                          f"{data[:200]!r}")
+    _raise_embedded_error(url, obj)
+    return obj
 
 
 def _meta(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +271,11 @@ def _object(resp: requests.Response, url: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ServerError(f"GET {url}: expected a JSON object, found {type(body).__name__}")
     return body
+
+
+def _int(value: Any, default: int) -> int:
+    """A count from JSON; anything else (None, a string, a float) gives the default."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _short(exc: BaseException) -> str:

@@ -107,7 +107,7 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
     if api_key is not None:
         flags += ["--api-key", api_key]
 
-    env = dict(server.env)
+    env = server.server_env()
     if remote:
         flags = [shlex.quote(f) for f in flags] if _is_ssh(launcher) else flags
         cut = remote_command_start(launcher)

@@ -25,12 +25,17 @@ import psutil
 from specgate.core.errors import ServerError
 from specgate.core.redact import Redactor
 from specgate.serving import gpu
+from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, LaunchSpec
 
 READY_PATH = "/health_generate"
 SPECULATIVE_ALGORITHMS = frozenset({"EAGLE3", "EAGLE"})
 POLL_S = 0.5
+FIRST_PROGRESS_S = 1.0  # a real start takes a minute (a 1T model: twenty): say so early
 PROGRESS_EVERY_S = 5.0
+# /health_generate runs a one-token generation: 1.0 s on an idle H200 with SGLang 0.5.17, and
+# several seconds on a loaded box, so one probe may take this long before it counts as no answer.
+READY_PROBE_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 GPU_RELEASE_TIMEOUT_S = 30.0
 
@@ -168,6 +173,7 @@ class ServerHandle:
 
 def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
            on_progress: ProgressCallback | None = None, poll_s: float = POLL_S,
+           first_progress_s: float = FIRST_PROGRESS_S,
            progress_every_s: float = PROGRESS_EVERY_S,
            stop_timeout_s: float = STOP_TIMEOUT_S) -> ServerHandle:
     """Start the server and return once it answers READY_PATH; never leaves it half-started."""
@@ -193,7 +199,8 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
                           log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s)
     _registry.add(handle)
     try:
-        _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s, progress_every_s)
+        _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s,
+                    first_progress_s, progress_every_s)
         handle.server_info = fetch_server_info(handle.url, handle.api_key)
         check_config(handle.server_info, spec.config, handle.url)
     except ServerError as exc:
@@ -217,9 +224,15 @@ def attach(url: str, api_key: str | None, config: Config, *,
 
 
 @contextlib.contextmanager
-def running(spec: LaunchSpec, log_path: Path, **kwargs: Any) -> Iterator[ServerHandle]:
+def running(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
+            on_progress: ProgressCallback | None = None, poll_s: float = POLL_S,
+            first_progress_s: float = FIRST_PROGRESS_S,
+            progress_every_s: float = PROGRESS_EVERY_S,
+            stop_timeout_s: float = STOP_TIMEOUT_S) -> Iterator[ServerHandle]:
     """launch() as a context manager that always stops the server."""
-    handle = launch(spec, log_path, **kwargs)
+    handle = launch(spec, log_path, startup_timeout_s=startup_timeout_s,
+                    on_progress=on_progress, poll_s=poll_s, first_progress_s=first_progress_s,
+                    progress_every_s=progress_every_s, stop_timeout_s=stop_timeout_s)
     try:
         yield handle
     finally:
@@ -228,39 +241,9 @@ def running(spec: LaunchSpec, log_path: Path, **kwargs: Any) -> Iterator[ServerH
 
 def fetch_server_info(url: str, api_key: str | None, *,
                       timeout_s: float = 10.0) -> dict[str, Any]:
-    headers = _auth(api_key)
-    last = ""
-    import requests  # lazily: offline runs never need it
-
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            resp = requests.get(url.rstrip("/") + path, headers=headers, timeout=timeout_s)
-        except requests.RequestException as exc:
-            raise ServerError(f"{url}{path}: no answer ({exc.__class__.__name__}: {exc}); "
-                              "is the server running and the URL right?") from None
-        if resp.status_code == 404:
-            last = f"{path} answered 404"
-            continue
-        if resp.status_code in (401, 403):
-            if api_key:
-                raise ServerError(
-                    f"{url}{path} answered {resp.status_code}: the server refused the API key "
-                    "from [server] api_key_env; it was started with another --api-key (or a "
-                    "launcher replaced it); export the key the server expects")
-            raise ServerError(f"{url}{path} answered {resp.status_code}: the server wants an "
-                              "API key; set [server] api_key_env to the variable holding it")
-        if resp.status_code != 200:
-            raise ServerError(f"{url}{path} answered HTTP {resp.status_code}: "
-                              f"{Redactor([api_key]).redact(resp.text[:300])}")
-        try:
-            info = resp.json()
-        except ValueError:
-            raise ServerError(f"{url}{path} did not answer JSON: {resp.text[:200]!r}") from None
-        if not isinstance(info, dict):
-            raise ServerError(f"{url}{path} answered {type(info).__name__}, expected an object")
-        return info
-    raise ServerError(f"{url}: neither /server_info nor /get_server_info exists ({last}); "
-                      "is this an SGLang server?")
+    """The server's /server_info (see SGLangClient.server_info)."""
+    with SGLangClient(url, api_key, timeout_s=timeout_s) as client:
+        return client.server_info()
 
 
 def check_config(info: dict[str, Any], config: Config, url: str) -> None:
@@ -386,6 +369,9 @@ def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: boo
     bind_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As uvicorn binds: TIME_WAIT sockets a stopped server left on the port (it closed its
+        # keep-alive connections first) do not stop a new server from starting there.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((bind_host, port))
         except OSError:
@@ -448,12 +434,12 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
                 on_progress: ProgressCallback | None, poll_s: float,
-                progress_every_s: float) -> None:
+                first_progress_s: float, progress_every_s: float) -> None:
     import requests
 
     started = time.monotonic()
     deadline = started + timeout_s
-    next_progress = started + progress_every_s
+    next_progress = started + first_progress_s
     url = handle.url + READY_PATH
     while True:
         code = proc.poll()
@@ -464,7 +450,8 @@ def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: 
                 handle.log_tail())
         handle.remember_children()
         try:
-            resp = requests.get(url, headers=_auth(handle.api_key), timeout=min(2.0, poll_s * 4))
+            wait = max(0.1, min(READY_PROBE_TIMEOUT_S, deadline - time.monotonic()))
+            resp = requests.get(url, headers=_auth(handle.api_key), timeout=(2.0, wait))
             if resp.status_code == 200:
                 return
         except requests.RequestException:
