@@ -136,7 +136,9 @@ def test_exit_at_start_is_reported_at_once_with_the_log_tail(tmp_path: Path) -> 
     assert not _port_open(spec.port)
 
 
-def test_never_ready_fails_at_the_deadline_and_is_killed(tmp_path: Path) -> None:
+def test_never_ready_fails_at_the_deadline_and_is_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_registry", set())  # this test's servers alone
     spec = build_command(_sim_profile(tmp_path, fault="never_ready"), "baseline")
     started = time.monotonic()
     with pytest.raises(ServerError, match="within 2 s") as info:
@@ -211,7 +213,9 @@ def test_attach_checks_the_configuration_and_never_stops(tmp_path: Path) -> None
         server.attach(spec.url, KEY, "speculative", timeout_s=1)
 
 
-def test_stop_all_is_the_safety_net(tmp_path: Path) -> None:
+def test_stop_all_is_the_safety_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A registry of this test's own: servers other tests left would change what stop_all stops.
+    monkeypatch.setattr(server, "_registry", set())
     spec = build_command(_sim_profile(tmp_path), "baseline")
     handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=30)
     reports = server.stop_all()

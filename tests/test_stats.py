@@ -103,7 +103,8 @@ def test_jackknife_keeps_the_ratio_of_totals_and_covers_the_true_ratio():
             units.append((tokens, tokens / (true_rate * rng.lognormvariate(0.0, 0.15))))
         summary = stats.jackknife(units, _ratio_of_totals)
         assert summary.mean == pytest.approx(_ratio_of_totals(units))
-        assert summary.n == 20 and summary.df == 19
+        assert summary.n == 20
+        assert summary.df == 19
         # Σ tokens / Σ (tokens / (rate·L)) → rate / E[1/L] = rate·exp(−σ²/2) for lognormal L.
         covered += summary.ci_low <= true_rate * math.exp(-(0.15**2) / 2) <= summary.ci_high
     assert covered / trials == pytest.approx(0.95, abs=0.03)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
 from specgate.core.redact import MASK, is_secret_name, mask_env
-from specgate.measure import bench, prompts, stats
+from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config
 

@@ -1,0 +1,476 @@
+"""The live path against what real SGLang 0.5.17 did on an H200 (issue 10).
+
+tests/data/real-sglang-0.5.17/transcripts.txt holds the bytes real SGLang sent and when each
+recv() returned them. A replay server sends the same bytes at the same offsets, so the client
+is held to behaviour nobody here chose: byte for byte, arrival times included.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specgate.claims import perf as perf_claims
+from specgate.claims.result import Status
+from specgate.core.errors import ServerError
+from specgate.core.profile import BenchSection, parse_profile
+from specgate.measure import bench, live
+from specgate.measure.bench import RequestSample, build_measurement
+from specgate.measure.live import ConfigRun, LiveResults
+from specgate.measure.prompts import template_named
+from specgate.serving import server
+from specgate.serving.client import SGLangClient
+from specgate.serving.launch import LaunchSpec, free_port
+
+TRANSCRIPTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "transcripts.txt"
+PLAIN = template_named("plain", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Transcript:
+    name: str
+    stamps: tuple[tuple[float, int], ...]  # (seconds after the request was sent, bytes)
+    data: bytes
+
+    def pieces(self) -> list[tuple[float, bytes]]:
+        out, pos = [], 0
+        for t, n in self.stamps:
+            out.append((t, self.data[pos:pos + n]))
+            pos += n
+        return out
+
+
+def _transcripts() -> dict[str, Transcript]:
+    raw = TRANSCRIPTS.read_bytes()
+    found: dict[str, Transcript] = {}
+    pos = 0
+    while (start := raw.find(b"==== ", pos)) >= 0:
+        end = raw.index(b"\n", start)
+        name = raw[start + 5:end].split(b" ")[0].decode()
+        if raw[end + 1:end + 6] != b"---- ":
+            pos = end + 1
+            continue
+        stamp_end = raw.index(b"\n", end + 1)
+        stamps = tuple(ast.literal_eval(raw[end + 1:stamp_end].decode().split(": ", 1)[1]))
+        size = sum(n for _, n in stamps)
+        found[name] = Transcript(name, stamps, raw[stamp_end + 1:stamp_end + 1 + size])
+        pos = stamp_end + 1 + size
+    return found
+
+
+RECORDED = _transcripts()
+
+
+class Replay:
+    """A loopback server that answers every request with a transcript's bytes on its clock."""
+
+    def __init__(self, pieces: list[tuple[float, bytes]], *, hold_open_s: float = 0.0) -> None:
+        self.pieces = pieces
+        self.hold_open_s = hold_open_s
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            # asyncio (uvicorn, so SGLang) sets TCP_NODELAY on every connection.
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5.0)
+            while True:  # keep-alive: one answer per request on this connection
+                request = b""
+                try:
+                    while b"\r\n\r\n" not in request:
+                        got = conn.recv(65536)
+                        if not got:
+                            return
+                        request += got
+                    head, _, body = request.partition(b"\r\n\r\n")
+                    length = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n")
+                                       if ln.lower().startswith(b"content-length")), b"0"))
+                    while len(body) < length:
+                        body += conn.recv(65536)
+                    t0 = time.perf_counter()
+                    for t, piece in self.pieces:
+                        time.sleep(max(0.0, t0 + t - time.perf_counter()))
+                        conn.sendall(piece)
+                    if self.hold_open_s:
+                        time.sleep(self.hold_open_s)
+                        return
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def replay() -> Iterator[type[Replay]]:
+    made: list[Replay] = []
+
+    class Made(Replay):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    yield Made
+    for r in made:
+        r.close()
+
+
+def _generate(url: str, *, timeout_s: float = 10.0) -> object:
+    with SGLangClient(url, timeout_s=timeout_s) as client:
+        return client.generate("Hello world number", {"max_new_tokens": 24, "temperature": 0})
+
+
+# -- the recorded streams, byte for byte ----------------------------------------------------------
+
+def test_recorded_stream_is_read_as_real_sglang_sent_it(replay: type[Replay]) -> None:
+    rec = RECORDED["stream"]
+    gen = _generate(replay(rec.pieces()).url)
+    assert gen.completion_tokens == 24
+    assert gen.spec_verify_ct == 23
+    assert gen.chunks == 24  # one streamed message per token: the drafter (random) never hit
+    assert gen.first_tokens == 1
+    assert gen.finish_reason == "length"
+    assert gen.server_e2e_s == pytest.approx(0.23023245400000292)
+    # The first message arrived in the 2nd recv (the 1st was the headers), the final one in
+    # the 25th: the client's clock must land on those, not on 512-byte block boundaries. The
+    # decode window is timed on the server's clock alone; TTFT also holds the request's own
+    # trip (a few ms on a busy 2-core box).
+    assert gen.e2e_s - gen.ttft_s == pytest.approx(rec.stamps[-2][0] - rec.stamps[1][0],
+                                                   abs=0.003)
+    assert rec.stamps[1][0] <= gen.ttft_s < rec.stamps[1][0] + 0.02
+    assert len(gen.arrivals_s) == 24
+    assert gen.meta_info["spec_correct_drafts_histogram"] == [23]
+
+
+def test_recorded_one_token_answer_has_no_spec_fields_and_counts_zero_verifies(
+        replay: type[Replay]) -> None:
+    gen = _generate(replay(RECORDED["one_token"].pieces()).url)
+    assert gen.completion_tokens == 1
+    assert gen.spec_verify_ct is None  # as SGLang sent it
+    sample = _sample(gen)
+    assert sample.verify_ct == 0  # ended at its first token: no verify ran
+    m = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+                          samples=[sample, _sample(_generate(replay(
+                              RECORDED["stream"].pieces()).url), prompt="p2")])
+    assert m.spec_fields_missing == 0
+    assert m.stats["accept_len"].mean == pytest.approx(25 / 23)
+
+
+def test_a_longer_answer_without_spec_fields_is_still_missing_them() -> None:
+    sample = _row(completion=5, verify=None)
+    assert sample.verify_ct is None
+
+
+def test_recorded_plain_answer(replay: type[Replay]) -> None:
+    with SGLangClient(replay(RECORDED["plain"].pieces()).url) as client:
+        gen = client.generate("Hello world number", {"max_new_tokens": 24}, stream=False)
+    assert (gen.completion_tokens, gen.spec_verify_ct) == (24, 23)
+
+
+def test_streams_reuse_one_connection(replay: type[Replay]) -> None:
+    server_ = replay(RECORDED["stream"].pieces())
+    with SGLangClient(server_.url) as client:
+        for _ in range(3):
+            client.generate("x", {"max_new_tokens": 24})
+    assert server_.connections == 1
+
+
+# -- a stream delivered in one burst (a buffering proxy) -----------------------------------------
+
+def _burst(rec: Transcript) -> list[tuple[float, bytes]]:
+    """The headers at once, then every message together when the last one was sent."""
+    pieces = rec.pieces()
+    end = pieces[-1][0]
+    return [pieces[0], *[(end, p) for _, p in pieces[1:]]]
+
+
+def test_burst_stream_is_recognised(replay: type[Replay]) -> None:
+    burst = _sample(_generate(replay(_burst(RECORDED["stream"])).url))
+    real = _sample(_generate(replay(RECORDED["stream"].pieces()).url), prompt="p2")
+    assert burst.burst
+    assert burst.decode_tokens / burst.decode_s > 20 * (real.decode_tokens / real.decode_s)
+    assert not real.burst
+
+
+def test_burst_measurement_is_refused_by_timed_claims(replay: type[Replay]) -> None:
+    url = replay(_burst(RECORDED["stream"])).url
+    samples = [_sample(_generate(url), prompt=f"p{i}") for i in range(3)]
+    base = build_measurement(config="baseline", url=url, template=PLAIN, bench=BenchSection(),
+                             samples=[dataclasses.replace(s, spec_verify_ct=None)
+                                      for s in samples])
+    result = perf_claims.baseline_tps_claim(_profile(), _live(base, None))
+    assert result.status is Status.BROKEN
+    assert "burst" in result.message
+    assert result.details == {"bursts": 3, "requests": 3}
+
+
+# -- merged first message ---------------------------------------------------------------------------
+
+def _merged(rec: Transcript, merge: int) -> list[tuple[float, bytes]]:
+    """The first `merge` messages delivered as one: SGLang's tokenizer manager keeps only the
+    newest of the outputs queued while the client was not reading."""
+    pieces = rec.pieces()
+    events = [p for _, p in pieces[1:]]
+    messages = [json.loads(e.split(b"data: ", 1)[1].split(b"\n")[0]) for e in events[:merge]]
+    body = f"data: {json.dumps(messages[-1], separators=(',', ':'))}\n\n".encode()
+    chunk = b"%x\r\n%s\r\n" % (len(body), body)
+    return [pieces[0], (pieces[merge][0], chunk), *pieces[merge + 1:]]
+
+
+def test_merged_first_message_counts_decode_after_it(replay: type[Replay]) -> None:
+    gen = _generate(replay(_merged(RECORDED["stream"], 3)).url)
+    assert gen.first_tokens == 3
+    assert gen.chunks == 22
+    sample = _sample(gen)
+    assert sample.decode_tokens == 24 - 3
+    # The rate the transcript shows after its third message: 21 tokens over the rest.
+    stamps = RECORDED["stream"].stamps
+    truth = 21 / (stamps[-2][0] - stamps[3][0])
+    assert sample.decode_tokens / sample.decode_s == pytest.approx(truth, rel=0.05)
+
+
+# -- a server that hangs mid-stream ------------------------------------------------------------------
+
+def test_stall_mid_stream_is_reported_as_a_stall(replay: type[Replay]) -> None:
+    pieces = RECORDED["stream"].pieces()[:6]  # headers and five messages, then nothing
+    started = time.monotonic()
+    with pytest.raises(ServerError, match=r"stalled after 5 messages"):
+        _generate(replay(pieces, hold_open_s=10.0).url, timeout_s=1.0)
+    assert time.monotonic() - started < 5.0
+
+
+def test_small_first_message_without_chunked_encoding_is_timed_when_it_arrives(
+        replay: type[Replay]) -> None:
+    first = b'data: {"text":"a","meta_info":{"completion_tokens":1,"finish_reason":null}}\n\n'
+    final = (b'data: {"text":"ab","meta_info":{"completion_tokens":2,"finish_reason":'
+             b'{"type":"length"},"spec_verify_ct":1}}\n\ndata: [DONE]\n\n')
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+    gen = _generate(replay([(0.0, head), (0.01, first), (0.5, final)]).url)
+    assert gen.ttft_s < 0.25  # not held back until 512 bytes or the end arrived
+    assert gen.e2e_s >= 0.5
+
+
+# -- readiness, start-up failures, the port ------------------------------------------------------------
+
+SLOW_HEALTH = r'''
+import http.server, sys, time
+time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)  # loading: nothing listens yet
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if self.path == "/health_generate":
+            time.sleep(float(sys.argv[2]))
+        body = b'{"speculative_algorithm": null}'
+        self.send_response(200); self.send_header("Content-Length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def _standin(tmp_path: Path, *args: str) -> LaunchSpec:
+    script = tmp_path / "standin.py"
+    script.write_text(SLOW_HEALTH)
+    port = free_port()
+    return LaunchSpec(argv=(sys.executable, str(script), str(port), *args), env={},
+                      url=f"http://127.0.0.1:{port}", api_key=None, config="baseline",
+                      host="127.0.0.1", port=port, prefix_len=2, remote=False, simulated=False)
+
+
+def test_readiness_waits_for_a_slow_health_generate(tmp_path: Path) -> None:
+    # SGLang's /health_generate runs a generation: 1.0 s idle on an H200, more under load.
+    spec = _standin(tmp_path, "3.0")
+    handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=20, poll_s=0.2)
+    try:
+        assert handle.alive()
+    finally:
+        handle.stop()
+
+
+def test_progress_after_the_first_second_reaches_the_callback(tmp_path: Path) -> None:
+    spec = _standin(tmp_path, "0.1", "2.5")
+    seen: list[tuple[float, str]] = []
+    handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=20, poll_s=0.2,
+                           on_progress=lambda t, line: seen.append((t, line)))
+    handle.stop()
+    assert seen
+    assert seen[0][0] >= 1.0
+
+
+def test_live_session_progress_survives_a_long_start(tmp_path: Path) -> None:
+    # The real-SGLang failure: a one-argument progress function handed to the launcher.
+    lines: list[str] = []
+    report = live._start_progress("baseline", lines.append)
+    report(6.2, "Load weight begin")
+    assert lines == ["baseline: starting, 6 s so far: Load weight begin"]
+
+
+def test_any_exception_during_start_stops_the_server(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_registry", set())
+    spec = _standin(tmp_path, "0.1", "5.0")  # loads for 5 s: the callback fires first
+
+    def broken(elapsed: float, line: str) -> None:
+        raise TypeError("a progress callback of the wrong shape")
+
+    started: list[int] = []
+    real_popen = subprocess.Popen
+
+    def recording(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(proc.pid)
+        return proc  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    with pytest.raises(TypeError):
+        server.launch(spec, tmp_path / "log.txt", startup_timeout_s=20, poll_s=0.2,
+                      on_progress=broken)
+    assert started
+    assert not psutil.pid_exists(started[0]) or psutil.Process(started[0]).status() == "zombie"
+    assert server.live_handles() == []
+
+
+def test_port_with_time_wait_sockets_is_free(tmp_path: Path) -> None:
+    # A server that closes its keep-alive connections first leaves TIME_WAIT on its port.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = listener.accept()
+    conn.close()  # the server side closes first: its end goes to TIME_WAIT
+    client.close()
+    listener.close()
+    time.sleep(0.1)
+    states = {c.status for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port}
+    assert psutil.CONN_TIME_WAIT in states
+    assert not server.port_in_use("127.0.0.1", port)
+
+
+# -- [server] gpus and CUDA_VISIBLE_DEVICES ------------------------------------------------------------
+
+def test_gpus_reach_the_server_and_the_gpu_check() -> None:
+    p = parse_profile({"name": "t", "target": {"path": "/models/t"},
+                       "server": {"tp": 2, "gpus": [2, 3]}})
+    assert p.server.server_env()["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert p.server.server_gpus() == [2, 3]
+    from specgate.serving.launch import build_command
+    assert build_command(p, "baseline").env["CUDA_VISIBLE_DEVICES"] == "2,3"
+
+
+def test_cuda_visible_devices_in_env_decides_the_checked_gpus() -> None:
+    p = parse_profile({"name": "t", "server": {"tp": 1,
+                                               "env": {"CUDA_VISIBLE_DEVICES": "5"}}})
+    assert p.server.server_gpus() == [5]
+    uuids = parse_profile({"name": "t", "server": {"env": {"CUDA_VISIBLE_DEVICES": "GPU-1a"}}})
+    assert uuids.server.server_gpus() == "GPU-1a"
+
+
+def test_gpus_and_cuda_visible_devices_must_agree() -> None:
+    from specgate.core.errors import ProfileError
+    with pytest.raises(ProfileError, match="CUDA_VISIBLE_DEVICES"):
+        parse_profile({"name": "t", "server": {"gpus": [0],
+                                               "env": {"CUDA_VISIBLE_DEVICES": "1"}}})
+
+
+# -- one hypothesis for break-even and speed-up -------------------------------------------------------
+
+def test_breakeven_and_speedup_never_contradict() -> None:
+    import random
+
+    rng = random.Random(3)
+    for trial in range(200):
+        base_rate, speedup = 80.0, rng.uniform(0.9, 1.1)
+        base, spec = [], []
+        for i in range(6):
+            tokens = rng.randint(30, 120)
+            b = base_rate * rng.lognormvariate(0, 0.1)
+            s = b * speedup * rng.lognormvariate(0, 0.05)
+            verify = max(1, round((tokens - 1) / rng.uniform(1.8, 2.6)))
+            base.append(_row(prompt=f"p{i}", completion=tokens, verify=None, tps=b))
+            spec.append(_row(prompt=f"p{i}", completion=tokens, verify=verify, tps=s))
+        bench_ = BenchSection(repeats=1, max_repeats=1)
+        live_ = _live(build_measurement(config="baseline", url="x", template=PLAIN,
+                                        bench=bench_, samples=base),
+                      build_measurement(config="speculative", url="x", template=PLAIN,
+                                        bench=bench_, samples=spec))
+        profile = _profile(speedup_min=1.0)
+        be = perf_claims.breakeven_claim(profile, live_).status
+        sp = perf_claims.speedup_claim(profile, live_).status
+        assert be == sp, (trial, be, sp)
+
+
+# -- a fixed xdist --testrunuid ------------------------------------------------------------------------
+
+def test_results_of_an_earlier_run_with_the_same_id_are_not_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[str] = []
+
+    def fake_run_live(profile: object, reports_dir: Path, **kw: object) -> LiveResults:
+        runs.append("measured")
+        return _live(None, None)
+
+    monkeypatch.setattr(live, "run_live", fake_run_live)
+    live.run_live_once(_profile(), tmp_path, "f" * 32, not_before=0.0)
+    live.run_live_once(_profile(), tmp_path, "f" * 32, not_before=0.0)
+    assert runs == ["measured"]  # the same run: read back
+    live.run_live_once(_profile(), tmp_path, "f" * 32, not_before=time.time() + 1)
+    assert runs == ["measured", "measured"]  # a later run with the same id: measured again
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def _sample(gen: object, prompt: str = "p1") -> RequestSample:
+    from specgate.serving.client import Generation
+    assert isinstance(gen, Generation)
+    return RequestSample(
+        repeat=1, prompt_id=prompt, category="chat", prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens, spec_verify_ct=gen.spec_verify_ct,
+        ttft_s=gen.ttft_s, e2e_s=gen.e2e_s, server_e2e_s=gen.server_e2e_s,
+        finish_reason=gen.finish_reason, chunks=gen.chunks, first_tokens=gen.first_tokens,
+        median_gap_s=bench._median_gap(gen.arrivals_s))
+
+
+def _row(*, prompt: str = "p1", completion: int, verify: int | None,
+         tps: float = 100.0) -> RequestSample:
+    decode_s = (completion - 1) / tps
+    return RequestSample(1, prompt, "chat", 10, completion, verify, 0.02, 0.02 + decode_s,
+                         None, "stop", completion)
+
+
+def _profile(**thresholds: object) -> object:
+    return parse_profile({"name": "t", "speculative": {"num_steps": 2, "eagle_topk": 1,
+                                                       "num_draft_tokens": 3},
+                          "thresholds": {"baseline_tps_min": 1.0, "accept_len_min": 1.0,
+                                         **thresholds}})
+
+
+def _live(base: object, spec: object) -> LiveResults:
+    return LiveResults("t", False, ConfigRun("baseline", measurement=base),  # type: ignore[arg-type]
+                       ConfigRun("speculative", measurement=spec,  # type: ignore[arg-type]
+                                 server_info={"speculative_algorithm": "EAGLE3"}))
