@@ -235,8 +235,9 @@ def describe(p: psutil.Process) -> dict[str, Any]:
         return {"pid": p.pid, "name": "?", "cmdline": ""}
 
 
-def server_like() -> list[psutil.Process]:
-    """Every running SGLang or simulator process on the machine, whoever started it."""
+def server_like(model_dir: Path) -> list[psutil.Process]:
+    """Running SGLang or simulator processes serving the suite's model (by its path on their
+    command line), whoever started them; other servers on the machine are none of ours."""
     found = []
     for p in psutil.process_iter():
         if p.pid == os.getpid():
@@ -245,7 +246,7 @@ def server_like() -> list[psutil.Process]:
             text = p.name() + " " + " ".join(p.cmdline())
         except psutil.Error:
             continue
-        if SERVER_CMD.search(text) and running(p):
+        if SERVER_CMD.search(text) and str(model_dir) in text and running(p):
             found.append(p)
     return found
 
@@ -271,13 +272,14 @@ def gpu_apps() -> list[dict[str, int]] | None:
 
 def leftovers(ctx: Ctx, sampler: Sampler | None, *, wait_s: float = 15.0) -> dict[str, Any]:
     """What outlived a run, besides the suite's own attach-mode servers: processes of the tree
-    the run started, any other SGLang-like process, GPU memory held. Waits up to wait_s for a
-    dying tree to go; then kills what is left so the next run starts clean (and says so)."""
+    the run started, any other server of the suite's model, GPU memory held. Waits up to wait_s
+    for a dying tree to go; then kills what is left of the run's own tree (never anything it
+    did not start) so the next run starts clean, and says so."""
     keep = ctx.attach_pids()
     deadline = time.monotonic() + wait_s
     while True:
         tree = sampler.alive(keep) if sampler else []
-        others = [p for p in server_like() if p.pid not in keep
+        others = [p for p in server_like(ctx.tiny) if p.pid not in keep
                   and p.pid not in {q.pid for q in tree}]
         gpu = gpu_apps()
         gpu_left = [g for g in gpu or [] if g["pid"] not in keep]
@@ -289,9 +291,9 @@ def leftovers(ctx: Ctx, sampler: Sampler | None, *, wait_s: float = 15.0) -> dic
            "gpu_checked": gpu is not None, "waited_s": round(wait_s - max(
                0.0, deadline - time.monotonic()), 1)}
     out["clean"] = not tree and not others and not gpu_left
-    if not out["clean"]:
-        killed = kill_all(tree + others)
-        out["cleanup"] = f"the suite killed pids {killed} so the next run starts clean"
+    if tree:
+        killed = kill_all(tree)
+        out["cleanup"] = f"the suite killed pids {killed} of the run's tree"
     return out
 
 
@@ -416,9 +418,12 @@ def stop_server(srv: OwnServer, timeout_s: float = 20.0) -> dict[str, Any]:
 
 # ---- fault injection --------------------------------------------------------------------------
 
-def scheduler_of(root: psutil.Process) -> tuple[psutil.Process, str]:
+def scheduler_of(root: psutil.Process, sim: bool) -> tuple[psutil.Process, str]:
     """SGLang's scheduler: a child of the launch_server process (setproctitle names it
-    sglang::scheduler); a single-process server (the simulator) stands in for itself."""
+    sglang::scheduler). The simulator's children are stand-ins that only watch their parent, so
+    in a dry run the server process itself takes the fault."""
+    if sim:
+        return root, "simulator: the server process itself (its children are stand-ins)"
     try:
         kids = root.children(recursive=True)
     except psutil.Error:
@@ -444,8 +449,9 @@ class Injector:
     arming), then sends `sig` to its scheduler; SIGCONTs a stopped one when closed."""
 
     def __init__(self, find_root: Callable[[], psutil.Process | None],
-                 find_log: Callable[[], Path | None], sig: int, *, after_requests: int = 2,
-                 delay_s: float = 1.0) -> None:
+                 find_log: Callable[[], Path | None], sig: int, *, sim: bool,
+                 after_requests: int = 2, delay_s: float = 1.0) -> None:
+        self.sim = sim
         self.find_root, self.find_log, self.sig = find_root, find_log, sig
         self.after_requests, self.delay_s = after_requests, delay_s
         self.record: dict[str, Any] = {"signal": signal.Signals(sig).name, "sent": False}
@@ -495,7 +501,7 @@ class Injector:
         if root is None:
             self.record["error"] = "the server process was gone before the fault"
             return
-        target, why = scheduler_of(root)
+        target, why = scheduler_of(root, self.sim)
         self.record.update(describe(target), chosen=why, server_pid=root.pid,
                            at_s=round(time.monotonic() - self._t0, 1))
         try:
@@ -798,7 +804,7 @@ def fault_attached(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
     profile = write_profile(ctx, name.replace("_", "-"), fault=True)
 
     def inject(_pid: int, _reports: Path) -> Injector:
-        return Injector(srv.root, lambda: srv.log, sig)
+        return Injector(srv.root, lambda: srv.log, sig, sim=ctx.sim)
 
     r = run_pytest(ctx, name, profile, urls=attach_urls(ctx), timeout_s=min(ctx.left(), 240),
                    inject=inject)
@@ -812,8 +818,12 @@ def fault_attached(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
               ("nothing left behind (besides the suite's own servers)",
                r["leftovers"]["clean"])]
     if words:
-        checks.insert(2, ("the message says the server stopped answering (not that it died)",
+        # Issue 10 item 2: a hang must not be reported as a server that closed or died.
+        checks.insert(2, ("the message says the server stopped answering",
                           spec_broken(r, *words)))
+        checks.insert(3, ("the message does not say the server died or closed the connection",
+                          spec_broken(r) and not spec_broken(r, "died", "has exited",
+                                                              "closed the connection")))
     check(r, checks)
     r["speculative_server_after"] = ("running" if srv.proc.poll() is None
                                      else f"exited with code {srv.proc.returncode}")
@@ -832,15 +842,20 @@ def fault_launched(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
 
     def inject(pid: int, reports: Path) -> Injector:
         log = reports / "live" / "speculative-server.log"
-        return Injector(launched_server(pid, "speculative"), lambda: log, sig)
+        return Injector(launched_server(pid, "speculative"), lambda: log, sig, sim=ctx.sim)
 
     r = run_pytest(ctx, name, profile, urls={"baseline_url": ctx.attach["baseline"].url},
                    timeout_s=min(ctx.left(), 420), inject=inject)
-    check(r, [("the fault was injected", r.get("fault", {}).get("sent")),
+    checks = [("the fault was injected", r.get("fault", {}).get("sent")),
               ("spec.* broken", spec_broken(r)),
               ("perf.baseline_tps not broken", status_of(r, "perf.baseline_tps")
                not in (None, "broken")),
-              ("specgate's stop left no process and no GPU memory", r["leftovers"]["clean"])])
+              ("specgate's stop left no process and no GPU memory", r["leftovers"]["clean"])]
+    if sig == signal.SIGSTOP:
+        checks.insert(2, ("the message does not say the server died or closed the connection",
+                          spec_broken(r) and not spec_broken(r, "died", "has exited",
+                                                              "closed the connection")))
+    check(r, checks)
     return r
 
 
@@ -960,8 +975,7 @@ def main(argv: list[str] | None = None) -> int:
             "selected": selected, "deadline": dt.datetime.fromtimestamp(
                 args.deadline, dt.UTC).isoformat(timespec="seconds"),
             "python": sys.version.split()[0], "host": socket.gethostname(),
-            "gpu_apps_at_start": gpu_apps(), "server_like_at_start":
-                [describe(p) for p in server_like()]}
+            "gpu_apps_at_start": gpu_apps()}
     say(f"{meta['mode']}: runs {selected}, {ctx.left():.0f} s usable")
     try:
         for name, estimate, needs, fn in RUNS:
