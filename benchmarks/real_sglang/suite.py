@@ -282,12 +282,15 @@ def leftovers(ctx: Ctx, sampler: Sampler | None, *, wait_s: float = 15.0) -> dic
         others = [p for p in server_like(ctx.tiny) if p.pid not in keep
                   and p.pid not in {q.pid for q in tree}]
         gpu = gpu_apps()
-        gpu_left = [g for g in gpu or [] if g["pid"] not in keep]
+        # A GPU pid this pid namespace does not know (nvidia-smi in a container may list host
+        # pids) cannot be told from the suite's own servers while those run.
+        gpu_left = [g for g in gpu or [] if g["pid"] not in keep
+                    and (psutil.pid_exists(g["pid"]) or not keep)]
         if (not tree and not others and not gpu_left) or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
     out = {"processes": [describe(p) for p in tree], "other_server_processes":
-           [describe(p) for p in others], "gpu": gpu_left,
+           [describe(p) for p in others], "gpu": gpu_left, "gpu_all": gpu,
            "gpu_checked": gpu is not None, "waited_s": round(wait_s - max(
                0.0, deadline - time.monotonic()), 1)}
     out["clean"] = not tree and not others and not gpu_left
