@@ -906,7 +906,9 @@ def write_summary(ctx: Ctx, meta: dict[str, Any]) -> None:
         else:
             gone = "?"
         failed = [c["what"] for c in r.get("checks", []) if not c["ok"]]
-        note = ("; ".join(failed) if failed else "") + (f" {r['error']}" if r.get("error") else "")
+        note = (("timed out: pytest got SIGTERM; " if r.get("timed_out") else "")
+                + ("; ".join(failed) if failed else "")
+                + (f" {r['error']}" if r.get("error") else ""))
         lines.append(f"| {r['name']} | {r.get('exit_code')} | {r.get('seconds')} | "
                      f"{verdict.get('outcome')} | {'yes' if r.get('ok') else 'NO'} | {gone} | "
                      f"{note.strip() or '—'} |")
