@@ -232,7 +232,7 @@ def test_burst_measurement_is_refused_by_timed_claims(replay: type[Replay]) -> N
     assert result.details == {"bursts": 3, "requests": 3}
 
 
-# -- merged first message ---------------------------------------------------------------------------
+# -- merged first message --------------------------------------------------------------------------
 
 def _merged(rec: Transcript, merge: int) -> list[tuple[float, bytes]]:
     """The first `merge` messages delivered as one: SGLang's tokenizer manager keeps only the
@@ -257,7 +257,7 @@ def test_merged_first_message_counts_decode_after_it(replay: type[Replay]) -> No
     assert sample.decode_tokens / sample.decode_s == pytest.approx(truth, rel=0.05)
 
 
-# -- a server that hangs mid-stream ------------------------------------------------------------------
+# -- a server that hangs mid-stream ----------------------------------------------------------------
 
 def test_stall_mid_stream_is_reported_as_a_stall(replay: type[Replay]) -> None:
     pieces = RECORDED["stream"].pieces()[:6]  # headers and five messages, then nothing
@@ -278,7 +278,7 @@ def test_small_first_message_without_chunked_encoding_is_timed_when_it_arrives(
     assert gen.e2e_s >= 0.5
 
 
-# -- readiness, start-up failures, the port ------------------------------------------------------------
+# -- readiness, start-up failures, the port --------------------------------------------------------
 
 SLOW_HEALTH = r'''
 import http.server, sys, time
@@ -372,7 +372,7 @@ def test_port_with_time_wait_sockets_is_free(tmp_path: Path) -> None:
     assert not server.port_in_use("127.0.0.1", port)
 
 
-# -- [server] gpus and CUDA_VISIBLE_DEVICES ------------------------------------------------------------
+# -- [server] gpus and CUDA_VISIBLE_DEVICES --------------------------------------------------------
 
 def test_gpus_reach_the_server_and_the_gpu_check() -> None:
     p = parse_profile({"name": "t", "target": {"path": "/models/t"},
@@ -398,7 +398,7 @@ def test_gpus_and_cuda_visible_devices_must_agree() -> None:
                                                "env": {"CUDA_VISIBLE_DEVICES": "1"}}})
 
 
-# -- one hypothesis for break-even and speed-up -------------------------------------------------------
+# -- one hypothesis for break-even and speed-up ----------------------------------------------------
 
 def test_breakeven_and_speedup_never_contradict() -> None:
     import random
@@ -425,7 +425,7 @@ def test_breakeven_and_speedup_never_contradict() -> None:
         assert be == sp, (trial, be, sp)
 
 
-# -- a fixed xdist --testrunuid ------------------------------------------------------------------------
+# -- a fixed xdist --testrunuid --------------------------------------------------------------------
 
 def test_results_of_an_earlier_run_with_the_same_id_are_not_reused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
