@@ -334,7 +334,9 @@ def run_config(profile: Profile, config: Config, reports_dir: Path, *,
                     # after answering it, and a dying one needs a moment to exit.
                     alive = _alive(handle, settle_s=1.0)
                     tail = _log_tail_of(exc) or _tail(handle)
-                    note = "" if alive is not False else " (the server process has exited)"
+                    note = "" if alive is not False else (
+                        " (the attached server no longer answers /health)" if handle.attached
+                        else " (the server process has exited)")
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
             stage = "stop"
             fields["stop"] = _stop(handle)
