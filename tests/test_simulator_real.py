@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import re
@@ -68,7 +69,8 @@ def split_response(raw: bytes) -> tuple[list[str], list[bytes], bytes]:
 def messages(chunks: list[bytes]) -> list[dict[str, Any]]:
     out = []
     for chunk in chunks:
-        assert chunk.startswith(b"data: ") and chunk.endswith(b"\n\n"), chunk[:40]
+        assert chunk.startswith(b"data: "), chunk[:40]
+        assert chunk.endswith(b"\n\n"), chunk[-40:]
         payload = chunk[len(b"data: "):-2]
         if payload != b"[DONE]":
             assert b": " not in payload.split(b'"text"', 1)[0]  # compact JSON
@@ -86,7 +88,7 @@ def raw_request(port: int, body: dict[str, Any], timeout: float = 10) -> bytes:
         while True:
             piece = sock.recv(65536)
             got += piece
-            if not piece or got.endswith(b"0\r\n\r\n") and b"chunked" in got:
+            if not piece or (got.endswith(b"0\r\n\r\n") and b"chunked" in got):
                 break
             head, sep, rest = got.partition(b"\r\n\r\n")
             match = re.search(rb"content-length: (\d+)", head)
@@ -223,7 +225,7 @@ def test_stream_bytes_have_sglangs_framing_headers_and_key_order(spec: Sim) -> N
     if len(sims) > 2:
         assert list(sims[1]["meta_info"]) == list(real_msgs[1]["meta_info"])
     assert all(m["meta_info"]["finish_reason"] is None for m in sims[:-1])
-    for earlier, later in zip(sims, sims[1:], strict=False):
+    for earlier, later in itertools.pairwise(sims):
         assert later["text"].startswith(earlier["text"])
         assert later["output_ids"][:len(earlier["output_ids"])] == earlier["output_ids"]
 
@@ -336,10 +338,14 @@ def test_stall_mid_stream_keeps_the_socket_open_and_the_process_alive(
         with requests.post(sim.url + "/generate", json=body, stream=True,
                            timeout=(5, 1.0)) as reply:
             lines = reply.iter_lines(chunk_size=None)
-            with pytest.raises(requests.exceptions.ConnectionError, match="timed out"):
+
+            def read_all() -> None:
                 for line in lines:
                     if line.startswith(b"data: "):
                         got.append(json.loads(line[6:]))
+
+            with pytest.raises(requests.exceptions.ConnectionError, match="timed out"):
+                read_all()
             assert len(got) == 3
             assert got[-1]["meta_info"]["finish_reason"] is None
             assert sim.proc.poll() is None
@@ -363,7 +369,8 @@ def test_buffer_proxy_delivers_the_whole_stream_in_one_burst(
     assert len(events) == record.messages > 100
     assert stamps[-1] - stamps[0] < 0.2 * (stamps[-1] - started)  # all at the end
     assert record.decode_tps == pytest.approx(1000 / model.DEFAULT_DECODE_MS, rel=0.05)
-    assert record.t_delivered is not None and record.t_final_sent is not None
+    assert record.t_delivered is not None
+    assert record.t_final_sent is not None
     assert record.t_delivered >= record.t_final_sent
     assert (record.t_first_sent or 0) - started < 0.1  # the server made it early on
 
@@ -406,7 +413,7 @@ def test_sigterm_closes_keep_alive_connections_and_the_port_can_be_reused(
     assert time_wait_on(port) >= 1, "no TIME_WAIT on the server's port"
     # A plain bind (no SO_REUSEADDR) is refused while they last; uvicorn and the simulator
     # bind with SO_REUSEADDR, so a new server starts on the same port at once.
-    with socket.socket() as plain, pytest.raises(OSError) as refused:
+    with socket.socket() as plain, pytest.raises(OSError, match="in use") as refused:
         plain.bind(("127.0.0.1", port))
     assert refused.value.errno == errno.EADDRINUSE
     with launched(tmp_path, args, port=port, env=env) as again:
