@@ -477,9 +477,15 @@ def test_fault_never_ready(dirs: tuple[Path, Path], tmp_path: Path) -> None:
 
 
 def test_fault_slow_start(dirs: tuple[Path, Path], tmp_path: Path) -> None:
-    with with_fault(dirs, tmp_path, "slow_start:1.5", wait=False) as sim:
-        time.sleep(0.7)
-        assert sim.get("/health").status_code == 503
+    with with_fault(dirs, tmp_path, "slow_start:3", wait=False) as sim:
+        deadline = time.monotonic() + 10  # a loaded box may take a while to bind the port
+        while True:
+            try:
+                assert sim.get("/health").status_code == 503
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
         sim.wait_ready()
 
 
