@@ -13,7 +13,7 @@ from types import FrameType
 
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator.faults import faults_from_env
-from specgate.testing.simulator.server import make_server
+from specgate.testing.simulator.server import close_connections, make_server
 from specgate.testing.simulator.state import SGLANG_VERSION, SimState, log
 
 # Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
@@ -115,6 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os._exit(1)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
+        # As SGLang under uvicorn: stop accepting, drain, then close the open keep-alive
+        # connections from the server's side (their TIME_WAIT stays on this port; a new server
+        # binds it anyway, with SO_REUSEADDR like uvicorn).
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        httpd.shutdown()
+        httpd.server_close()
+        remaining = close_connections(state)
+        log(f"Gracefully exiting... Remaining number of requests {remaining}.")
         _kill_children(children)
         os._exit(0)
 

@@ -16,6 +16,12 @@ FLAGS = (
     "truncated_json",
     "drop_stream",
     "no_spec_fields",
+    # The stream stops after a few messages with its socket open and the process alive, as when
+    # a collective hangs in the scheduler (health checks fail from then on).
+    "stall_mid_stream",
+    # The whole stream reaches the client in one burst when it ends, as through a buffering
+    # proxy; the server's own timing (and the truth log) is unchanged.
+    "buffer_proxy",
 )
 COUNTED = ("die_after", "hang_after")
 TIMED = ("slow_start",)

@@ -15,12 +15,13 @@ from typing import Any
 
 # specgate_sim.json in the TARGET dir (all optional, milliseconds unless named _s):
 #   decode_ms, prefill_base_ms, prefill_ms_per_token, verify_ms (whole verify cost) or
-#   verify_base_ms + verify_ms_per_draft_token, draft_step_ms, start_delay_s.
+#   verify_base_ms + verify_ms_per_draft_token, draft_step_ms, start_delay_s,
+#   health_generate_s, first_merge (decode steps merged into the first streamed message).
 # specgate_sim.json in the DRAFT dir: acceptance = [a1, a2, ...] (conditional per depth) and
 #   categories = {"name": {"keywords": [...], "multiplier": m}} (first keyword hit wins).
 # Env overrides (win over files): SPECGATE_SIM_DECODE_MS, _PREFILL_BASE_MS,
 #   _PREFILL_MS_PER_TOKEN, _VERIFY_MS, _VERIFY_MS_PER_DRAFT_TOKEN, _DRAFT_STEP_MS,
-#   _START_DELAY_S, SPECGATE_SIM_ACCEPTANCE="0.8,0.7".
+#   _START_DELAY_S, _HEALTH_GENERATE_S, _FIRST_MERGE, SPECGATE_SIM_ACCEPTANCE="0.8,0.7".
 SIM_FILE = "specgate_sim.json"
 
 # Defaults are deliberately fast so the harness's own tests take seconds, and shaped like the
@@ -31,7 +32,16 @@ DEFAULT_PREFILL_MS_PER_TOKEN = 0.01
 DEFAULT_VERIFY_BASE_MS = 2.0
 DEFAULT_VERIFY_MS_PER_DRAFT_TOKEN = 0.1
 DEFAULT_DRAFT_STEP_MS = 0.3
-DEFAULT_START_DELAY_S = 0.3
+# Real starts take 46-61 s (tiny model, one H200) and the harness reports progress first after
+# 1 s: a default start must outlast that, or no test ever sees a progress report.
+DEFAULT_START_DELAY_S = 1.6
+# SGLang's /health_generate runs a one-token generation and polls for it once a second: 1.003 s
+# on an idle H200.
+DEFAULT_HEALTH_GENERATE_S = 1.0
+# SGLang's tokenizer manager keeps only the newest of the outputs queued for a request
+# (`out = state.out_list[-1]`), so the first streamed message can carry the prefill token plus
+# the tokens of the next decode step(s). The simulator merges this many steps into it.
+DEFAULT_FIRST_MERGE = 1
 DEFAULT_ACCEPTANCE = (0.8, 0.7, 0.6, 0.5, 0.4)
 
 ENV_ACCEPTANCE = "SPECGATE_SIM_ACCEPTANCE"
@@ -43,6 +53,8 @@ ENV_TIMING = {
     "verify_ms_per_draft_token": "SPECGATE_SIM_VERIFY_MS_PER_DRAFT_TOKEN",
     "draft_step_ms": "SPECGATE_SIM_DRAFT_STEP_MS",
     "start_delay_s": "SPECGATE_SIM_START_DELAY_S",
+    "health_generate_s": "SPECGATE_SIM_HEALTH_GENERATE_S",
+    "first_merge": "SPECGATE_SIM_FIRST_MERGE",
 }
 
 # SGLang's auto choice of (steps, topk, draft tokens) by target architecture (facts §1.3).
@@ -67,6 +79,8 @@ class Timing:
     verify_ms_per_draft_token: float = DEFAULT_VERIFY_MS_PER_DRAFT_TOKEN
     draft_step_ms: float = DEFAULT_DRAFT_STEP_MS
     start_delay_s: float = DEFAULT_START_DELAY_S
+    health_generate_s: float = DEFAULT_HEALTH_GENERATE_S
+    first_merge: int = DEFAULT_FIRST_MERGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,6 +325,102 @@ def expected_totals(
     return sum(p.completion_tokens for p in plans), sum(p.verify_ct for p in plans)
 
 
+def message_schedule(plan: RequestPlan, first_merge: int) -> list[tuple[float, int]]:
+    """Each streamed message as (ms after the prefill token, cumulative completion tokens).
+
+    Without merging the prefill token goes out alone and every decode step or verify cycle adds
+    one message. SGLang's tokenizer manager answers a request with the newest of its queued
+    outputs only, so when the first output waits behind the response start, the next step's
+    output overtakes it: the first `first_merge` steps are folded into the first message, which
+    then leaves when the last of them is done. A request shorter than that is one message.
+    """
+    released = min(1, plan.completion_tokens)
+    steps = [(0.0, released)]
+    for index, tokens in enumerate(plan.tokens_per_event, 1):
+        released += tokens
+        steps.append((index * plan.event_ms, released))
+    return steps[min(max(0, first_merge), len(steps) - 1):]
+
+
+# --- the truth log ------------------------------------------------------------------------
+
+ENV_TRUTH = "SPECGATE_SIM_TRUTH"
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestTruth:
+    """One /generate request as the simulator served it, timed on its own clock.
+
+    Times are time.monotonic() seconds in the simulator process (CLOCK_MONOTONIC, the clock the
+    harness's time.monotonic() and time.perf_counter() read on Linux), taken just before the
+    message's bytes were written. In buffer_proxy mode t_first_sent/t_final_sent are when the
+    server produced the messages and t_delivered when the proxy let them all go.
+    """
+
+    rid: str
+    stream: bool
+    outcome: str  # finished | stalled | dropped
+    fault: str
+    t_received: float
+    t_first_sent: float | None
+    t_final_sent: float | None
+    t_delivered: float | None
+    prompt_tokens: int
+    completion_tokens: int
+    first_message_tokens: int
+    messages: int
+    verify_ct: int
+    accepted_drafts: int
+    finish_reason: str | None
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.completion_tokens - self.first_message_tokens
+
+    @property
+    def decode_s(self) -> float | None:
+        if self.t_first_sent is None or self.t_final_sent is None:
+            return None
+        return self.t_final_sent - self.t_first_sent
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Tokens after the first message over the time from the first to the final message."""
+        seconds = self.decode_s
+        if seconds is None or seconds <= 0 or self.decode_tokens <= 0:
+            return None
+        return self.decode_tokens / seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "decode_tokens": self.decode_tokens,
+                "decode_tps": self.decode_tps}
+
+
+def read_truth(path: str | os.PathLike[str]) -> list[RequestTruth]:
+    """The records of a truth file (JSON lines), oldest first; derived keys are recomputed."""
+    names = {field.name for field in dataclasses.fields(RequestTruth)}
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            data = json.loads(line)
+            records.append(RequestTruth(**{k: v for k, v in data.items() if k in names}))
+    return records
+
+
+def accept_length_of(records: Sequence[RequestTruth]) -> float | None:
+    """Σ completion_tokens / Σ spec_verify_ct over finished requests (None without verifies)."""
+    done = [r for r in records if r.outcome == "finished"]
+    verify = sum(r.verify_ct for r in done)
+    return sum(r.completion_tokens for r in done) / verify if verify else None
+
+
+def decode_tps_of(records: Sequence[RequestTruth]) -> float | None:
+    """Σ decode tokens / Σ decode seconds over finished streamed requests that have both."""
+    usable = [r for r in records if r.outcome == "finished" and r.decode_tps is not None]
+    seconds = sum(r.decode_s or 0.0 for r in usable)
+    return sum(r.decode_tokens for r in usable) / seconds if seconds > 0 else None
+
+
 def detokenize(output_ids: Sequence[int]) -> str:
     return "".join(" " + _WORDS[(i - TOKEN_ID_BASE) % len(_WORDS)] for i in output_ids)
 
@@ -375,7 +485,10 @@ def timing_from(sim: Mapping[str, Any], env: Mapping[str, str]) -> Timing:
         for field in dataclasses.fields(Timing):
             if field.name in source:
                 values[field.name] = float(source[field.name])
-    return Timing(**values)
+    merge = values.pop("first_merge", DEFAULT_FIRST_MERGE)
+    if merge < 0 or merge != int(merge):
+        raise ValueError(f"first_merge must be a whole number >= 0, found {merge!r}")
+    return Timing(**values, first_merge=int(merge))
 
 
 def drafter_from(sim: Mapping[str, Any], env: Mapping[str, str]) -> Drafter:

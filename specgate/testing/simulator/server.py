@@ -1,9 +1,12 @@
-"""The simulator's HTTP server: SGLang 0.5.23's endpoints and JSON, timed by the model."""
+"""The simulator's HTTP server: SGLang's endpoints and wire format (0.5.17 as recorded), timed
+by the model."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
+import io
 import json
 import socket
 import sys
@@ -20,8 +23,16 @@ from specgate.testing.simulator.inputs import Job, RequestError, parse_generate
 from specgate.testing.simulator.state import SimState, log, meta_info
 
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
-# A stream this many events long is cut by drop_stream.
+# A stream this many events long is cut by drop_stream; stall_mid_stream stops after as many.
 _DROP_AFTER_EVENTS = 3
+_STALL_AFTER_EVENTS = 3
+# How long a SIGTERM waits for running requests before closing every connection.
+DRAIN_S = 3.0
+
+
+def _dumps(payload: Any) -> str:
+    """SGLang's (orjson's) compact JSON."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -39,6 +50,20 @@ class Handler(BaseHTTPRequestHandler):
         # Headers and body go out in separate writes; without this, Nagle plus the client's
         # delayed ACK adds ~40 ms to every keep-alive request (uvicorn sets it too).
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.state.lock:
+            self.state.connections[self.request] = False
+
+    def finish(self) -> None:
+        with self.state.lock:
+            self.state.connections.pop(self.request, None)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """uvicorn's status line and first headers, lower-case as it writes them."""
+        self.send_response_only(code, message)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -54,14 +79,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("content-length", str(len(body)))
+        self.send_header("content-type", content_type)
+        self.send_header("vary", "Origin")
         self.end_headers()
         self.wfile.write(body)
         self._access_log(status)
 
     def _json(self, status: int, payload: Any) -> None:
-        self._send(status, json.dumps(payload).encode())
+        self._send(status, _dumps(payload).encode())
 
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": {"message": message, "code": status}})
@@ -110,6 +136,7 @@ class Handler(BaseHTTPRequestHandler):
         # Read the body even when refusing the request, or it would poison a keep-alive connection.
         length = int(self.headers.get("Content-Length") or 0)
         self._raw = self.rfile.read(length) if length > 0 else b""
+        self._busy(True)
         try:
             if not self._authorised(path):
                 return
@@ -125,6 +152,13 @@ class Handler(BaseHTTPRequestHandler):
             self._error(exc.status, str(exc))
         except (BrokenPipeError, ConnectionResetError):
             pass
+        finally:
+            self._busy(False)
+
+    def _busy(self, busy: bool) -> None:
+        with self.state.lock:
+            if self.request in self.state.connections:
+                self.state.connections[self.request] = busy
 
     def _routes(self) -> dict[tuple[str, str], Callable[[], None]]:
         state = self.state
@@ -151,8 +185,14 @@ class Handler(BaseHTTPRequestHandler):
     # -- endpoints ------------------------------------------------------------------------
 
     def _health(self) -> None:
-        ok = self.state.ready.is_set() and not self.state.hung.is_set()
-        self._send(200 if ok else 503, b"")
+        """/health and /health_generate share SGLang's handler: 503 while starting, then a
+        one-token generation whose output it polls for once a second (1.003 s on an H200)."""
+        state = self.state
+        if not state.ready.is_set():
+            self._send(503, b"")
+            return
+        time.sleep(state.params.timing.health_generate_s)
+        self._send(503 if state.hung.is_set() else 200, b"")
 
     def _get_server_info(self) -> None:
         log("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
@@ -176,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _generate(self) -> None:
-        t0 = time.monotonic()
+        t0 = self._t_received = time.monotonic()
         state = self.state
         body = self._body()
         verdict = state.admit_generate()
@@ -205,14 +245,55 @@ class Handler(BaseHTTPRequestHandler):
                 self._stream(jobs[0], t0)
             else:
                 results = [self._run(job, t0) for job in jobs]
+                if "stall_mid_stream" in state.faults:
+                    self._stall([r[0] for r in results], stream=False)
                 deadline = max(r[1] for r in results)
                 _sleep_until(deadline)
                 e2e = time.monotonic() - t0
                 payload = [self._finish(r[0], e2e) for r in results]
                 self._release()
+                sent = time.monotonic()
+                for done in (r[0] for r in results):
+                    self._truth(done, stream=False, outcome="finished", first=sent,
+                                final=sent, delivered=sent,
+                                first_tokens=done.plan.completion_tokens, messages=1)
                 self._respond_json(payload if batch else payload[0])
         finally:
             self._release()
+
+    def _stall(self, dones: list[_Done], *, stream: bool, first: float | None = None,
+               first_tokens: int = 0, messages: int = 0) -> None:
+        """Stop for good with the socket open, as behind a hung collective."""
+        for done in dones:
+            self._truth(done, stream=stream, outcome="stalled",
+                        first=first, final=None, delivered=None, first_tokens=first_tokens,
+                        messages=messages)
+        self.state.hung.set()
+        log("Scheduler watchdog: no progress in the decode loop (simulated fault "
+            "stall_mid_stream)")
+        threading.Event().wait()
+
+    def _truth(self, done: _Done, *, stream: bool, outcome: str, first: float | None,
+               final: float | None, delivered: float | None, first_tokens: int,
+               messages: int) -> None:
+        plan = done.plan
+        self.state.log_truth(model.RequestTruth(
+            rid=done.rid,
+            stream=stream,
+            outcome=outcome,
+            fault=",".join(sorted(self.state.faults.flags)),
+            t_received=self._t_received,
+            t_first_sent=first,
+            t_final_sent=final,
+            t_delivered=delivered,
+            prompt_tokens=plan.prompt_tokens,
+            completion_tokens=plan.completion_tokens,
+            first_message_tokens=first_tokens,
+            messages=messages,
+            verify_ct=plan.verify_ct,
+            accepted_drafts=plan.num_correct_drafts,
+            finish_reason=plan.finish_reason["type"] if outcome == "finished" else None,
+        ))
 
     def _release(self) -> None:
         """The request stops counting as running before its last bytes go out, as in SGLang."""
@@ -248,11 +329,13 @@ class Handler(BaseHTTPRequestHandler):
     def _finish(self, done: _Done, e2e: float) -> dict[str, Any]:
         self._log_decode(done)
         plan = done.plan
+        meta = meta_info(self.state, done.rid, plan, plan.completion_tokens, done.cached,
+                         finished=True, e2e_s=e2e)
+        meta["response_sent_to_client_ts"] = time.time()
         return {
             "text": model.detokenize(plan.output_ids),
             "output_ids": list(plan.output_ids),
-            "meta_info": meta_info(self.state, done.rid, plan, plan.completion_tokens, done.cached,
-                               finished=True, e2e_s=e2e),
+            "meta_info": meta,
         }
 
     def _log_decode(self, done: _Done) -> None:
@@ -270,17 +353,17 @@ class Handler(BaseHTTPRequestHandler):
             f"{throughput:.2f}, #queue-req: 0")
 
     def _respond_json(self, payload: Any) -> None:
-        body = json.dumps(payload).encode()
+        body = _dumps(payload).encode()
         faults = self.state.faults
         if "malformed_json" in faults:
-            body = body.replace(b'"meta_info": {', b"'meta_info': {", 1).replace(b"}", b"", 1)
+            body = body.replace(b'"meta_info":{', b"'meta_info':{", 1).replace(b"}", b"", 1)
         if "truncated_json" in faults:
             body = body[: len(body) // 2]
         if "drop_stream" in faults:
             # Promise the whole body, send half, and hang up.
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("content-length", str(len(body)))
+            self.send_header("content-type", "application/json")
             self.end_headers()
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
@@ -298,43 +381,61 @@ class Handler(BaseHTTPRequestHandler):
         done, _ = self._run(job, t0)
         plan = done.plan
         faults = state.faults
+        wire = self.wfile
+        held = io.BytesIO()
+        if "buffer_proxy" in faults:
+            self.wfile = held  # the proxy holds it all until the end
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("vary", "Origin")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._access_log(200)
-        released = min(1, plan.completion_tokens)
-        deadlines = [done.first]
-        counts = [released]
-        for n in plan.tokens_per_event:
-            released += n
-            counts.append(released)
-            deadlines.append(deadlines[-1] + plan.event_ms / 1000.0)
-        for index, (deadline, count) in enumerate(zip(deadlines, counts, strict=True)):
-            _sleep_until(deadline)
-            finished = index == len(counts) - 1
-            if "drop_stream" in faults and index == min(_DROP_AFTER_EVENTS, len(counts) - 1):
+        schedule = model.message_schedule(plan, state.params.timing.first_merge)
+        first: float | None = None
+        first_tokens = 0
+        final = 0.0
+        for index, (offset_ms, count) in enumerate(schedule):
+            _sleep_until(done.first + offset_ms / 1000.0)
+            finished = index == len(schedule) - 1
+            if "drop_stream" in faults and index == min(_DROP_AFTER_EVENTS, len(schedule) - 1):
+                self._truth(done, stream=True, outcome="dropped", first=first, final=None,
+                            delivered=None, first_tokens=first_tokens, messages=index)
                 self.close_connection = True
                 return  # connection closes without the terminating chunk
+            if "stall_mid_stream" in faults and index == min(_STALL_AFTER_EVENTS,
+                                                             len(schedule) - 1):
+                self._stall([done], stream=True, first=first, first_tokens=first_tokens,
+                            messages=index)
             if finished:
                 self._log_decode(done)
                 self._release()
             ids = plan.output_ids[:count]
-            event = {
-                "text": model.detokenize(ids),
-                "output_ids": list(ids),
-                "meta_info": meta_info(state, done.rid, plan, count, done.cached, finished=finished,
-                                   e2e_s=time.monotonic() - t0),
-            }
-            data = json.dumps(event)
+            meta = meta_info(state, done.rid, plan, count, done.cached, finished=finished,
+                             e2e_s=time.monotonic() - t0)
+            if index == 0:
+                meta["response_sent_to_client_ts"] = time.time()
+            data = _dumps({"text": model.detokenize(ids), "output_ids": list(ids),
+                           "meta_info": meta})
             if finished and "truncated_json" in faults:
                 data = data[: len(data) // 2]
             elif "malformed_json" in faults:
-                data = data.replace('"text": ', "'text': ", 1)
+                data = data.replace('"text":', "'text':", 1)
+            now = time.monotonic()
+            if index == 0:
+                first, first_tokens = now, count
+            final = now
             self._chunk(f"data: {data}\n\n".encode())
+        delivered = final
+        if self.wfile is not wire:
+            delivered = time.monotonic()
+        self._truth(done, stream=True, outcome="finished", first=first, final=final,
+                    delivered=delivered, first_tokens=first_tokens, messages=len(schedule))
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
+        if self.wfile is not wire:
+            self.wfile = wire
+            wire.write(held.getvalue())
         self.wfile.flush()
 
 
@@ -363,3 +464,17 @@ class SimHTTPServer(ThreadingHTTPServer):
 def make_server(state: SimState, host: str, port: int) -> SimHTTPServer:
     handler = type("BoundHandler", (Handler,), {"state": state})
     return SimHTTPServer((host, port), handler)
+
+
+def close_connections(state: SimState, drain_s: float = DRAIN_S) -> int:
+    """Let running requests finish (up to drain_s), then close every client connection from the
+    server's side, as uvicorn does at shutdown; returns the requests still running."""
+    deadline = time.monotonic() + drain_s
+    while state.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with state.lock:
+        connections = list(state.connections)
+    for conn in connections:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)  # our FIN first: TIME_WAIT lands on the server
+    return state.running

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import sys
@@ -15,7 +16,8 @@ from specgate.testing.simulator import model
 from specgate.testing.simulator.args import Resolved
 from specgate.testing.simulator.faults import Faults
 
-SGLANG_VERSION = "0.5.23"
+# The version whose wire format was recorded on an H200 (shared/reference/real-sglang-0.5.17).
+SGLANG_VERSION = "0.5.17"
 
 
 def log(message: str, *, stream: Any = None) -> None:
@@ -59,6 +61,11 @@ class SimState:
         self.cache: set[str] = set()
         self.counters = Counters()
         self.on_die: Callable[[], None] = lambda: os._exit(1)
+        self.truth_path = os.environ.get(model.ENV_TRUTH) or None
+        self.truth_lock = threading.Lock()
+        # Open client connections (socket -> busy serving a request), closed by the server at
+        # shutdown as uvicorn does: the server's side of each then sits in TIME_WAIT.
+        self.connections: dict[Any, bool] = {}
 
     @property
     def speculative(self) -> bool:
@@ -76,6 +83,15 @@ class SimState:
         if self.faults.hang_after is not None and count > self.faults.hang_after:
             return "hang"
         return "ok"
+
+    def log_truth(self, record: model.RequestTruth) -> None:
+        """Append one JSON line to the truth file named by SPECGATE_SIM_TRUTH, if any."""
+        if not self.truth_path:
+            return
+        line = json.dumps(record.to_json(), separators=(",", ":")) + "\n"
+        with self.truth_lock, open(self.truth_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
 
     def cached_tokens(self, key: str, prompt_tokens: int) -> int:
         if self.args.get("disable_radix_cache"):
@@ -193,6 +209,7 @@ def meta_info(
     finished: bool,
     e2e_s: float,
 ) -> dict[str, Any]:
+    """meta_info in SGLang 0.5.17's key order (the server appends response_sent_to_client_ts)."""
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": plan.finish_reason if finished else None,
@@ -202,18 +219,29 @@ def meta_info(
         "reasoning_tokens": 0,
         "completion_tokens": completion,
         "cached_tokens": cached,
+        "cached_tokens_details": {"device": cached, "host": 0} if cached else None,
+        "dp_rank": None,
     }
     if not finished:
         return meta
     meta["e2e_latency"] = e2e_s
+    # SGLang adds the spec fields only when spec_verify_ct > 0: never to a request that ended at
+    # its first token, speculative server or not.
     if state.speculative and plan.verify_ct > 0 and "no_spec_fields" not in state.faults:
         proposed = plan.verify_ct * (state.params.num_draft_tokens - 1)
+        histogram = list(plan.histogram)
+        while len(histogram) > 1 and histogram[-1] == 0:
+            histogram.pop()  # SGLang's histogram ends at the most drafts any step accepted
         meta.update(
-            spec_verify_ct=plan.verify_ct,
-            spec_accept_length=plan.completion_tokens / plan.verify_ct,
             spec_accept_rate=plan.num_correct_drafts / proposed if proposed else 0.0,
+            spec_accept_length=plan.completion_tokens / plan.verify_ct,
             spec_num_correct_drafts=plan.num_correct_drafts,
             spec_num_proposed_drafts=proposed,
-            spec_correct_drafts_histogram=list(plan.histogram),
+            spec_verify_ct=plan.verify_ct,
+            # 0.5.17's backward-compatible aliases (gone in 0.5.23)
+            spec_accepted_drafts=plan.num_correct_drafts,
+            spec_proposed_drafts=proposed,
+            spec_correct_drafts_histogram=histogram,
+            spec_accept_histogram=list(histogram),
         )
     return meta
