@@ -104,7 +104,10 @@ class Size:
 
 SIZES = {
     # The model of ../shared/tools/real-sglang/make_tiny.py.
-    "full": Size(256, 704, 4, 2, 64, 4, 1024, 160, 96, 256, 512, 200, 0),
+    # Full draft vocabulary by default: each prompt of a random target falls into its own short
+    # loop, so tokens of the probe's continuations may never occur in training data, and a
+    # reduced draft vocabulary (--draft-vocab 512) could not even propose them.
+    "full": Size(256, 704, 4, 2, 64, 4, 1024, 480, 96, 256, 1024, 200, 0),
     # For the CPU smoke test: same vocabulary and layer count, narrow layers, little data.
     "tiny": Size(64, 128, 2, 1, 32, 4, 1024, 12, 32, 24, 512, 20, 8),
 }
