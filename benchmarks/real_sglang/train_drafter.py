@@ -1,0 +1,725 @@
+"""Train an EAGLE-3 drafter for the tiny random Llama target, in the layout real SGLang serves.
+
+usage: python3 benchmarks/real_sglang/train_drafter.py OUT [--device cuda] [--size full|tiny]
+           [--scratch-seconds 60] [--finetune-seconds 30] [--seed 0] ...
+
+Everything is built offline in one run (no network): tokenizer, target, data, drafter, prediction.
+On one H200 the default (--size full) takes about 2-3 minutes; `--size tiny --device cpu` takes
+seconds (the smoke test).
+
+1. target/: a 4-layer Llama (hidden 256, intermediate 704, 4 heads, 2 kv heads, head_dim 64,
+   vocab 1024, bf16) with seeded random weights saved by transformers' save_pretrained (so SGLang
+   serves exactly these weights with --load-format auto), and a byte-level BPE tokenizer trained
+   here from local text (the Python standard library's sources and generated sentences).
+2. dump/train, dump/heldout: the target's own greedy continuations (temperature 0, stopping at
+   </s>) and its hidden states from a plain torch forward, in specgate's dump format (see
+   specgate/model/evaluate.py): per sample `input_ids` [T] int64, `aux_hidden_states` [T, 3 × 256]
+   bf16 (the inputs of decoder layers 1, 2, 3: what SGLang captures for
+   eagle_aux_hidden_state_layer_ids [0, 1, 2], since it adds 1 to each id and records
+   `hidden_states + residual` entering that layer; = transformers' hidden_states[1..3]),
+   `loss_mask` [T] u8 (1 on generated tokens), plus `final_hidden_states` [T, 256] bf16 (after the
+   final norm, what lm_head sees) and `target_next_ids` [T] int64 (the target's argmax at t).
+   embeddings.safetensors holds the target's embed_tokens; metadata.json the capture layers.
+   dump/train: greedy continuations of varied prompts (text snippets and random token strings).
+   dump/heldout: one sample per built-in probe prompt (specgate/data/prompts.jsonl), rendered with
+   the chat template the probe would choose for this target and continued for --heldout-tokens
+   (default 256 = [bench] max_new_tokens), named <prompt id>.safetensors; metadata.json maps each
+   sample to its prompt category. This is the workload `pytest -m probe` sends.
+3. Training with the project's EAGLE-3 forward (specgate.model.eagle.EagleDrafter.chain), unrolled
+   --ttt-steps draft steps (training-time test: step k > 0 is fed the drafter's own hidden state),
+   loss Σ_k 0.8^k CE_k over the draft vocabulary. Two runs:
+   scratch/ from random weights (lm_head rows initialised from the target's) for
+   --scratch-seconds, then drafter/ fine-tuned from scratch/ for --finetune-seconds (0: the
+   drafter is scratch/). logs/scratch.jsonl and logs/finetune.jsonl hold one JSON line per epoch
+   (epoch, step, loss = step-0 cross-entropy in nats, accuracy = step-0 top-1, plus per-step
+   figures); epoch 0 is the untrained model measured before the first update. specgate reads them
+   as [finetune] log (finetune.jsonl) and reference_log (scratch.jsonl), with init = scratch/.
+4. drafter/ (and scratch/): config.json (LlamaForCausalLMEagle3, draft_vocab_size,
+   target_hidden_size, eagle_config aux ids [0, 1, 2]), model.safetensors (bf16 midlayer.*,
+   fc.weight, norm.weight, lm_head.weight; int64 d2t, bool t2d; no embed_tokens: SGLang uses the
+   target's), tokenizer copies. vocab_map.safetensors: the training data's d2t/t2d (SpecForge's
+   construction: the draft_vocab_size most frequent loss-masked tokens, sorted).
+5. prediction.json: `specgate eval` (teacher_forced) of drafter/ on dump/heldout at --max-steps
+   draft steps; predicted accept length per (steps, topk 1, draft tokens steps + 1) config, overall
+   and per prompt category, per verify pass and as SGLang's per-request figure.
+   summary.json: timings and the figures printed at the end.
+
+Serve it (see ../shared/tools/real-sglang/README.md for the rest of the flags):
+   --model-path OUT/target --load-format auto --speculative-algorithm EAGLE3
+   --speculative-draft-model-path OUT/drafter --speculative-num-steps 3
+   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import sysconfig
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings  # noqa: E402
+from specgate.model.predict import (  # noqa: E402
+    accept_length,
+    conditional_from_chain,
+    request_accept_length,
+)
+
+AUX_LAYER_IDS = (0, 1, 2)
+SPECIALS = ["<unk>", "<s>", "</s>"]
+BOS, EOS = 1, 2
+TTT_DECAY = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    vocab: int
+    train_prompts: int
+    train_tokens: int  # new tokens per training prompt
+    heldout_tokens: int
+    draft_vocab: int
+    corpus_files: int  # standard-library sources the tokenizer is trained on
+    heldout_prompts: int  # 0: every built-in probe prompt
+
+
+SIZES = {
+    # The model of ../shared/tools/real-sglang/make_tiny.py.
+    # Full draft vocabulary by default: each prompt of a random target falls into its own short
+    # loop, so tokens of the probe's continuations may never occur in training data, and a
+    # reduced draft vocabulary (--draft-vocab 512) could not even propose them.
+    "full": Size(256, 704, 4, 2, 64, 4, 1024, 480, 96, 256, 1024, 200, 0),
+    # For the CPU smoke test: same vocabulary and layer count, narrow layers, little data.
+    "tiny": Size(64, 128, 2, 1, 32, 4, 1024, 12, 32, 24, 512, 20, 8),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --- 1. tokenizer and target ------------------------------------------------------------------
+
+def _sentences(rng: random.Random, n: int) -> list[str]:
+    subjects = ["The server", "A small model", "My neighbour", "The old cat", "Every request",
+                "This function", "The river", "Our team", "A quiet student", "The drafter"]
+    verbs = ["reads", "writes", "sends", "finds", "keeps", "loses", "counts", "builds", "checks"]
+    objects = ["the log", "three apples", "a long letter", "every token", "the blue door",
+               "forty numbers", "the map", "a warm coat", "the last line", "its own name"]
+    tails = ["before noon.", "again and again.", "without a word.", "in the garden.",
+             "on Tuesday.", "with great care.", "for the second time.", "and then stops."]
+    return [f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)} "
+            f"{rng.choice(tails)} ({i})" for i in range(n)]
+
+
+def _stdlib_texts(limit: int) -> list[str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = []
+    for file in sorted(stdlib.glob("*.py"))[:limit]:
+        try:
+            texts.append(file.read_text(encoding="utf-8", errors="ignore"))
+        except OSError:
+            continue
+    return texts
+
+
+def build_tokenizer(out: Path, vocab: int, corpus: list[str]) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    if tok.get_vocab_size() > vocab:
+        raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} tokens, more than {vocab}")
+    if [tok.token_to_id(s) for s in SPECIALS] != [0, BOS, EOS]:
+        raise RuntimeError("special tokens did not get ids 0, 1, 2")
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "model_max_length": 2048, "add_bos_token": False,
+        "chat_template": ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                          "{% endfor %}assistant:"),
+    }, indent=1) + "\n")
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}) + "\n")
+    return tok
+
+
+def llama_kwargs(size: Size) -> dict[str, Any]:
+    return dict(vocab_size=size.vocab, hidden_size=size.hidden,
+                intermediate_size=size.intermediate, num_attention_heads=size.heads,
+                num_key_value_heads=size.kv_heads, head_dim=size.head_dim, hidden_act="silu",
+                max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+                bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=False,
+                torch_dtype="bfloat16")
+
+
+def build_target(out: Path, size: Size, seed: int) -> Any:
+    """Seeded random bf16 LlamaForCausalLM, saved (config + model.safetensors) to `out`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(architectures=["LlamaForCausalLM"], num_hidden_layers=size.layers,
+                         **llama_kwargs(size))
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(str(out))
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": BOS, "eos_token_id": EOS}) + "\n")
+    # Serve and measure what was saved: reload from disk.
+    return LlamaForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16).eval()
+
+
+# --- 2. greedy continuations and the hidden-state dump ------------------------------------------
+
+@torch.no_grad()
+def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
+           batch: int = 64) -> list[list[int]]:
+    """Greedy continuations (stopping after </s>), batched with left padding, no KV cache."""
+    outs: list[list[int]] = []
+    for start in range(0, len(prompts), batch):
+        group = prompts[start:start + batch]
+        width = max(len(p) for p in group)
+        ids = torch.full((len(group), width), EOS, dtype=torch.long)
+        mask = torch.zeros((len(group), width), dtype=torch.long)
+        for i, p in enumerate(group):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        done = torch.zeros(len(group), dtype=torch.bool, device=device)
+        gen = []
+        for _ in range(new_tokens):
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+            nxt = logits.float().argmax(-1)
+            gen.append(nxt)
+            done |= nxt == EOS
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            if bool(done.all()):
+                break
+        table = torch.stack(gen, 1).tolist()
+        for row in table:
+            cut = row.index(EOS) + 1 if EOS in row else len(row)
+            outs.append(row[:cut])
+    return outs
+
+
+@torch.no_grad()
+def capture(model: Any, ids: list[int], device: str) -> dict[str, torch.Tensor]:
+    """One unpadded forward: aux states (inputs of layers id+1), final hidden, argmax, logits."""
+    layers = model.model.layers
+    grabbed: dict[int, torch.Tensor] = {}
+    hooks = []
+    for layer_id in AUX_LAYER_IDS:
+        index = layer_id + 1
+
+        def hook(_mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 index: int = index) -> None:
+            x = args[0] if args else kwargs["hidden_states"]
+            grabbed[index] = x[0].detach()
+
+        hooks.append(layers[index].register_forward_pre_hook(hook, with_kwargs=True))
+    final: dict[str, torch.Tensor] = {}
+    hooks.append(model.model.norm.register_forward_hook(
+        lambda _m, _a, out: final.__setitem__("h", out[0].detach())))
+    try:
+        out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    hs = out.hidden_states
+    aux = torch.cat([grabbed[i + 1] for i in AUX_LAYER_IDS], -1)
+    # transformers' hidden_states[i] is the input of decoder layer i (i < n_layers)
+    agree = max(float((grabbed[i + 1] - hs[i + 1][0]).abs().max()) for i in AUX_LAYER_IDS)
+    return {"aux": aux, "final": final["h"], "next": out.logits[0].float().argmax(-1),
+            "hook_vs_hidden_states": torch.tensor(agree)}
+
+
+def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
+               meta: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for s in samples:
+        save_file({"input_ids": s["input_ids"], "aux_hidden_states": s["aux"],
+                   "loss_mask": s["loss_mask"], "final_hidden_states": s["final"],
+                   "target_next_ids": s["next"]}, str(folder / f"{s['name']}.safetensors"))
+    save_file({"embed_tokens.weight": embed.to(torch.bfloat16).contiguous().cpu()},
+              str(folder / "embeddings.safetensors"))
+    (folder / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_tokens: int,
+                 device: str) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Generate, recompute unpadded, keep each sample up to its first generation/argmax split."""
+    conts = greedy(model, [p for _, _, p in prompts], new_tokens, device)
+    samples, agree, total, worst = [], 0, 0, 0.0
+    for (name, category, prompt), cont in zip(prompts, conts, strict=True):
+        ids = prompt + cont
+        cap = capture(model, ids, device)
+        worst = max(worst, float(cap["hook_vs_hidden_states"]))
+        # The target's argmax at t should be the generated token at t + 1.
+        nxt = cap["next"].cpu()
+        gen_pos = torch.arange(len(prompt) - 1, len(ids) - 1)
+        match = (nxt[gen_pos] == torch.tensor(ids)[gen_pos + 1]).tolist()
+        keep = match.index(False) if False in match else len(match)
+        agree += sum(match)
+        total += len(match)
+        length = len(prompt) + keep
+        if keep < 2:
+            continue
+        mask = torch.zeros(length, dtype=torch.uint8)
+        mask[len(prompt):] = 1
+        samples.append({
+            "name": name, "category": category, "prompt_tokens": len(prompt),
+            "input_ids": torch.tensor(ids[:length], dtype=torch.int64),
+            "aux": cap["aux"][:length].to(torch.bfloat16).contiguous().cpu(),
+            "final": cap["final"][:length].to(torch.bfloat16).contiguous().cpu(),
+            "next": nxt[:length].to(torch.int64).contiguous(),
+            "loss_mask": mask})
+    return samples, {"generated": float(total), "argmax_agreement": agree / max(total, 1),
+                     "hook_vs_hidden_states_max_abs": worst}
+
+
+def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int) -> list[tuple[str, str,
+                                                                                 list[int]]]:
+    """Varied prompts: sentences, stdlib code lines, and random token strings (a third each)."""
+    code_lines = [ln.strip() for t in _stdlib_texts(60) for ln in t.splitlines()
+                  if 20 < len(ln.strip()) < 120]
+    sentences = _sentences(rng, 400)
+    out = []
+    for i in range(n):
+        kind = i % 3
+        if kind == 0:
+            ids = tok.encode(" ".join(rng.sample(sentences, 2))).ids
+        elif kind == 1:
+            ids = tok.encode(rng.choice(code_lines)).ids
+        else:
+            ids = [rng.randrange(3, vocab) for _ in range(rng.randrange(4, 24))]
+        out.append((f"train_{i:05d}", ("sentence", "code", "random")[kind], ids[:48] or [BOS]))
+    return out
+
+
+def heldout_prompts(tok: Any, target_dir: Path,
+                    limit: int = 0) -> tuple[list[tuple[str, str, list[int]]], str]:
+    """The probe's built-in prompts, rendered as the probe renders them for this target.
+
+    With a limit, an evenly spaced subset (so several categories stay represented).
+    """
+    from specgate.measure import prompts as probe_prompts
+
+    template = probe_prompts.choose_template(None, target_dir)
+    chosen = probe_prompts.load_builtin()
+    if 0 < limit < len(chosen):
+        chosen = [chosen[round(i * len(chosen) / limit)] for i in range(limit)]
+    out = [(p.id, p.category, tok.encode(template.render(p.text)).ids) for p in chosen]
+    return out, template.name
+
+
+# --- 3. the drafter and its training ------------------------------------------------------------
+
+def vocab_map(samples: list[dict[str, Any]], vocab: int, vd: int) -> tuple[torch.Tensor,
+                                                                          torch.Tensor]:
+    """SpecForge's d2t/t2d: the vd most frequent loss-masked tokens (padded from 0..), sorted."""
+    counts: Counter[int] = Counter()
+    for s in samples:
+        counts.update(s["input_ids"][s["loss_mask"].bool()].tolist())
+    for i in range(vd):
+        if len(counts) >= vd:
+            break
+        counts.setdefault(i, 0)
+    used = sorted(t for t, _ in counts.most_common(vd))
+    ids = torch.tensor(used, dtype=torch.int64)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return ids - torch.arange(vd), t2d
+
+
+def drafter_config(size: Size) -> dict[str, Any]:
+    return dict(llama_kwargs(size), architectures=["LlamaForCausalLMEagle3"], model_type="llama",
+                num_hidden_layers=1, draft_vocab_size=size.draft_vocab,
+                target_hidden_size=size.hidden,
+                eagle_config={"eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
+                              "use_aux_hidden_state": True})
+
+
+def init_weights(size: Size, target: Any, hot: torch.Tensor, seed: int,
+                 device: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 1)
+    h, i, d = size.hidden, size.intermediate, size.head_dim
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * 0.02
+
+    w = {
+        "fc.weight": normal(h, 3 * h),
+        "midlayer.self_attn.q_proj.weight": normal(size.heads * d, 2 * h),
+        "midlayer.self_attn.k_proj.weight": normal(size.kv_heads * d, 2 * h),
+        "midlayer.self_attn.v_proj.weight": normal(size.kv_heads * d, 2 * h),
+        "midlayer.self_attn.o_proj.weight": normal(h, size.heads * d),
+        "midlayer.mlp.gate_proj.weight": normal(i, h),
+        "midlayer.mlp.up_proj.weight": normal(i, h),
+        "midlayer.mlp.down_proj.weight": normal(h, i),
+        "midlayer.input_layernorm.weight": torch.ones(h),
+        "midlayer.hidden_norm.weight": torch.ones(h),
+        "midlayer.post_attention_layernorm.weight": torch.ones(h),
+        "norm.weight": torch.ones(h),
+        # The target's own output rows for the draft vocabulary: a head that already names tokens.
+        "lm_head.weight": target.lm_head.weight.detach().float().cpu()[hot].clone(),
+    }
+    return {k: v.to(device).requires_grad_(True) for k, v in w.items()}
+
+
+def make_model(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor) -> EagleDrafter:
+    return EagleDrafter(DrafterShape.from_config(drafter_config(size)), weights, d2t)
+
+
+def step_losses(model: EagleDrafter, embed: Embeddings, sample: dict[str, torch.Tensor],
+                t2d_index: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], list[int],
+                                                              list[int]]:
+    """Per-step summed CE, hit count and scored count over one sample (teacher-forced chain)."""
+    ids, aux, mask = sample["input_ids"], sample["aux"], sample["loss_mask"]
+    n = ids.shape[0]
+    outs = model.chain(embed, ids, aux, steps)
+    losses, hits, counts = [], [], []
+    for k, hidden in enumerate(outs):
+        tpos = torch.arange(n, device=ids.device) + 2 + k
+        valid = tpos < n
+        valid[valid.clone()] &= mask[tpos[valid]]
+        truth = t2d_index[ids[tpos[valid]]]
+        rows = valid.nonzero()[:, 0]
+        known = truth >= 0
+        logits = model.logits(hidden[rows]).float()
+        pred = logits.argmax(-1)
+        hits.append(int((pred[known] == truth[known]).sum()))
+        counts.append(int(valid.sum()))
+        if bool(known.any()):
+            losses.append(torch.nn.functional.cross_entropy(
+                logits[known], truth[known], reduction="sum"))
+        else:
+            losses.append(logits.sum() * 0.0)
+    return losses, hits, counts
+
+
+def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
+          embed: Embeddings, data: list[dict[str, torch.Tensor]], *, seconds: float,
+          max_epochs: int, min_epochs: int, ttt: int, lr: float, log_path: Path,
+          seed: int) -> dict[str, Any]:
+    """Train in place for `seconds` (whole epochs, at least min_epochs); one JSON line per epoch."""
+    model = make_model(size, weights, d2t)
+    params = list(weights.values())
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    device = params[0].device
+    t2d_index = torch.full((size.vocab,), -1, dtype=torch.long)
+    t2d_index[t2d] = torch.arange(int(t2d.sum()))
+    t2d_index = t2d_index.to(device)
+    rng = random.Random(seed)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+
+    def record(epoch: int, step: int, loss: list[float], hits: list[int], counts: list[int],
+               lr_now: float, elapsed: float) -> None:
+        acc = [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
+        row = {"epoch": epoch, "step": step, "loss": round(loss[0] / max(counts[0], 1), 5),
+               "accuracy": round(acc[0], 5),
+               "loss_steps": [round(x / max(c, 1), 5) for x, c in zip(loss, counts, strict=True)],
+               "accuracy_steps": [round(a, 5) for a in acc], "lr": lr_now,
+               "seconds": round(elapsed, 2)}
+        rows.append(row)
+        with log_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    log_path.write_text("")
+    with torch.no_grad():  # epoch 0: the untrained model, before any update
+        tot, hit, cnt = [0.0] * ttt, [0] * ttt, [0] * ttt
+        for s in data:
+            losses, hits, counts = step_losses(model, embed, s, t2d_index, ttt)
+            for k in range(ttt):
+                tot[k] += float(losses[k])
+                hit[k] += hits[k]
+                cnt[k] += counts[k]
+        record(0, 0, tot, hit, cnt, 0.0, 0.0)
+    started, step, warmup = time.perf_counter(), 0, 20
+    weights_k = [TTT_DECAY ** k for k in range(ttt)]
+    for epoch in range(1, max_epochs + 1):
+        order = list(range(len(data)))
+        rng.shuffle(order)
+        tot, hit, cnt = [0.0] * ttt, [0] * ttt, [0] * ttt
+        for index in order:
+            frac = min(1.0, (time.perf_counter() - started) / max(seconds, 1e-9))
+            lr_now = lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(
+                math.pi * frac)))
+            for group in opt.param_groups:
+                group["lr"] = lr_now
+            losses, hits, counts = step_losses(model, embed, data[index], t2d_index, ttt)
+            denom = max(counts[0], 1)
+            loss = sum(w * x for w, x in zip(weights_k, losses, strict=True)) / denom
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            for k in range(ttt):
+                tot[k] += float(losses[k].detach())
+                hit[k] += hits[k]
+                cnt[k] += counts[k]
+        elapsed = time.perf_counter() - started
+        record(epoch, step, tot, hit, cnt, lr_now, elapsed)
+        if elapsed >= seconds and epoch >= min_epochs:
+            break
+    return {"epochs": rows[-1]["epoch"], "steps": step, "seconds": rows[-1]["seconds"],
+            "initial_loss": rows[0]["loss"], "final_loss": rows[-1]["loss"],
+            "initial_accuracy": rows[0]["accuracy"], "final_accuracy": rows[-1]["accuracy"],
+            "log": str(log_path)}
+
+
+def save_drafter(folder: Path, size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor,
+                 t2d: torch.Tensor, tokenizer_dir: Path) -> None:
+    """config.json + model.safetensors in the layout SGLang's LlamaForCausalLMEagle3 loads."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = drafter_config(size)
+    try:  # transformers' own serialisation, as ../shared/tools/real-sglang/make_tiny.py does
+        from transformers import LlamaConfig
+
+        kwargs = dict(cfg)
+        kwargs.pop("model_type")
+        LlamaConfig(**kwargs).save_pretrained(str(folder))
+    except Exception as exc:  # plain JSON
+        log(f"transformers could not write the drafter config ({exc}); writing plain JSON")
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    tensors = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in weights.items()}
+    tensors["d2t"] = d2t.to(torch.int64).contiguous()
+    tensors["t2d"] = t2d.to(torch.bool).contiguous()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(tokenizer_dir / name, folder / name)
+
+
+# --- 5. prediction ---------------------------------------------------------------------------
+
+def predict(drafter_dir: Path, heldout: Path, target_dir: Path, categories: dict[str, str],
+            max_steps: int, device: str, configs: list[int],
+            request_tokens: int) -> dict[str, Any]:
+    """`specgate eval` on the held-out dump, then the chain model per config and category."""
+    try:
+        from specgate.model.evaluate import evaluate_model, open_dump, resolve_embeddings
+    except ImportError as exc:  # e.g. pydantic missing: the dump and drafter are still written
+        return {"error": f"the evaluation could not be imported ({exc}); run `specgate eval "
+                         f"--drafter {drafter_dir} --hidden-states {heldout} --steps "
+                         f"{max_steps} --json` where specgate is installed"}
+    model = EagleDrafter.from_checkpoint(drafter_dir, device=device, dtype=torch.float32)
+    dump = open_dump(heldout)
+    embed, source = resolve_embeddings(model, dump, target_dir, drafter_dir)
+    groups: dict[str, Any] = {"all": dump.samples}
+    for cat in sorted(set(categories.values())):
+        groups[cat] = tuple(s for s in dump.samples if categories.get(s.file.stem) == cat)
+    out: dict[str, Any] = {"drafter": str(drafter_dir), "dump": str(heldout),
+                           "embedding_source": source, "max_steps": max_steps, "groups": {}}
+    for name, samples in groups.items():
+        if not samples:
+            continue
+        report = evaluate_model(model, dataclasses.replace(dump, samples=samples), embed,
+                                steps=max_steps, drafter_label=str(drafter_dir),
+                                embedding_source=source)
+        cond = conditional_from_chain(report.chain_accept)
+        per_req = {s: request_accept_length(accept_length(cond, s), request_tokens)
+                   for s in configs}
+        out["groups"][name] = {
+            "samples": len(samples), "tokens": report.tokens, "positions": report.chain_positions,
+            "step_accuracy": [round(s.accuracy, 4) for s in report.steps],
+            "step_loss": [round(s.loss, 4) for s in report.steps],
+            "conditional_acceptance": [round(c, 4) for c in cond],
+            "predicted": {f"steps{s}_topk1_draft{s + 1}": round(accept_length(cond, s), 4)
+                          for s in configs},
+            "predicted_per_request": {f"steps{s}_topk1_draft{s + 1}": round(v, 4)
+                                                 for s, v in per_req.items()},
+        }
+    return out
+
+
+# --- main ------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scratch-seconds", type=float, default=60.0)
+    parser.add_argument("--finetune-seconds", type=float, default=30.0)
+    parser.add_argument("--max-epochs", type=int, default=1000)
+    parser.add_argument("--min-epochs", type=int, default=1)
+    parser.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--finetune-lr", type=float, default=1e-3)
+    parser.add_argument("--train-prompts", type=int, help="override the size's prompt count")
+    parser.add_argument("--train-tokens", type=int, help="new tokens per training prompt")
+    parser.add_argument("--heldout-tokens", type=int, help="new tokens per held-out prompt")
+    parser.add_argument("--heldout-prompts", type=int, help="0: all built-in probe prompts")
+    parser.add_argument("--draft-vocab", type=int, help="draft_vocab_size (<= 1024)")
+    parser.add_argument("--max-steps", type=int, default=5, help="deepest config predicted")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    size = dataclasses.replace(
+        SIZES[args.size],
+        **{k: v for k, v in (("train_prompts", args.train_prompts),
+                             ("train_tokens", args.train_tokens),
+                             ("heldout_tokens", args.heldout_tokens),
+                             ("heldout_prompts", args.heldout_prompts),
+                             ("draft_vocab", args.draft_vocab)) if v is not None})
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out: Path = args.out
+    device = args.device
+    t0 = time.perf_counter()
+    times: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        times[name] = round(time.perf_counter() - t0 - sum(times.values()), 2)
+
+    out.mkdir(parents=True, exist_ok=True)
+    target_dir = out / "target"
+    if target_dir.exists():
+        shutil.rmtree(target_dir)
+    rng = random.Random(args.seed)
+    corpus = _stdlib_texts(size.corpus_files) + _sentences(random.Random(12345), 2000)
+    tok = build_tokenizer(target_dir, size.vocab, corpus)
+    lap("tokenizer")
+    target = build_target(target_dir, size, args.seed).to(device)
+    lap("target")
+    log(f"target: {target_dir} ({sum(p.numel() for p in target.parameters())} parameters, "
+        f"tokenizer {tok.get_vocab_size()} tokens)")
+
+    train_p = train_prompts(tok, size.train_prompts, rng, size.vocab)
+    train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device)
+    held_p, template = heldout_prompts(tok, target_dir, size.heldout_prompts)
+    held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device)
+    lap("generate+capture")
+    embed_w = target.model.embed_tokens.weight.detach()
+    meta = {"format": "specgate.hidden_states", "version": 1,
+            "aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
+            "captured_layer_inputs": [i + 1 for i in AUX_LAYER_IDS],
+            "target_model_type": "llama", "target_hidden_size": size.hidden,
+            "num_aux_hidden_states": len(AUX_LAYER_IDS), "dtype": "bfloat16",
+            "generated_by": "benchmarks/real_sglang/train_drafter.py (transformers forward)"}
+    for name, samples, stats, extra in (
+            ("train", train_samples, train_stats, {}),
+            ("heldout", held_samples, held_stats, {"chat_template": template,
+                                                   "max_new_tokens": size.heldout_tokens})):
+        write_dump(out / "dump" / name, samples, embed_w, dict(
+            meta, **stats, **extra, samples={s["name"]: {
+                "category": s["category"], "prompt_tokens": s["prompt_tokens"],
+                "tokens": int(s["input_ids"].shape[0])} for s in samples}))
+    hook_diff = max(train_stats["hook_vs_hidden_states_max_abs"],
+                    held_stats["hook_vs_hidden_states_max_abs"])
+    n_train = sum(int(s["loss_mask"].sum()) for s in train_samples)
+    n_held = sum(int(s["loss_mask"].sum()) for s in held_samples)
+    log(f"data: train {len(train_samples)} samples / {n_train} generated tokens, held-out "
+        f"{len(held_samples)} / {n_held}; generation vs unpadded argmax agreement "
+        f"{train_stats['argmax_agreement']:.4f} / {held_stats['argmax_agreement']:.4f}; "
+        f"hooks vs output_hidden_states max |diff| {hook_diff:.3g}")
+    lap("write dumps")
+
+    d2t, t2d = vocab_map(train_samples, size.vocab, size.draft_vocab)
+    hot = d2t + torch.arange(size.draft_vocab)
+    from safetensors.torch import save_file
+    save_file({"d2t": d2t, "t2d": t2d}, str(out / "vocab_map.safetensors"))
+    covered = sum(int(t2d[s["input_ids"][s["loss_mask"].bool()]].sum()) for s in held_samples)
+    log(f"draft vocabulary: {size.draft_vocab} of {size.vocab} tokens; covers "
+        f"{covered / max(n_held, 1):.2%} of held-out generated tokens")
+
+    data = [{"input_ids": s["input_ids"].to(device), "aux": s["aux"].to(device),
+             "loss_mask": s["loss_mask"].bool().to(device)} for s in train_samples]
+    embed = Embeddings(embed_w.float().to(device))
+    weights = init_weights(size, target, hot, args.seed, device)
+    scratch = train(size, weights, d2t, t2d, embed, data, seconds=args.scratch_seconds,
+                    max_epochs=args.max_epochs, min_epochs=args.min_epochs,
+                    ttt=args.ttt_steps, lr=args.lr,
+                    log_path=out / "logs" / "scratch.jsonl", seed=args.seed)
+    save_drafter(out / "scratch", size, weights, d2t, t2d, target_dir)
+    log(f"scratch: {scratch['epochs']} epochs / {scratch['steps']} steps in "
+        f"{scratch['seconds']} s; step-0 loss {scratch['initial_loss']:.3f} -> "
+        f"{scratch['final_loss']:.3f} (ln {size.draft_vocab} = "
+        f"{math.log(size.draft_vocab):.3f}); accuracy {scratch['initial_accuracy']:.3f} -> "
+        f"{scratch['final_accuracy']:.3f}")
+    lap("train scratch")
+    finetune = None
+    if args.finetune_seconds > 0:
+        finetune = train(size, weights, d2t, t2d, embed, data, seconds=args.finetune_seconds,
+                         max_epochs=args.max_epochs, min_epochs=args.min_epochs,
+                    ttt=args.ttt_steps, lr=args.finetune_lr,
+                         log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1)
+        save_drafter(out / "drafter", size, weights, d2t, t2d, target_dir)
+        log(f"finetune: {finetune['epochs']} epochs / {finetune['steps']} steps in "
+            f"{finetune['seconds']} s; step-0 loss {finetune['initial_loss']:.3f} -> "
+            f"{finetune['final_loss']:.3f}; accuracy {finetune['initial_accuracy']:.3f} -> "
+            f"{finetune['final_accuracy']:.3f}")
+    else:
+        if (out / "drafter").exists():
+            shutil.rmtree(out / "drafter")
+        shutil.copytree(out / "scratch", out / "drafter")
+    lap("train finetune")
+
+    configs = list(range(1, args.max_steps + 1))
+    categories = {s["name"]: s["category"] for s in held_samples}
+    pred = predict(out / "drafter", out / "dump" / "heldout", target_dir, categories,
+                   args.max_steps, device, configs, size.heldout_tokens)
+    (out / "prediction.json").write_text(json.dumps(pred, indent=2) + "\n")
+    lap("predict")
+    summary = {"size": args.size, "device": device, "seconds": times,
+               "total_seconds": round(time.perf_counter() - t0, 2),
+               "train_tokens": n_train, "heldout_tokens": n_held, "scratch": scratch,
+               "finetune": finetune, "prediction": str(out / "prediction.json")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    if "error" in pred:
+        log(pred["error"])
+    else:
+        log(f"held-out ({pred['embedding_source']}):")
+        log("  group        tokens  step-1 acc  conditional acceptance        predicted tau "
+            + " ".join(f"s{s}" for s in configs))
+        for name, g in pred["groups"].items():
+            taus = " ".join(f"{v:.2f}" for v in g["predicted"].values())
+            cond = ", ".join(f"{c:.2f}" for c in g["conditional_acceptance"])
+            log(f"  {name:<12} {g['tokens']:>6}  {g['step_accuracy'][0]:>9.3f}  "
+                f"[{cond}]  {taus}")
+        served = pred["groups"]["all"]["predicted"].get("steps3_topk1_draft4")
+        if served is not None:
+            log(f"predicted accept length for the served config (steps 3, topk 1, draft tokens "
+                f"4): {served:.3f} per verify pass "
+                f"({pred['groups']['all']['predicted_per_request']['steps3_topk1_draft4']:.3f}"
+                " as SGLang's per-request completion_tokens / spec_verify_ct at "
+                f"{size.heldout_tokens} tokens)")
+    log(f"times: {json.dumps(times)}; total {summary['total_seconds']} s; outputs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
