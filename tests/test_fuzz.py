@@ -22,6 +22,7 @@ from specgate.claims import vocab, weights
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.errors import ProfileError
 from specgate.core.profile import load_profile, parse_profile
+from specgate.io import vocab_maps
 from specgate.testing import generate
 
 CASE_LIMIT_S = 10  # a hang is a failure, not a stuck CI job
@@ -220,7 +221,7 @@ def test_vocab_maps(base: Path, d2t: tuple[str, list[int], int] | None,
             pt = work / "map.pt"
             torch.save({k: tensors[k] for k in maps}, pt)
             with _deadline():
-                vmap = vocab.load_map(pt)
+                vmap = vocab_maps.load_map(pt)
             assert vmap.d2t.size == maps["d2t"].size
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgate.claims.vocab import check_invariants, compare, load_map
 from specgate.io.checkpoint import expected_layout, load_target_config, open_drafter
 from specgate.io.health import scan
+from specgate.io.vocab_maps import check_invariants, compare, load_map
 from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,

@@ -14,6 +14,7 @@ from specgate.claims import vocab, weights
 from specgate.claims.result import Status
 from specgate.core.errors import CheckpointError
 from specgate.core.profile import parse_profile
+from specgate.io import vocab_maps
 from specgate.serving import launch
 
 SOURCE_DIRS = ("specgate", "fixtures", "benchmarks", "scripts")
@@ -147,16 +148,16 @@ def test_pt_vocab_map_is_read_weights_only(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     touched = tmp_path / "PWNED"
     with pytest.raises(CheckpointError, match="weights-only"):
-        vocab.load_map(_evil_pickle(tmp_path / "map.pt", touched))
+        vocab_maps.load_map(_evil_pickle(tmp_path / "map.pt", touched))
     assert not touched.exists()
     # The zip format torch.save writes, with a payload inside: refused the same way.
     torch.save({"d2t": _Payload(touched)}, tmp_path / "zip.pt")
     with pytest.raises(CheckpointError, match="weights-only"):
-        vocab.load_map(tmp_path / "zip.pt")
+        vocab_maps.load_map(tmp_path / "zip.pt")
     assert not touched.exists()
     torch.save({"d2t": torch.arange(4), "t2d": torch.ones(8, dtype=torch.bool)},
                tmp_path / "ok.pt")
-    assert vocab.load_map(tmp_path / "ok.pt").d2t.tolist() == [0, 1, 2, 3]
+    assert vocab_maps.load_map(tmp_path / "ok.pt").d2t.tolist() == [0, 1, 2, 3]
 
 
 def test_no_shell_strings_and_no_unpickling_in_the_code() -> None:

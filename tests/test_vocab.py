@@ -13,19 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgate.claims.result import Status
-from specgate.claims.vocab import (
-    VocabMap,
-    check_invariants,
-    compare,
-    d2t_match_claim,
-    invariants_claim,
-    load_map,
-    required_count,
-    t2d_match_claim,
-)
+from specgate.claims.vocab import d2t_match_claim, invariants_claim, t2d_match_claim
 from specgate.claims.weights import layout_claim
 from specgate.core.errors import CheckpointError
 from specgate.io.safetensors_io import TensorSpec, write_sparse
+from specgate.io.vocab_maps import VocabMap, check_invariants, compare, load_map, required_count
 from specgate.testing.generate import shifted_token_ids, tiny, write_drafter
 
 id_sets = st.integers(2, 400).flatmap(

@@ -12,6 +12,7 @@ from helpers_ckpt import make_profile, rewrite, tiny_drafter
 from specgate.claims import vocab
 from specgate.claims.result import Status
 from specgate.claims.weights import health_claim, layout_claim, shape_parity_claim
+from specgate.io import vocab_maps
 from specgate.io.safetensors_io import TensorSpec, read_header
 from specgate.testing.generate import (
     aq_medai_k2,
@@ -108,7 +109,7 @@ def test_health_counts_nans(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_full_size_k25_and_aq_medai_pair(tmp_path: Path) -> None:
     aq = write_drafter(tmp_path / "aq", aq_medai_k2(), fill="marked")
-    ref_ids = vocab.load_map(aq).target_ids()
+    ref_ids = vocab_maps.load_map(aq).target_ids()
     k25 = write_drafter(tmp_path / "k25", kimi_k25(), fill="marked",
                         token_ids=shifted_token_ids(ref_ids, 252))
     target = write_target_config(tmp_path / "target")

@@ -14,13 +14,13 @@ import numpy as np
 
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
-from specgate.claims.vocab import VocabMap, map_of, required_count
-from specgate.claims.vocab import compare as compare_maps
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import Drafter, load_target_config, open_drafter
+from specgate.io.dump import DumpSample, HiddenStateDump, open_dump, read_sample
 from specgate.io.safetensors_io import DTYPES, FLOAT_DTYPES, read_array
-from specgate.model.evaluate import DumpSample, HiddenStateDump, open_dump, read_sample
+from specgate.io.vocab_maps import VocabMap, map_of, required_count
+from specgate.io.vocab_maps import compare as compare_maps
 
 PHASE = "phase2"
 AUX_DTYPES = frozenset({"BF16", "F16", "F32"})

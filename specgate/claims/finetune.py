@@ -7,13 +7,13 @@ import math
 
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
-from specgate.claims.vocab import compare as compare_maps
-from specgate.claims.vocab import load_map, required_count
 from specgate.claims.weights import tensor_parity
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import open_drafter
 from specgate.io.metrics_log import MetricsLog, read_metrics
+from specgate.io.vocab_maps import compare as compare_maps
+from specgate.io.vocab_maps import load_map, required_count
 
 PHASE = "phase1"
 # "Clearly below random": the first loss must beat the uniform guess ln(Vd) by 10 %.
