@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +101,11 @@ def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
                           str(tmp_path / "missing")])
     assert code == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_generate_and_remap_load_neither_the_profile_nor_pydantic() -> None:
+    """`specgate generate` and `remap-vocab` read maps through io.vocab_maps, not the claims."""
+    code = ("import sys, specgate.testing.generate, specgate.io.remap; "
+            "print(sorted(m for m in sys.modules if m == 'pydantic' or m.endswith('.profile')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
