@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError
@@ -24,33 +25,35 @@ PHASE = "phase0"
 
 def invariants_claim(profile: Profile) -> ClaimResult:
     cid = "vocab.invariants"
-    folder = profile.resolve(profile.drafter.path)
-    if folder is None:
-        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
-    try:
-        drafter = open_drafter(folder)
-        vmap = map_of(drafter)
-        vd, v = _sizes(drafter)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    loaded = inputs.prepare(profile, cid, PHASE, ["drafter"], _read_drafter_map)
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    folder, vmap, (vd, v) = loaded
     problems = check_invariants(vmap, vd, v)
     if problems:
         implied = (f" ({' and '.join(vmap.implied)} absent: the identity map of a "
                    "full-vocabulary drafter stands in)" if vmap.implied else "")
         return claims.failed(cid, PHASE, f"{folder}: vocab map breaks {len(problems)} "
-                             f"invariant(s){implied}: " + "; ".join(problems),
+                             f"invariant(s){implied}: " + "; ".join(problems.values()),
                              observed=len(problems), expected=0, unit="problems",
-                             details={"problems": problems})
+                             reason=next(iter(problems)),
+                             details={"problems": list(problems.values()),
+                                      "codes": list(problems), "implied": list(vmap.implied)})
     if vmap.implied:
         stored = "stored d2t " if "d2t" not in vmap.implied else ""
         return claims.passed(cid, PHASE, f"{folder}: full-vocabulary drafter (draft_vocab_size = "
                              f"vocab_size = {v}) without {' and '.join(vmap.implied)}, which "
                              f"SGLang then treats as the identity map; {stored}consistent with it",
-                             observed=0, expected=0, unit="problems",
+                             observed=0, expected=0, unit="problems", reason="identity_implied",
                              details={"implied": list(vmap.implied)})
     return claims.passed(cid, PHASE, f"{folder}: d2t ({vmap.draft_vocab_size} draft ids) and t2d "
                          f"agree and map into the {v}-token vocabulary in order",
                          observed=0, expected=0, unit="problems")
+
+
+def _read_drafter_map(folder: Path) -> tuple[Path, VocabMap, tuple[int | None, int | None]]:
+    drafter = open_drafter(folder)
+    return folder, map_of(drafter), _sizes(drafter)
 
 
 def _sizes(drafter: Drafter) -> tuple[int | None, int | None]:
@@ -70,22 +73,16 @@ def _size_field(drafter: Drafter, key: str) -> int | None:
 
 
 def _pair(profile: Profile, cid: str) -> tuple[VocabMap, VocabMap, Path, Path] | ClaimResult:
-    folder = profile.resolve(profile.drafter.path)
-    reference = profile.resolve(profile.drafter.reference)
-    if folder is None:
-        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
-    if reference is None:
-        return claims.skipped(cid, PHASE, "no reference drafter given ([drafter] reference or "
-                              "--reference-drafter)")
-    try:
-        mine, ref = load_map(folder), load_map(reference)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    loaded = inputs.prepare(profile, cid, PHASE, ["drafter", "reference"],
+                            lambda a, b: (a, b, load_map(a), load_map(b)))
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    folder, reference, mine, ref = loaded
     for vmap, where in ((mine, folder), (ref, reference)):
         if vmap.d2t.ndim != 1:
             return claims.broken(cid, PHASE, f"{where}: d2t has shape {list(vmap.d2t.shape)}, "
                                  "expected one dimension; it cannot be compared (see "
-                                 "vocab.invariants)")
+                                 "vocab.invariants)", reason="bad_shape")
     return mine, ref, folder, reference
 
 
@@ -116,6 +113,7 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
     if cmp.draft_vocab_size != cmp.reference_draft_vocab_size:
         text += (f" (draft vocab sizes differ: {cmp.draft_vocab_size} vs "
                  f"{cmp.reference_draft_vocab_size}; the first {cmp.compared_positions} compared)")
+    why = "shifted_map" if cmp.looks_shifted else "different_selection"
     if n >= need:
         text += f"; need ≥ {need} (d2t_match_min {profile.thresholds.d2t_match_min})"
     elif cmp.looks_shifted:
@@ -128,7 +126,8 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
                  "built from different token selections, so lm_head rows are not "
                  "interchangeable; rebuild the map from this target's data")
     return claims.judged(n >= need, cid, PHASE, text, observed=n, expected=f">= {need}",
-                         unit="positions", details=_details(cmp), attachments=_attachment(cmp))
+                         unit="positions", details=_details(cmp), attachments=_attachment(cmp),
+                         fail_reason=why)
 
 
 def t2d_match_claim(profile: Profile) -> ClaimResult:

@@ -104,25 +104,30 @@ def required_count(fraction: float, n: int) -> int:
 
 
 def check_invariants(vmap: VocabMap, draft_vocab_size: int | None,
-                     vocab_size: int | None) -> list[str]:
-    """Every way the map breaks SPEC's vocab.invariants, one sentence each (empty: sound)."""
-    problems: list[str] = []
+                     vocab_size: int | None) -> dict[str, str]:
+    """Every way the map breaks SPEC's vocab.invariants: problem code → one sentence (empty:
+    sound). Codes: d2t_dtype, d2t_shape, t2d_missing, t2d_dtype, t2d_shape, not_increasing,
+    out_of_range, t2d_disagrees."""
+    problems: dict[str, str] = {}
     d2t, t2d = vmap.d2t, vmap.t2d
     vd = draft_vocab_size if draft_vocab_size is not None else vmap.draft_vocab_size
     if d2t.dtype != np.int64:
-        problems.append(f"d2t has dtype {d2t.dtype}, expected int64: a float or narrower type "
-                        "corrupts the offsets; rebuild the map with torch.int64")
+        problems["d2t_dtype"] = (
+            f"d2t has dtype {d2t.dtype}, expected int64: a float or narrower type "
+            "corrupts the offsets; rebuild the map with torch.int64")
     if d2t.ndim != 1 or d2t.shape[0] != vd:
-        problems.append(f"d2t has shape {list(d2t.shape)}, expected [{vd}] (draft_vocab_size)")
+        problems["d2t_shape"] = (
+            f"d2t has shape {list(d2t.shape)}, expected [{vd}] (draft_vocab_size)")
     if t2d is None:
-        problems.append("t2d is missing; SpecForge training slices target logits with it "
-                        "(serving ignores it): store the bool mask of length vocab_size")
+        problems["t2d_missing"] = (
+            "t2d is missing; SpecForge training slices target logits with it "
+            "(serving ignores it): store the bool mask of length vocab_size")
     else:
         if t2d.dtype != np.bool_:
-            problems.append(f"t2d has dtype {t2d.dtype}, expected bool")
+            problems["t2d_dtype"] = (f"t2d has dtype {t2d.dtype}, expected bool")
         if vocab_size is not None and (t2d.ndim != 1 or t2d.shape[0] != vocab_size):
-            problems.append(f"t2d has shape {list(t2d.shape)}, expected [{vocab_size}] "
-                            "(vocab_size)")
+            problems["t2d_shape"] = (f"t2d has shape {list(t2d.shape)}, expected [{vocab_size}] "
+                                     "(vocab_size)")
     if d2t.ndim != 1 or (not np.issubdtype(d2t.dtype, np.integer) and not _integral(d2t)):
         return problems
     ids = vmap.target_ids()
@@ -131,25 +136,28 @@ def check_invariants(vmap: VocabMap, draft_vocab_size: int | None,
         bad = np.flatnonzero(steps <= 0)
         if bad.size:
             i = int(bad[0]) + 1
-            problems.append(f"d2t+arange is not strictly increasing at {bad.size} position(s), "
-                            f"first at draft id {i} (target id {ids[i]} after {ids[i - 1]}): "
-                            "the selected target ids must be sorted and distinct")
+            problems["not_increasing"] = (
+                f"d2t+arange is not strictly increasing at {bad.size} position(s), "
+                f"first at draft id {i} (target id {ids[i]} after {ids[i - 1]}): "
+                "the selected target ids must be sorted and distinct")
     limit = vocab_size if vocab_size is not None else (t2d.shape[0] if t2d is not None else None)
     if ids.size:
         outside = np.flatnonzero((ids < 0) | (ids >= limit if limit is not None else False))
         if outside.size:
             i = int(outside[0])
-            problems.append(f"{outside.size} draft id(s) map outside the vocabulary [0, {limit}), "
-                            f"first draft id {i} → target id {ids[i]}")
+            problems["out_of_range"] = (
+                f"{outside.size} draft id(s) map outside the vocabulary [0, {limit}), "
+                f"first draft id {i} → target id {ids[i]}")
     if t2d is not None and t2d.ndim == 1:
         set_ids = np.flatnonzero(t2d.astype(bool))
         in_range = ids[(ids >= 0) & (ids < t2d.shape[0])]
         if set_ids.size != ids.size or not np.array_equal(set_ids, np.sort(in_range)):
             only_t2d = np.setdiff1d(set_ids, ids).size
             only_d2t = np.setdiff1d(ids, set_ids).size
-            problems.append(f"t2d and d2t disagree: t2d marks {set_ids.size} target ids, d2t "
-                            f"maps to {ids.size}; {only_t2d} marked in t2d only, {only_d2t} "
-                            "reached by d2t only: both must come from the same token selection")
+            problems["t2d_disagrees"] = (
+                f"t2d and d2t disagree: t2d marks {set_ids.size} target ids, d2t "
+                f"maps to {ids.size}; {only_t2d} marked in t2d only, {only_d2t} "
+                "reached by d2t only: both must come from the same token selection")
     return problems
 
 
