@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
@@ -19,9 +20,10 @@ RANDOM_MARGIN = 0.9
 def teacher_forced_claim(profile: Profile) -> ClaimResult:
     """eval.teacher_forced: the init (else the drafter) predicts the dump clearly above chance."""
     cid = "eval.teacher_forced"
-    dump = profile.resolve(profile.finetune.hidden_states)
-    if dump is None:
-        return claims.skipped(cid, PHASE, "no [finetune] hidden_states dump in the profile")
+    found = inputs.paths(profile, cid, PHASE, "hidden_states")
+    if isinstance(found, ClaimResult):
+        return found
+    dump = found[0]
     init = profile.resolve(profile.finetune.init)
     # A fine-tune keeps the init's lm_head but labels with the data's map: evaluate it so.
     data_map = profile.resolve(profile.finetune.vocab_map)
@@ -36,7 +38,8 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
         import torch  # noqa: F401
     except ImportError:
         return claims.broken(cid, PHASE, "the offline evaluation needs torch: pip install "
-                             "'specgate[eval]' (or torch) in this environment")
+                             "'specgate[eval]' (or torch) in this environment",
+                             reason="missing_dependency")
     steps = profile.speculative.num_steps or DEFAULT_STEPS
     target = profile.resolve(profile.target.path)
     try:
