@@ -263,5 +263,11 @@ def test_xdist_worker_dies_with_its_server(tmp_path: Path, assets: Path,
     assert len(crashed) == 1, doc["claims"]
     assert crashed[0]["status"] == "broken"
     assert run.allure_statuses()[crashed[0]["id"]] == "broken"
-    # The replacement worker measured again: the other live claims still have figures.
-    assert run.claims()["perf.baseline_tps"]["status"] in ("passed", "broken")
+    # Which live claim the killed worker was running depends on xdist's scheduling; that one is
+    # the crashed claim above. The replacement worker measured again, so every other measuring
+    # claim passes on the simulator with a figure.
+    measured = {"perf.baseline_tps", "spec.accept_len", "spec.speedup"} - {crashed[0]["id"]}
+    for cid in sorted(measured):
+        claim = run.claims()[cid]
+        assert (claim["status"], isinstance(claim["observed"], (int, float))) == (
+            "passed", True), (cid, claim)

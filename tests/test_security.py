@@ -86,7 +86,10 @@ def _assert_evaluated(run: fh.ProbeRun) -> None:
     claims = run.claims()
     broken = {cid: c["message"] for cid, c in claims.items() if c["status"] == "broken"}
     assert not broken, broken
-    assert claims["spec.accept_len"]["status"] in ("passed", "failed"), run.output[-3000:]
+    # "Evaluated" is the point here (the API key reached the server, the figures came back), so
+    # the simulator's drafter meeting its threshold is part of it: no outcome but passed.
+    assert claims["spec.accept_len"]["status"] == "passed", run.output[-3000:]
+    assert claims["spec.accept_len"]["observed"] > 1.0, claims["spec.accept_len"]
 
 
 def _offline(tmp_path: Path, assets: Path, host: str) -> fh.ProbeRun:
