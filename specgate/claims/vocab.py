@@ -106,8 +106,11 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
         return pair
     mine, ref, _, reference = pair
     cmp = compare(mine, ref)
-    need = required_count(profile.thresholds.d2t_match_min, cmp.draft_vocab_size)
-    n, total = cmp.d2t_positional_matches, cmp.draft_vocab_size
+    # Sized on the larger vocabulary: an empty or truncated d2t must not pass by matching all
+    # of its few positions.
+    total = max(cmp.draft_vocab_size, cmp.reference_draft_vocab_size)
+    need = required_count(profile.thresholds.d2t_match_min, total)
+    n = cmp.d2t_positional_matches
     text = (f"d2t: {n} of {total} draft positions ({_pct(n, total)}) map to the same target "
             f"token as the reference {reference}")
     if cmp.draft_vocab_size != cmp.reference_draft_vocab_size:
@@ -140,7 +143,7 @@ def t2d_match_claim(profile: Profile) -> ClaimResult:
     fraction = profile.thresholds.t2d_match_min
     if fraction is None:
         fraction = profile.thresholds.d2t_match_min
-    need = required_count(fraction, cmp.draft_vocab_size)
+    need = required_count(fraction, max(cmp.draft_vocab_size, cmp.reference_draft_vocab_size))
     n = cmp.shared_tokens
     text = (f"t2d: the drafter's {cmp.draft_vocab_size} draft tokens and the reference's "
             f"{cmp.reference_draft_vocab_size} ({reference}) share {n} target tokens "
