@@ -86,6 +86,15 @@ def _pair(profile: Profile, cid: str) -> tuple[VocabMap, VocabMap, Path, Path] |
     return mine, ref, folder, reference
 
 
+def _compared(profile: Profile, cid: str) -> tuple[MapComparison, Path] | ClaimResult:
+    """The drafter's map against the reference's, and the reference's path."""
+    pair = _pair(profile, cid)
+    if isinstance(pair, ClaimResult):
+        return pair
+    mine, ref, _, reference = pair
+    return compare(mine, ref), reference
+
+
 def _attachment(cmp: MapComparison) -> tuple[Attachment, ...]:
     return (Attachment("vocab comparison", cmp.table_csv(), "csv"),)
 
@@ -101,11 +110,10 @@ def _details(cmp: MapComparison) -> dict[str, Any]:
 
 def d2t_match_claim(profile: Profile) -> ClaimResult:
     cid = "vocab.d2t_match"
-    pair = _pair(profile, cid)
-    if isinstance(pair, ClaimResult):
-        return pair
-    mine, ref, _, reference = pair
-    cmp = compare(mine, ref)
+    compared = _compared(profile, cid)
+    if isinstance(compared, ClaimResult):
+        return compared
+    cmp, reference = compared
     # Sized on the larger vocabulary: an empty or truncated d2t must not pass by matching all
     # of its few positions.
     total = max(cmp.draft_vocab_size, cmp.reference_draft_vocab_size)
@@ -135,11 +143,10 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
 
 def t2d_match_claim(profile: Profile) -> ClaimResult:
     cid = "vocab.t2d_match"
-    pair = _pair(profile, cid)
-    if isinstance(pair, ClaimResult):
-        return pair
-    mine, ref, _, reference = pair
-    cmp = compare(mine, ref)
+    compared = _compared(profile, cid)
+    if isinstance(compared, ClaimResult):
+        return compared
+    cmp, reference = compared
     fraction = profile.thresholds.t2d_match_min
     if fraction is None:
         fraction = profile.thresholds.d2t_match_min
