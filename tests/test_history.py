@@ -64,15 +64,14 @@ def test_last_passing_is_the_latest_passed_run_of_that_profile() -> None:
 def test_no_history_is_skipped_with_the_reason() -> None:
     result = regress.judge_regression("regress.accept_len", {"accept_len": Figure(2.0)}, [],
                                       "demo")
-    assert result.status is Status.SKIPPED
-    assert "no earlier passing run of profile 'demo'" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "no_reference")
 
 
 def test_nothing_measured_now_is_skipped() -> None:
     result = regress.judge_regression("regress.tps", {}, [_run("demo", "passed", 2.6, 100.0)],
                                       "demo")
-    assert result.status is Status.SKIPPED
-    assert "speculative tok/s" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "not_measured")
+    assert result.details["figure"] == "spec_tps"
 
 
 def test_reference_without_the_figure_is_skipped() -> None:
@@ -88,8 +87,9 @@ def test_a_drop_beyond_the_noise_fails_with_both_figures() -> None:
     assert result.status is Status.FAILED
     assert result.id == "regress.accept_len"
     assert result.phase == "phase0"
-    assert "2.31 (±0.05)" in result.message
-    assert "2.6 (±0.04)" in result.message
+    assert result.details["current"] == {"value": 2.31, "ci": [2.26, 2.36], "unit": "tokens/step"}
+    assert result.details["reference"]["value"] == pytest.approx(2.60)
+    assert result.details["reference"]["ci"] == pytest.approx([2.56, 2.64])
     assert result.observed == pytest.approx(2.31)
     assert result.details["noise"] == pytest.approx(0.052)  # 2 % of 2.6 beats both CIs
     assert result.unit == "tokens/step"

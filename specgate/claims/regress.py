@@ -73,13 +73,15 @@ def judge_regression(
     name, spoken = REGRESSION_CLAIMS[claim_id]
     now = current.get(name)
     if now is None:
-        return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare")
+        return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare",
+                              reason="not_measured", details={"figure": name})
     before_run = history_store.last_passing(profile_name, history, figure=name)
     if before_run is None:
         return claims.skipped(
             claim_id, phase,
             f"no earlier passing run of profile {profile_name!r} that measured the {spoken} in "
             f"history/{HISTORY_FILE}; this run becomes the reference once it passes",
+            reason="no_reference", details={"figure": name},
         )
     before = before_run.figures[name]
     noise = max(now.half_width, before.half_width, abs(before.value) * min_rel_noise)

@@ -152,9 +152,12 @@ def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult
     except OSError as exc:
         return claims.broken(cid, PHASE, f"{drafter.path}: reading the weights failed: {exc}")
     problems = [f"{t.name} has {t.nonfinite} NaN/Inf value(s)" for t in report.nonfinite]
+    nonfinite = {t.name: t.nonfinite for t in report.nonfinite}
+    all_zero = [t.name for t in report.all_zero]
     problems += [f"{t.name} is all zeros (never trained, or saved before the weights were "
                  "materialised)" for t in report.all_zero]
-    details: dict[str, Any] = {"problems": problems, "bytes_scanned": report.bytes_scanned,
+    details: dict[str, Any] = {"problems": problems, "nonfinite": nonfinite,
+                               "all_zero": all_zero, "bytes_scanned": report.bytes_scanned,
                                "bytes_in_holes": report.bytes_in_holes,
                                "seconds": round(report.seconds, 3)}
     scanned = (f"{len(report.tensors)} tensors, "
