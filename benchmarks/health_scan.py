@@ -25,7 +25,7 @@ def make_drafter(root: Path, preset: str = "mid") -> Path:
     if (folder / "config.json").exists():
         return folder
     if preset == "mid":
-        shape = generate.DrafterShape("mid", 4096, 14336, 32, 8, 128, 64000, 32000, 131072,
+        shape = generate.DrafterPreset("mid", 4096, 14336, 32, 8, 128, 64000, 32000, 131072,
                                       (1, 15, 29))
     else:
         shape = generate.small()

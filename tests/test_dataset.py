@@ -14,8 +14,8 @@ from specgate.claims import data as dataset
 from specgate.claims.data import capture_layers, vocab_map_from_data
 from specgate.claims.result import Status
 from specgate.core.profile import Profile, parse_profile
+from specgate.io.dump import bf16_bits, open_dump
 from specgate.io.safetensors_io import TensorSpec, write_sparse
-from specgate.model.evaluate import bf16_bits, open_dump
 from specgate.testing.generate import tiny, write_drafter
 
 SHAPE = tiny()  # hidden 32, vocab 256, draft vocab 64, aux ids [1, 3, 5]

@@ -14,22 +14,22 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
+from specgate.claims.eval import teacher_forced_claim
 from specgate.claims.result import Status
-from specgate.claims.vocab import VocabMap
 from specgate.core.errors import DataError
 from specgate.core.profile import parse_profile
+from specgate.io.dump import bf16_bits
 from specgate.io.remap import remap_vocab
 from specgate.io.safetensors_io import TensorSpec, read_array, read_file_header, write_sparse
+from specgate.io.vocab_maps import VocabMap
 from specgate.model import evaluate
 from specgate.model.evaluate import (
     EvalReport,
     StepStats,
-    bf16_bits,
     generate_dump,
     main_eval,
     open_dump,
     teacher_forced,
-    teacher_forced_claim,
 )
 from specgate.testing.generate import shifted_token_ids, tiny, write_drafter
 

@@ -263,5 +263,14 @@ def test_xdist_worker_dies_with_its_server(tmp_path: Path, assets: Path,
     assert len(crashed) == 1, doc["claims"]
     assert crashed[0]["status"] == "broken"
     assert run.allure_statuses()[crashed[0]["id"]] == "broken"
-    # The replacement worker measured again: the other live claims still have figures.
-    assert run.claims()["perf.baseline_tps"]["status"] in ("passed", "broken")
+    # Which live claim the killed worker was running depends on xdist's scheduling; that one is
+    # the crashed claim above. The replacement worker measures again, so the other measuring
+    # claims come back with a figure and pass on the simulator, except that a measurement in
+    # flight on the killed worker's server may be lost with it (seen in 1 of 2 runs for
+    # perf.baseline_tps): then broken. Never failed, skipped or missing: nothing judged the
+    # drafter on half a measurement.
+    measured = {"perf.baseline_tps", "spec.accept_len", "spec.speedup"} - {crashed[0]["id"]}
+    for cid in sorted(measured):
+        claim = run.claims()[cid]
+        ok = claim["status"] == "passed" and isinstance(claim["observed"], (int, float))
+        assert ok or claim["status"] == "broken", (cid, claim["message"], crashed[0]["id"])

@@ -17,9 +17,9 @@ from specgate.claims.finetune import (
     vocab_alignment_claim,
 )
 from specgate.claims.result import Status
-from specgate.claims.vocab import VocabMap
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.safetensors_io import TensorSpec, read_file_header, write_sparse
+from specgate.io.vocab_maps import VocabMap
 from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,

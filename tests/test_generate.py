@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specgate.claims.vocab import check_invariants, compare, load_map
 from specgate.io.checkpoint import expected_layout, load_target_config, open_drafter
 from specgate.io.health import scan
+from specgate.io.vocab_maps import check_invariants, compare, load_map
 from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,
@@ -45,7 +47,7 @@ def test_small_drafter_is_sparse_and_sound(tmp_path: Path) -> None:
     drafter = open_drafter(folder)
     assert "embed_tokens.weight" in drafter.tensors
     vmap = load_map(folder)
-    assert check_invariants(vmap, 512, 4096) == []
+    assert check_invariants(vmap, 512, 4096) == {}
     np.testing.assert_array_equal(vmap.target_ids(), default_token_ids(small()))
     file = folder / "model.safetensors"
     assert file.stat().st_blocks * 512 < file.stat().st_size // 4
@@ -99,3 +101,11 @@ def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
                           str(tmp_path / "missing")])
     assert code == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_generate_and_remap_load_neither_the_profile_nor_pydantic() -> None:
+    """`specgate generate` and `remap-vocab` read maps through io.vocab_maps, not the claims."""
+    code = ("import sys, specgate.testing.generate, specgate.io.remap; "
+            "print(sorted(m for m in sys.modules if m == 'pydantic' or m.endswith('.profile')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

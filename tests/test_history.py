@@ -9,12 +9,14 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from specgate.claims import regress
 from specgate.claims import result as claims
 from specgate.claims.result import Status
 from specgate.core.profile import Profile, parse_profile
+from specgate.io import history as history_store
+from specgate.io.history import Figure, RunRecord
 from specgate.measure import stats
 from specgate.report import history, verdict
-from specgate.report.history import Figure, RunRecord
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -31,49 +33,49 @@ def _run(profile: str, outcome: str, accept: float | None, tps: float | None = N
 
 
 def test_records_round_trip_through_the_file(tmp_path: Path) -> None:
-    path = history.history_file(tmp_path)
-    first = history.record_run(path, profile="demo", drafter="/d/a", outcome="passed",
+    path = history_store.history_file(tmp_path)
+    first = history_store.record_run(path, profile="demo", drafter="/d/a", outcome="passed",
                                figures={"accept_len": Figure(2.6, 2.5, 2.7, "tokens/step")},
                                when=T0)
-    second = history.record_run(path, profile="demo", drafter=None, outcome="failed",
+    second = history_store.record_run(path, profile="demo", drafter=None, outcome="failed",
                                 figures={}, when=T0 + dt.timedelta(hours=1))
-    assert history.read_history(path) == [first, second]
+    assert history_store.read_history(path) == [first, second]
     assert path == tmp_path / "history" / "verdicts.jsonl"
 
 
 def test_torn_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
-    path = history.history_file(tmp_path)
-    kept = history.record_run(path, profile="demo", drafter=None, outcome="passed", figures={})
+    path = history_store.history_file(tmp_path)
+    kept = history_store.record_run(path, profile="demo", drafter=None, outcome="passed",
+                                    figures={})
     with open(path, "a", encoding="utf-8") as fh:
         fh.write('{"profile": "demo", "outc\n[1, 2]\n{"no": "profile"}\n')
-    assert history.read_history(path) == [kept]
-    assert history.read_history(tmp_path / "missing.jsonl") == []
+    assert history_store.read_history(path) == [kept]
+    assert history_store.read_history(tmp_path / "missing.jsonl") == []
 
 
 def test_last_passing_is_the_latest_passed_run_of_that_profile() -> None:
     runs = [_run("demo", "passed", 2.4, hour=0), _run("demo", "passed", 2.6, hour=1),
             _run("demo", "failed", 1.2, hour=2), _run("other", "passed", 3.0, hour=3)]
-    found = history.last_passing("demo", runs)
+    found = history_store.last_passing("demo", runs)
     assert found is runs[1]
-    assert history.last_passing("nobody", runs) is None
+    assert history_store.last_passing("nobody", runs) is None
 
 
 def test_no_history_is_skipped_with_the_reason() -> None:
-    result = history.regression_claim("regress.accept_len", {"accept_len": Figure(2.0)}, [],
+    result = regress.judge_regression("regress.accept_len", {"accept_len": Figure(2.0)}, [],
                                       "demo")
-    assert result.status is Status.SKIPPED
-    assert "no earlier passing run of profile 'demo'" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "no_reference")
 
 
 def test_nothing_measured_now_is_skipped() -> None:
-    result = history.regression_claim("regress.tps", {}, [_run("demo", "passed", 2.6, 100.0)],
+    result = regress.judge_regression("regress.tps", {}, [_run("demo", "passed", 2.6, 100.0)],
                                       "demo")
-    assert result.status is Status.SKIPPED
-    assert "speculative tok/s" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "not_measured")
+    assert result.details["figure"] == "spec_tps"
 
 
 def test_reference_without_the_figure_is_skipped() -> None:
-    result = history.regression_claim("regress.tps", {"spec_tps": Figure(90.0)},
+    result = regress.judge_regression("regress.tps", {"spec_tps": Figure(90.0)},
                                       [_run("demo", "passed", 2.6, None)], "demo")
     assert result.status is Status.SKIPPED
 
@@ -81,12 +83,13 @@ def test_reference_without_the_figure_is_skipped() -> None:
 def test_a_drop_beyond_the_noise_fails_with_both_figures() -> None:
     past = [_run("demo", "passed", 2.60, ci=0.04)]
     now = {"accept_len": Figure(2.31, 2.26, 2.36, "tokens/step")}
-    result = history.regression_claim("regress.accept_len", now, past, "demo")
+    result = regress.judge_regression("regress.accept_len", now, past, "demo")
     assert result.status is Status.FAILED
     assert result.id == "regress.accept_len"
     assert result.phase == "phase0"
-    assert "2.31 (±0.05)" in result.message
-    assert "2.6 (±0.04)" in result.message
+    assert result.details["current"] == {"value": 2.31, "ci": [2.26, 2.36], "unit": "tokens/step"}
+    assert result.details["reference"]["value"] == pytest.approx(2.60)
+    assert result.details["reference"]["ci"] == pytest.approx([2.56, 2.64])
     assert result.observed == pytest.approx(2.31)
     assert result.details["noise"] == pytest.approx(0.052)  # 2 % of 2.6 beats both CIs
     assert result.unit == "tokens/step"
@@ -95,14 +98,14 @@ def test_a_drop_beyond_the_noise_fails_with_both_figures() -> None:
 def test_a_drop_within_the_noise_passes() -> None:
     past = [_run("demo", "passed", 2.60, 110.0, ci=0.1)]
     now = {"accept_len": Figure(2.52, 2.45, 2.59), "spec_tps": Figure(104.0, 96.0, 112.0)}
-    assert history.regression_claim("regress.accept_len", now, past, "demo").status is (
+    assert regress.judge_regression("regress.accept_len", now, past, "demo").status is (
         Status.PASSED)
-    assert history.regression_claim("regress.tps", now, past, "demo").status is Status.PASSED
+    assert regress.judge_regression("regress.tps", now, past, "demo").status is Status.PASSED
 
 
 def test_unknown_regression_id_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown regression claim"):
-        history.regression_claim("regress.vibes", {}, [], "demo")
+        regress.judge_regression("regress.vibes", {}, [], "demo")
 
 
 values = st.floats(min_value=0.1, max_value=1e4, allow_nan=False, allow_infinity=False)
@@ -116,7 +119,7 @@ def test_an_improvement_never_fails(before: float, after: float, ci_before: floa
     past = [RunRecord("p", None, "passed", "t",
                       {"accept_len": Figure(before, before - ci_before, before + ci_before)})]
     now = {"accept_len": Figure(after, after - ci_after, after + ci_after)}
-    assert history.regression_claim("regress.accept_len", now, past, "p").status is (
+    assert regress.judge_regression("regress.accept_len", now, past, "p").status is (
         Status.PASSED)
 
 
@@ -130,7 +133,7 @@ def test_failing_is_monotone_in_the_current_value(before: float, after: float, l
 
     def status(value: float) -> Status:
         now = {"spec_tps": Figure(value, value - ci, value + ci)}
-        return history.regression_claim("regress.tps", now, past, "p").status
+        return regress.judge_regression("regress.tps", now, past, "p").status
 
     if status(after) is Status.FAILED:
         assert status(after * lower) is Status.FAILED
@@ -140,12 +143,12 @@ def test_failing_is_monotone_in_the_current_value(before: float, after: float, l
 def test_a_drop_of_more_than_the_larger_half_width_fails(before: float,
                                                          drop_in_noises: float,
                                                          ci: float) -> None:
-    noise = max(ci, before * history.DEFAULT_MIN_REL_NOISE)
+    noise = max(ci, before * regress.DEFAULT_MIN_REL_NOISE)
     after = before - drop_in_noises * noise
     past = [RunRecord("p", None, "passed", "t",
                       {"accept_len": Figure(before, before - ci, before + ci)})]
     now = {"accept_len": Figure(after)}
-    assert history.regression_claim("regress.accept_len", now, past, "p").status is (
+    assert regress.judge_regression("regress.accept_len", now, past, "p").status is (
         Status.FAILED)
 
 
@@ -199,17 +202,17 @@ def test_append_run_records_the_verdict_and_its_figures(tmp_path: Path) -> None:
                                                      "ci_high": 2.7}})]
     doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="passed")
     record = history.append_run(tmp_path, _profile(), doc)
-    assert history.read_history(history.history_file(tmp_path)) == [record]
+    assert history_store.read_history(history_store.history_file(tmp_path)) == [record]
     assert record.drafter == "/d/k25"
     assert record.figures["accept_len"] == Figure(2.6, 2.5, 2.7, "tokens/verify")
 
 
 def test_check_regression_reads_the_history_and_the_profile_tolerance(tmp_path: Path) -> None:
-    history.record_run(history.history_file(tmp_path), profile="demo", drafter=None,
+    history_store.record_run(history_store.history_file(tmp_path), profile="demo", drafter=None,
                        outcome="passed", figures={"accept_len": Figure(2.6)})
     now = {"accept_len": Figure(2.4)}
-    strict = history.check_regression("regress.accept_len", _profile(), tmp_path, now)
-    loose = history.check_regression("regress.accept_len", _profile(0.1), tmp_path, now)
+    strict = regress.check_regression("regress.accept_len", _profile(), tmp_path, now)
+    loose = regress.check_regression("regress.accept_len", _profile(0.1), tmp_path, now)
     assert strict.status is Status.FAILED
     assert loose.status is Status.PASSED
 
@@ -226,7 +229,8 @@ def test_figure_of_a_summary_keeps_its_interval() -> None:
 def test_an_offline_pass_does_not_hide_the_last_measured_pass():
     """Full probe, then `-m "probe and not live"` (passes, measures nothing): the regression
     claim must still compare with the full run."""
-    from specgate.report.history import Figure, RunRecord, regression_claim
+    from specgate.claims.regress import judge_regression as regression_claim
+    from specgate.io.history import Figure, RunRecord
 
     measured = RunRecord(profile="p", drafter="d", outcome="passed", time="t1",
                          figures={"accept_len": Figure(2.5, 2.45, 2.55, "tokens/verify")})

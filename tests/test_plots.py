@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import struct
 import sys
 from collections.abc import Callable
 
+import numpy as np
 import pytest
+from matplotlib import image as mpimg
 
 from specgate.report import plots
 
@@ -39,6 +42,21 @@ def test_chart_is_a_png_of_a_readable_size(name: str) -> None:
     assert 250 <= height <= 2400
     # A blank canvas of that size compresses to a few kB; drawn text and marks take more.
     assert len(png) > 10_000
+    pixels = _decode(png)
+    assert pixels.shape[:2] == (height, width)
+    ink = (pixels[..., :3] < 0.9).any(axis=-1).mean()
+    assert 0.01 < ink < 0.9, ink  # axes, text and marks, on a mostly white page
+    # The data marks are coloured (text and axes are grey): some saturated pixels must exist.
+    assert _coloured(pixels) > 200, name
+
+
+def _decode(png: bytes) -> np.ndarray:  # type: ignore[type-arg]
+    return np.asarray(mpimg.imread(io.BytesIO(png), format="png"))
+
+
+def _coloured(pixels: np.ndarray) -> int:  # type: ignore[type-arg]
+    rgb = pixels[..., :3]
+    return int(((rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.25).sum())
 
 
 def test_charts_do_not_touch_pyplot_state() -> None:
@@ -77,4 +95,9 @@ def test_many_prompts_stay_a_bounded_image() -> None:
     lambda: plots.per_position_acceptance([]),
 ])
 def test_empty_input_still_draws(make: Callable[[], bytes]) -> None:
-    _size(make())
+    png = make()
+    width, height = _size(png)
+    pixels = _decode(png)
+    assert pixels.shape[:2] == (height, width)
+    # Axes and a title are drawn even without data: the page is not blank.
+    assert (pixels[..., :3] < 0.9).any(axis=-1).mean() > 0.001

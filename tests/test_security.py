@@ -14,6 +14,7 @@ from specgate.claims import vocab, weights
 from specgate.claims.result import Status
 from specgate.core.errors import CheckpointError
 from specgate.core.profile import parse_profile
+from specgate.io import vocab_maps
 from specgate.serving import launch
 
 SOURCE_DIRS = ("specgate", "fixtures", "benchmarks", "scripts")
@@ -85,7 +86,10 @@ def _assert_evaluated(run: fh.ProbeRun) -> None:
     claims = run.claims()
     broken = {cid: c["message"] for cid, c in claims.items() if c["status"] == "broken"}
     assert not broken, broken
-    assert claims["spec.accept_len"]["status"] in ("passed", "failed"), run.output[-3000:]
+    # "Evaluated" is the point here (the API key reached the server, the figures came back), so
+    # the simulator's drafter meeting its threshold is part of it: no outcome but passed.
+    assert claims["spec.accept_len"]["status"] == "passed", run.output[-3000:]
+    assert claims["spec.accept_len"]["observed"] > 1.0, claims["spec.accept_len"]
 
 
 def _offline(tmp_path: Path, assets: Path, host: str) -> fh.ProbeRun:
@@ -147,16 +151,16 @@ def test_pt_vocab_map_is_read_weights_only(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     touched = tmp_path / "PWNED"
     with pytest.raises(CheckpointError, match="weights-only"):
-        vocab.load_map(_evil_pickle(tmp_path / "map.pt", touched))
+        vocab_maps.load_map(_evil_pickle(tmp_path / "map.pt", touched))
     assert not touched.exists()
     # The zip format torch.save writes, with a payload inside: refused the same way.
     torch.save({"d2t": _Payload(touched)}, tmp_path / "zip.pt")
     with pytest.raises(CheckpointError, match="weights-only"):
-        vocab.load_map(tmp_path / "zip.pt")
+        vocab_maps.load_map(tmp_path / "zip.pt")
     assert not touched.exists()
     torch.save({"d2t": torch.arange(4), "t2d": torch.ones(8, dtype=torch.bool)},
                tmp_path / "ok.pt")
-    assert vocab.load_map(tmp_path / "ok.pt").d2t.tolist() == [0, 1, 2, 3]
+    assert vocab_maps.load_map(tmp_path / "ok.pt").d2t.tolist() == [0, 1, 2, 3]
 
 
 def test_no_shell_strings_and_no_unpickling_in_the_code() -> None:

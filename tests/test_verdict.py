@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,17 +19,32 @@ def _c(status: Status) -> ClaimResult:
     return ClaimResult("x.y", "phase0", status, "m")
 
 
-@given(st.lists(st.sampled_from(list(Status)), max_size=8), st.booleans())
-def test_outcome_rules(statuses: list[Status], interrupted: bool) -> None:
-    out = verdict.outcome_of([_c(s) for s in statuses], interrupted=interrupted)
-    if interrupted:
-        assert out == "interrupted"
-    elif Status.FAILED in statuses:
-        assert out == "failed"
-    elif Status.BROKEN in statuses or Status.PASSED not in statuses:
-        assert out == "error"
-    else:
-        assert out == "passed"
+P, F, B, S = Status.PASSED, Status.FAILED, Status.BROKEN, Status.SKIPPED
+
+
+@pytest.mark.parametrize(("statuses", "interrupted", "internal_error", "outcome"), [
+    ([P, P], False, False, "passed"),
+    ([P, S], False, False, "passed"),  # a skip with a reason does not spoil a pass
+    ([], False, False, "error"),  # nothing evaluated is never a pass
+    ([S, S], False, False, "error"),
+    ([P, F], False, False, "failed"),
+    ([F, B, S], False, False, "failed"),  # a definite failure outranks a broken claim
+    ([P, B], False, False, "error"),
+    ([P, P], False, True, "error"),  # a harness crash outside any claim
+    ([F], False, True, "failed"),
+    ([F, P], True, False, "interrupted"),  # an interrupted run never claims an outcome
+    ([], True, False, "interrupted"),
+])
+def test_outcome_rules(statuses: list[Status], interrupted: bool, internal_error: bool,
+                       outcome: str) -> None:
+    assert verdict.outcome_of([_c(s) for s in statuses], interrupted=interrupted,
+                              internal_error=internal_error) == outcome
+
+
+@given(st.lists(st.sampled_from(list(Status)), max_size=8))
+def test_order_of_claims_does_not_change_the_outcome(statuses: list[Status]) -> None:
+    results = [_c(s) for s in statuses]
+    assert verdict.outcome_of(results) == verdict.outcome_of(results[::-1])
 
 
 def test_written_document_matches_the_contract(tmp_path: Path) -> None:
@@ -42,7 +58,8 @@ def test_written_document_matches_the_contract(tmp_path: Path) -> None:
     assert data["outcome"] == "failed"
     assert data["claims"][0] == {
         "id": "vocab.d2t_match", "phase": "phase0", "status": "failed", "observed": 252,
-        "expected": ">= 31680", "unit": "positions", "message": "d2t: 252 of 32000"}
+        "expected": ">= 31680", "unit": "positions", "reason": "not_met",
+        "message": "d2t: 252 of 32000"}
     assert [p.name for p in path.parent.iterdir()] == ["verdict.json"]
 
 
@@ -53,6 +70,7 @@ def test_claim_round_trip() -> None:
     assert back.id == c.id
     assert back.status is Status.PASSED
     assert back.details == {"ci": [2.4, 2.6]}
+    assert back.reason == c.reason == "met"
 
 
 def test_non_finite_figures_become_null_and_the_file_is_strict_json(tmp_path: Path) -> None:

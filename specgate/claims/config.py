@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
-from specgate.core.errors import CheckpointError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import aux_layer_ids, load_target_config, num_aux_states, read_config
 
@@ -49,13 +49,10 @@ def config_field_claim(profile: Profile, key: str) -> ClaimResult:
     expected = profile.drafter.expect.get(key, _MISSING)
     if expected is _MISSING:
         return claims.broken(cid, PHASE, f"[drafter.expect] has no key {key!r}")
-    folder = profile.resolve(profile.drafter.path)
-    if folder is None:
-        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
-    try:
-        config = read_config(folder)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    loaded = inputs.prepare(profile, cid, PHASE, ["drafter"], lambda a: (a, read_config(a)))
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    folder, config = loaded
     file = folder / "config.json" if folder.is_dir() else folder
     found = lookup(config, key)
     if found is _MISSING:
@@ -121,18 +118,11 @@ def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> t
 
 def target_compat_claim(profile: Profile) -> ClaimResult:
     cid = "config.target_compat"
-    folder = profile.resolve(profile.drafter.path)
-    target_path = profile.resolve(profile.target.path)
-    if folder is None:
-        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
-    if target_path is None:
-        return claims.skipped(cid, PHASE, "no target model given ([target] path or "
-                              "--target-model)")
-    try:
-        drafter = read_config(folder)
-        target = load_target_config(target_path)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    loaded = inputs.prepare(profile, cid, PHASE, ["drafter", "target"], lambda a, b: (
+        a, b, read_config(a), load_target_config(b)))
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    folder, target_path, drafter, target = loaded
     problems, ok = target_compat_problems(drafter, target)
     details = {"problems": problems, "passed": ok}
     if problems:

@@ -12,15 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
-from specgate.claims.vocab import VocabMap, map_of, required_count
-from specgate.claims.vocab import compare as compare_maps
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import Drafter, load_target_config, open_drafter
+from specgate.io.dump import DumpSample, HiddenStateDump, open_dump, read_sample
 from specgate.io.safetensors_io import DTYPES, FLOAT_DTYPES, read_array
-from specgate.model.evaluate import DumpSample, HiddenStateDump, open_dump, read_sample
+from specgate.io.vocab_maps import VocabMap, map_of, required_count
+from specgate.io.vocab_maps import compare as compare_maps
 
 PHASE = "phase2"
 AUX_DTYPES = frozenset({"BF16", "F16", "F32"})
@@ -41,19 +42,13 @@ class DataContext:
 
 
 def _context(profile: Profile, cid: str, need_drafter: bool = False) -> DataContext | ClaimResult:
-    path = profile.resolve(profile.data.path)
-    if path is None:
-        return claims.skipped(cid, PHASE, "no [data] path (the hidden-state dataset) in the "
-                              "profile")
+    if need_drafter:
+        return inputs.prepare(profile, cid, PHASE, ["data", "drafter"],
+                              lambda a, b: DataContext(open_dump(a), open_drafter(b)))
+    # The drafter is optional here: claims that can use it do when the profile gives it.
     drafter_path = profile.resolve(profile.drafter.path)
-    if need_drafter and drafter_path is None:
-        return claims.skipped(cid, PHASE, "no [drafter] path to check the dataset against")
-    try:
-        dump = open_dump(path)
-        drafter = open_drafter(drafter_path) if drafter_path is not None else None
-    except (DataError, CheckpointError) as exc:
-        return claims.broken(cid, PHASE, str(exc))
-    return DataContext(dump, drafter)
+    return inputs.prepare(profile, cid, PHASE, ["data"], lambda a: DataContext(
+        open_dump(a), open_drafter(drafter_path) if drafter_path is not None else None))
 
 
 def _claim(cid: str, need_drafter: bool = False) -> Callable[

@@ -5,15 +5,16 @@ from __future__ import annotations
 import io
 import math
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
-from specgate.claims.vocab import compare as compare_maps
-from specgate.claims.vocab import load_map, required_count
 from specgate.claims.weights import tensor_parity
-from specgate.core.errors import CheckpointError, DataError
+from specgate.core.errors import CheckpointError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import open_drafter
 from specgate.io.metrics_log import MetricsLog, read_metrics
+from specgate.io.vocab_maps import compare as compare_maps
+from specgate.io.vocab_maps import load_map, required_count
 
 PHASE = "phase1"
 # "Clearly below random": the first loss must beat the uniform guess ln(Vd) by 10 %.
@@ -22,19 +23,13 @@ LOSS_MARGIN = 0.9
 
 def init_parity_claim(profile: Profile) -> ClaimResult:
     cid = "finetune.init_parity"
-    init_path = profile.resolve(profile.finetune.init)
-    drafter_path = profile.resolve(profile.drafter.path)
-    if init_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] init checkpoint in the profile")
-    if drafter_path is None:
-        return claims.skipped(cid, PHASE, "no [drafter] path: the drafter being trained")
-    try:
-        # The tensors a fine-tune's loader leaves out (SpecForge's and the seeds'
-        # --finetune-from) are the frozen ones: the vocab map is the new data's, embed_tokens
-        # comes from the target.
-        parity = tensor_parity(open_drafter(init_path), open_drafter(drafter_path))
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    # The tensors a fine-tune's loader leaves out (SpecForge's and the seeds' --finetune-from)
+    # are the frozen ones: the vocab map is the new data's, embed_tokens comes from the target.
+    loaded = inputs.prepare(profile, cid, PHASE, ["init", "drafter"], lambda a, b: (
+        a, b, tensor_parity(open_drafter(a), open_drafter(b))))
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    init_path, drafter_path, parity = loaded
     total = len(parity.matched) + len(parity.missing) + len(parity.mismatched)
     skipped = f"skipped as a fine-tune loader does: {', '.join(parity.frozen) or 'none'}"
     problems = [f"{n}: init {a}, drafter {b}" for n, a, b in parity.mismatched]
@@ -58,16 +53,11 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
 
 def vocab_alignment_claim(profile: Profile) -> ClaimResult:
     cid = "finetune.vocab_alignment"
-    init_path = profile.resolve(profile.finetune.init)
-    map_path = profile.resolve(profile.finetune.vocab_map)
-    if init_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] init checkpoint in the profile")
-    if map_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] vocab_map (the training data's map)")
-    try:
-        init_map, data_map = load_map(init_path), load_map(map_path)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    loaded = inputs.prepare(profile, cid, PHASE, ["init", "vocab_map"],
+                            lambda a, b: (a, b, load_map(a), load_map(b)))
+    if isinstance(loaded, ClaimResult):
+        return loaded
+    init_path, map_path, init_map, data_map = loaded
     cmp = compare_maps(init_map, data_map)
     vd = cmp.reference_draft_vocab_size
     need = required_count(profile.thresholds.d2t_match_min, vd)
@@ -118,17 +108,17 @@ def draft_vocab_size(profile: Profile) -> tuple[int, str] | None:
 
 def initial_loss_claim(profile: Profile) -> ClaimResult:
     cid = "finetune.initial_loss"
-    log_path = profile.resolve(profile.finetune.log)
-    if log_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] log (the fine-tune's metrics log)")
+    found = inputs.paths(profile, cid, PHASE, "log")
+    if isinstance(found, ClaimResult):
+        return found
     sized = draft_vocab_size(profile)
     if sized is None:
         return claims.broken(cid, PHASE, "the draft vocabulary size is unknown: give [drafter] "
-                             "path, [finetune] init or [drafter.expect] draft_vocab_size")
-    try:
-        log = read_metrics(log_path)
-    except DataError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+                             "path, [finetune] init or [drafter.expect] draft_vocab_size",
+                             reason="vocab_size_unknown")
+    log = inputs.load(cid, PHASE, lambda: read_metrics(found[0]))
+    if isinstance(log, ClaimResult):
+        return log
     return judge_initial_loss(log, *sized)
 
 
@@ -170,17 +160,11 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
 
 def progress_claim(profile: Profile) -> ClaimResult:
     cid = "finetune.progress"
-    log_path = profile.resolve(profile.finetune.log)
-    ref_path = profile.resolve(profile.finetune.reference_log)
-    if log_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] log (the fine-tune's metrics log)")
-    if ref_path is None:
-        return claims.skipped(cid, PHASE, "no [finetune] reference_log (a from-scratch run)")
-    try:
-        log, ref = read_metrics(log_path), read_metrics(ref_path)
-    except DataError as exc:
-        return claims.broken(cid, PHASE, str(exc))
-    return judge_progress(log, ref)
+    logs = inputs.prepare(profile, cid, PHASE, ["log", "reference_log"],
+                          lambda a, b: (read_metrics(a), read_metrics(b)))
+    if isinstance(logs, ClaimResult):
+        return logs
+    return judge_progress(*logs)
 
 
 def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:

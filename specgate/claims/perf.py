@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -462,21 +461,3 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                          attachments=(*_attachments(live, live.speculative, live.baseline),
                                       live_plots.tps_repeats(base, spec)))
 
-
-def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
-                     reports_dir: Path) -> ClaimResult:
-    """regress.accept_len / regress.tps: no drop beyond the measured noise since the last
-    passing run of this profile (reports/history)."""
-    from specgate.report import history
-    spec = _need(live.speculative, claim_id, live)
-    if isinstance(spec, ClaimResult):
-        return spec
-    current: dict[str, history.Figure] = {}
-    if spec.stat("accept_len") is not None:
-        current["accept_len"] = history.Figure.of(spec.stats["accept_len"], "tokens/verify")
-    if spec.stat("tps") is not None:
-        current["spec_tps"] = history.Figure.of(spec.stats["tps"], "tok/s")
-    result = history.check_regression(claim_id, profile, reports_dir, current)
-    if live.simulated and not result.message.startswith(_sim(live)):
-        result = dataclasses.replace(result, message=_sim(live) + result.message)
-    return result

@@ -50,9 +50,23 @@ class Attachment:
     kind: str = "text"
 
 
+# Machine-readable reasons (ClaimResult.reason): why a claim ended as it did. Each status has a
+# default; a claim with more than one way to fail or pass names the way it took.
+REASON_DEFAULTS = {
+    Status.PASSED: "met",  # observed meets expected
+    Status.FAILED: "not_met",  # observed misses expected
+    Status.BROKEN: "unreadable_input",  # an input could not be read or parsed (message names it)
+    Status.SKIPPED: "not_configured",  # an input the claim needs is not in the profile
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ClaimResult:
-    """The outcome of one claim, as it goes to the verdict and the report."""
+    """The outcome of one claim, as it goes to the verdict and the report.
+
+    observed, expected, unit, reason and details are the data; message renders them for people.
+    Tests and scripts should read the data, not the wording.
+    """
 
     id: str
     phase: str
@@ -63,6 +77,11 @@ class ClaimResult:
     unit: str | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.reason:
+            object.__setattr__(self, "reason", REASON_DEFAULTS[self.status])
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -72,6 +91,7 @@ class ClaimResult:
             "observed": _jsonable(self.observed),
             "expected": _jsonable(self.expected),
             "unit": self.unit,
+            "reason": self.reason,
             "message": self.message,
         }
         if self.details:
@@ -89,6 +109,7 @@ class ClaimResult:
             expected=data.get("expected"),
             unit=data.get("unit"),
             details=dict(data.get("details") or {}),
+            reason=str(data.get("reason") or ""),
         )
 
 
@@ -108,9 +129,11 @@ def skipped(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
     return ClaimResult(claim_id, phase, Status.SKIPPED, message, **kw)
 
 
-def judged(ok: bool, claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:
-    """passed when ok, else failed, with the same message and figures."""
-    return ClaimResult(claim_id, phase, Status.PASSED if ok else Status.FAILED, message, **kw)
+def judged(ok: bool, claim_id: str, phase: str, message: str, *, fail_reason: str = "",
+           **kw: Any) -> ClaimResult:
+    """passed when ok, else failed (with fail_reason, when given), same message and figures."""
+    return ClaimResult(claim_id, phase, Status.PASSED if ok else Status.FAILED, message,
+                       reason="" if ok else fail_reason, **kw)
 
 
 def _jsonable(value: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
 from specgate.core.errors import CheckpointError
@@ -18,13 +19,7 @@ LISTED = 12  # problems named in a message; the rest go to details
 
 
 def _drafter(profile: Profile, cid: str) -> Drafter | ClaimResult:
-    folder = profile.resolve(profile.drafter.path)
-    if folder is None:
-        return claims.skipped(cid, PHASE, "no drafter given ([drafter] path or --drafter)")
-    try:
-        return open_drafter(folder)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    return inputs.prepare(profile, cid, PHASE, ["drafter"], open_drafter)
 
 
 def _listing(problems: list[str]) -> str:
@@ -127,17 +122,12 @@ def parity_problems(drafter: Drafter, reference: Drafter) -> list[str]:
 
 def shape_parity_claim(profile: Profile) -> ClaimResult:
     cid = "weights.shape_parity"
-    reference_path = profile.resolve(profile.drafter.reference)
-    drafter = _drafter(profile, cid)
-    if isinstance(drafter, ClaimResult):
-        return drafter
-    if reference_path is None:
-        return claims.skipped(cid, PHASE, "no reference drafter given ([drafter] reference or "
-                              "--reference-drafter)")
-    try:
-        reference = open_drafter(reference_path)
-    except CheckpointError as exc:
-        return claims.broken(cid, PHASE, str(exc))
+    pair = inputs.prepare(profile, cid, PHASE, ["drafter", "reference"],
+                          lambda a, b: (open_drafter(a), open_drafter(b)))
+    if isinstance(pair, ClaimResult):
+        return pair
+    drafter, reference = pair
+    reference_path = reference.path
     problems = parity_problems(drafter, reference)
     compared = sum(1 for n in reference.by_canonical() if is_trainable(n))
     details = {"problems": problems, "compared": compared}
@@ -162,9 +152,12 @@ def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult
     except OSError as exc:
         return claims.broken(cid, PHASE, f"{drafter.path}: reading the weights failed: {exc}")
     problems = [f"{t.name} has {t.nonfinite} NaN/Inf value(s)" for t in report.nonfinite]
+    nonfinite = {t.name: t.nonfinite for t in report.nonfinite}
+    all_zero = [t.name for t in report.all_zero]
     problems += [f"{t.name} is all zeros (never trained, or saved before the weights were "
                  "materialised)" for t in report.all_zero]
-    details: dict[str, Any] = {"problems": problems, "bytes_scanned": report.bytes_scanned,
+    details: dict[str, Any] = {"problems": problems, "nonfinite": nonfinite,
+                               "all_zero": all_zero, "bytes_scanned": report.bytes_scanned,
                                "bytes_in_holes": report.bytes_in_holes,
                                "seconds": round(report.seconds, 3)}
     scanned = (f"{len(report.tensors)} tensors, "

@@ -50,7 +50,6 @@ class ServerSection(_Section):
     baseline_url: str | None = None
     stop_command: list[str] | None = None
     gpus: list[int] | None = None
-    log_dir: str | None = None
 
     @model_validator(mode="after")
     def _gpus_agree(self) -> ServerSection:

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from specgate.claims.vocab import VocabMap, load_map, map_of
 from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import INDEX_NAME, open_drafter
+from specgate.io.dump import bf16_bits
 from specgate.io.safetensors_io import (
     DTYPES,
     TensorInfo,
@@ -32,7 +32,7 @@ from specgate.io.safetensors_io import (
     read_file_header,
     write_sparse,
 )
-from specgate.model.evaluate import bf16_bits
+from specgate.io.vocab_maps import VocabMap, load_map, map_of
 
 FILLS = ("mean", "zeros")
 COPY_CHUNK_BYTES = 16 * 1024 * 1024

@@ -1,22 +1,8 @@
-"""Offline teacher-forced evaluation of a drafter on a hidden-state dump, and the dump format.
-
-Dump format (a folder; SpecForge-like, one safetensors file per sample):
-
-- `*.safetensors` (every file except `embeddings.safetensors`): one sample each, with
-  `input_ids` [T] int64 (or int32), `aux_hidden_states` [T, n_aux × target_hidden] bf16/f16/f32
-  (SpecForge's name `hidden_state` is accepted too), `loss_mask` [T] (bool or int; 1 marks a token
-  the drafter is trained to predict; absent = every token).
-  aux_hidden_states[t] are the target's captured states while processing input_ids[t].
-- `embeddings.safetensors` (optional): the target's token embedding, either `embed_tokens.weight`
-  [V, h] or the rows of some tokens as `token_ids` [N] int64 + `weight` [N, h]. SGLang always
-  serves an EAGLE-3 drafter with the target's embedding, so the evaluation uses, in this order:
-  this file, the target model's embed_tokens (`[target] path`), the drafter's own embed_tokens.
-- `metadata.json` (optional): {"format": "specgate.hidden_states", "aux_hidden_state_layer_ids":
-  [...] (as the drafter config spells them), "target_model_type": "...", ...}.
+"""Offline teacher-forced evaluation of a drafter on a hidden-state dump (the format: io.dump).
 
 Alignment: draft step k at position t is fed aux[t] (step 0) or its own previous output, and the
 embedding of input_ids[t + 1 + k]; it predicts input_ids[t + 2 + k], scored where that token's
-loss_mask is 1.
+loss_mask is 1. The claim built on it is specgate.claims.eval.
 """
 
 from __future__ import annotations
@@ -34,101 +20,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specgate.claims import result as claims
-from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
-from specgate.core.profile import Profile
 from specgate.io.checkpoint import open_drafter
-from specgate.io.safetensors_io import DTYPES, TensorInfo, TensorSpec, read_array, read_header
+from specgate.io.dump import (
+    EMBED_FILE,
+    META_FILE,
+    HiddenStateDump,
+    encode,
+    open_dump,
+    read_sample,
+    stored_as,
+)
+from specgate.io.safetensors_io import TensorInfo, TensorSpec, read_array, read_header
 from specgate.io.safetensors_io import write_sparse as _write
 
 if TYPE_CHECKING:
     from specgate.model.eagle import EagleDrafter, Embeddings
 
-PHASE = "phase1"
-EMBED_FILE = "embeddings.safetensors"
-META_FILE = "metadata.json"
-AUX_NAMES = ("aux_hidden_states", "hidden_state", "hidden_states")
 DEFAULT_STEPS = 3
-# "Clearly below random": the initial loss must beat the uniform guess by 10 %.
-RANDOM_MARGIN = 0.9
-
-
-@dataclasses.dataclass(frozen=True)
-class DumpSample:
-    """One sample file's tensors (headers only)."""
-
-    file: Path
-    input_ids: TensorInfo
-    aux: TensorInfo
-    loss_mask: TensorInfo | None
-
-    @property
-    def tokens(self) -> int:
-        return self.input_ids.shape[0] if self.input_ids.shape else 0
-
-
-@dataclasses.dataclass(frozen=True)
-class HiddenStateDump:
-    """An opened dump folder: its samples, metadata and embedding file."""
-
-    path: Path
-    samples: tuple[DumpSample, ...]
-    metadata: dict[str, Any]
-    embeddings: Path | None
-
-
-def open_dump(path: Path | str) -> HiddenStateDump:
-    """Open a dump folder, raising DataError that names the file when its layout is wrong."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise DataError(f"{folder}: hidden-state dump folder not found; check [finetune] "
-                        "hidden_states / [data] path")
-    files = sorted(p for p in folder.glob("*.safetensors") if p.name != EMBED_FILE)
-    if not files:
-        raise DataError(f"{folder}: no sample *.safetensors files; a dump holds one file per "
-                        "sample with input_ids, aux_hidden_states and loss_mask")
-    samples = []
-    for file in files:
-        try:
-            tensors = read_header(file)
-        except CheckpointError as exc:
-            raise DataError(str(exc)) from None
-        ids = tensors.get("input_ids")
-        aux = next((tensors[n] for n in AUX_NAMES if n in tensors), None)
-        if ids is None or aux is None:
-            raise DataError(f"{file}: lacks {'input_ids' if ids is None else 'aux_hidden_states'}"
-                            f" (found: {', '.join(sorted(tensors)) or 'nothing'}); each sample "
-                            "needs input_ids [T] and aux_hidden_states [T, 3 × hidden]")
-        samples.append(DumpSample(file, ids, aux, tensors.get("loss_mask")))
-    metadata: dict[str, Any] = {}
-    meta = folder / META_FILE
-    if meta.is_file():
-        try:
-            loaded = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{meta}: not readable JSON ({exc})") from None
-        if not isinstance(loaded, dict):
-            raise DataError(f"{meta}: holds JSON {type(loaded).__name__}, expected an object")
-        metadata = loaded
-    embed = folder / EMBED_FILE
-    return HiddenStateDump(folder, tuple(samples), metadata, embed if embed.is_file() else None)
-
-
-def read_sample(sample: DumpSample) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
-                                             np.ndarray[Any, Any]]:
-    """input_ids (int64), aux hidden states (float32) and loss mask (bool) of one sample."""
-    ids = read_array(sample.file, sample.input_ids).astype(np.int64).reshape(-1)
-    aux = read_array(sample.file, sample.aux).astype(np.float32, copy=False)
-    if sample.loss_mask is None:
-        mask = np.ones(ids.shape[0], dtype=bool)
-    else:
-        mask = read_array(sample.file, sample.loss_mask).reshape(-1).astype(bool)
-    if aux.ndim != 2 or aux.shape[0] != ids.shape[0] or mask.shape[0] != ids.shape[0]:
-        raise DataError(f"{sample.file}: input_ids [{ids.shape[0]}], aux_hidden_states "
-                        f"{list(aux.shape)}, loss_mask [{mask.shape[0]}]: expected [T], "
-                        "[T, 3 × hidden] and [T] for one T")
-    return ids, aux, mask
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -217,7 +126,7 @@ def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
     model = EagleDrafter.from_checkpoint(drafter, device=device, dtype=getattr(torch, dtype))
     label = str(drafter.path)
     if vocab_map is not None:
-        from specgate.claims.vocab import load_map
+        from specgate.io.vocab_maps import load_map
 
         model.use_map(load_map(vocab_map).d2t)
         label += f" read through {vocab_map}"
@@ -361,7 +270,7 @@ def _target_embedding(folder: Path) -> TensorInfo | None:
     return min(candidates, key=lambda i: len(i.name)) if candidates else None
 
 
-# --- the claim, the table and the command --------------------------------------------------
+# --- the table and the command --------------------------------------------------
 
 def compare_table(reports: Sequence[EvalReport]) -> str:
     """A CSV table of several drafters on the same dump."""
@@ -375,56 +284,6 @@ def compare_table(reports: Sequence[EvalReport]) -> str:
         out.write(f"{r.drafter},{r.tokens},{loss0},{r.random_loss:.4f},{','.join(accs)},"
                   f"{r.accept_length:.4f}\n")
     return out.getvalue()
-
-
-def teacher_forced_claim(profile: Profile) -> ClaimResult:
-    """eval.teacher_forced: the init (else the drafter) predicts the dump clearly above chance."""
-    cid = "eval.teacher_forced"
-    dump = profile.resolve(profile.finetune.hidden_states)
-    if dump is None:
-        return claims.skipped(cid, PHASE, "no [finetune] hidden_states dump in the profile")
-    init = profile.resolve(profile.finetune.init)
-    # A fine-tune keeps the init's lm_head but labels with the data's map: evaluate it so.
-    data_map = profile.resolve(profile.finetune.vocab_map)
-    subjects = [(init, data_map)] if init is not None else []
-    subjects += [(p, None) for p in (profile.resolve(profile.drafter.path),
-                                     profile.resolve(profile.drafter.reference)) if p is not None]
-    subjects = list(dict.fromkeys(subjects))
-    if not subjects:
-        return claims.skipped(cid, PHASE, "no drafter to evaluate: give [finetune] init or "
-                              "[drafter] path")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return claims.broken(cid, PHASE, "the offline evaluation needs torch: pip install "
-                             "'specgate[eval]' (or torch) in this environment")
-    steps = profile.speculative.num_steps or DEFAULT_STEPS
-    target = profile.resolve(profile.target.path)
-    try:
-        reports = [teacher_forced(path, dump, steps=steps, target_path=target, vocab_map=vmap)
-                   for path, vmap in subjects]
-    except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
-        return claims.broken(cid, PHASE, f"the evaluation could not run: {exc}")
-    main = reports[0]
-    limit = RANDOM_MARGIN * main.random_loss
-    loss0 = main.steps[0].loss if main.steps else float("nan")
-    accs = ", ".join(f"{s.accuracy:.1%}" for s in main.steps)
-    ok = math.isfinite(loss0) and loss0 < limit
-    verdict = ("clearly below random" if ok else
-               "not clearly below random: the drafter predicts this data no better than a "
-               "uniform guess; check finetune.vocab_alignment (a shifted map makes every lm_head "
-               "row score another token) and the dump's capture layers (data.capture_layers)")
-    message = (f"{main.drafter} on {main.dump}: step-0 loss {loss0:.3f} vs "
-               f"ln({main.draft_vocab_size}) = {main.random_loss:.3f}, {verdict}; "
-               f"top-1 accuracy per draft step {accs}; "
-               f"predicted accept length {main.accept_length:.2f} at {steps} steps"
-               + "".join(f"; note: {n}" for n in main.notes))
-    return claims.judged(
-        ok, cid, PHASE, message, observed=round(loss0, 4), expected=f"< {limit:.4f}",
-        unit="nats", details={"reports": [r.to_json() for r in reports]},
-        attachments=(Attachment("teacher-forced comparison", compare_table(reports), "csv"),
-                     Attachment("teacher-forced report",
-                                json.dumps([r.to_json() for r in reports], indent=2), "json")))
 
 
 def main_eval(argv: Sequence[str] | None = None) -> int:
@@ -481,13 +340,13 @@ def generate_dump(out_dir: Path | str, drafter_path: Path | str, *, samples: int
     model = EagleDrafter.from_checkpoint(drafter)
     s = model.shape
     rng = np.random.default_rng(seed)
-    table = _round(rng.standard_normal((s.vocab_size, s.hidden_size), dtype=np.float32), dtype)
+    table = stored_as(rng.standard_normal((s.vocab_size, s.hidden_size), dtype=np.float32), dtype)
     embed = Embeddings(torch.from_numpy(table))
     hot = model.hot_ids.numpy()
     width = s.n_aux * s.target_hidden_size
     for index in range(samples):
         ids = rng.choice(hot, size=tokens).astype(np.int64)
-        aux = _round(rng.standard_normal((tokens, width), dtype=np.float32), dtype)
+        aux = stored_as(rng.standard_normal((tokens, width), dtype=np.float32), dtype)
         mask = np.zeros(tokens, dtype=np.uint8)
         mask[prompt_tokens:] = 1
         cache = model.new_cache(tokens)
@@ -505,11 +364,11 @@ def generate_dump(out_dir: Path | str, drafter_path: Path | str, *, samples: int
                 ids[t + 2] = pred
         _write(out / f"sample_{index:05d}.safetensors", {
             "input_ids": TensorSpec("I64", (tokens,), ids),
-            "aux_hidden_states": TensorSpec(dtype, (tokens, width), _encode(aux, dtype)),
+            "aux_hidden_states": TensorSpec(dtype, (tokens, width), encode(aux, dtype)),
             "loss_mask": TensorSpec("U8", (tokens,), mask),
         })
     _write(out / EMBED_FILE, {"embed_tokens.weight": TensorSpec(
-        dtype, table.shape, _encode(table, dtype))})
+        dtype, table.shape, encode(table, dtype))})
     eagle = drafter.config.get("eagle_config") or {}
     meta = {"format": "specgate.hidden_states", "version": 1,
             "aux_hidden_state_layer_ids": eagle.get("eagle_aux_hidden_state_layer_ids"),
@@ -518,25 +377,4 @@ def generate_dump(out_dir: Path | str, drafter_path: Path | str, *, samples: int
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out
 
-
-def _round(array: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
-    """array as the dump will store it, back in float32 (so generation sees what eval reads)."""
-    if dtype == "BF16":
-        return (bf16_bits(array).astype(np.uint32) << 16).view(np.float32)
-    return array.astype(DTYPES[dtype]).astype(np.float32)
-
-
-def _encode(array: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
-    return bf16_bits(array) if dtype == "BF16" else array.astype(DTYPES[dtype])
-
-
-def bf16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """float32 → bfloat16 bit patterns (uint16), rounding to nearest even like torch."""
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    out = (rounded >> np.uint32(16)).astype(np.uint16)
-    nan = np.isnan(array)
-    if nan.any():
-        out[nan] = np.uint16(0x7FC0)
-    return out
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from specgate.claims.vocab import VocabMap, load_map
 from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import INDEX_NAME, expected_layout
 from specgate.io.safetensors_io import DTYPES, TensorSpec, dtype_code, write_sparse
+from specgate.io.vocab_maps import VocabMap, load_map
 
 FILLS = ("sparse", "marked", "random")
 NAME_STYLES = ("layers.0", "midlayer")
@@ -24,8 +24,11 @@ RANDOM_CHUNK_ELEMENTS = 8 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
-class DrafterShape:
-    """The sizes and conventions of one drafter family."""
+class DrafterPreset:
+    """A drafter family to generate: its config sizes, tensor naming and export conventions.
+
+    (The sizes a forward needs, read back from config.json, are model.eagle.DrafterShape.)
+    """
 
     name: str
     hidden_size: int
@@ -82,34 +85,34 @@ class DrafterShape:
         }
 
 
-def kimi_k25() -> DrafterShape:
+def kimi_k25() -> DrafterPreset:
     """A drafter shaped like one trained from scratch for Kimi-K2.5 (~4.7 GB with embed_tokens)."""
-    return DrafterShape("kimi-k25", 7168, 18432, 64, 64, 128, 163840, 32000, 262144, (2, 30, 58),
+    return DrafterPreset("kimi-k25", 7168, 18432, 64, 64, 128, 163840, 32000, 262144, (2, 30, 58),
                         include_embed=True, name_style="layers.0", bos_token_id=163584,
                         eos_token_id=163585)
 
 
-def aq_medai_k2() -> DrafterShape:
+def aq_medai_k2() -> DrafterPreset:
     """AQ-MedAI/Kimi-K2-Instruct-eagle3: same shapes, 131072 positions, no embed, midlayer names."""
-    return DrafterShape("aq-medai-k2", 7168, 18432, 64, 64, 128, 163840, 32000, 131072,
+    return DrafterPreset("aq-medai-k2", 7168, 18432, 64, 64, 128, 163840, 32000, 131072,
                         (2, 30, 58), include_embed=False, name_style="midlayer",
                         bos_token_id=163584, eos_token_id=163585, transformers_version="4.57.0")
 
 
-def small() -> DrafterShape:
+def small() -> DrafterPreset:
     """A few-MB drafter for demos: real structure, small sizes, an 8-layer target."""
-    return DrafterShape("small", 256, 512, 4, 2, 64, 4096, 512, 8192, (1, 3, 5))
+    return DrafterPreset("small", 256, 512, 4, 2, 64, 4096, 512, 8192, (1, 3, 5))
 
 
-def tiny() -> DrafterShape:
+def tiny() -> DrafterPreset:
     """A drafter of a few hundred KB for unit tests."""
-    return DrafterShape("tiny", 32, 64, 2, 2, 16, 256, 64, 2048, (1, 3, 5))
+    return DrafterPreset("tiny", 32, 64, 2, 2, 16, 256, 64, 2048, (1, 3, 5))
 
 
 PRESETS = {"kimi-k25": kimi_k25, "aq-medai-k2": aq_medai_k2, "small": small, "tiny": tiny}
 
 
-def default_token_ids(shape: DrafterShape, seed: int = 0) -> np.ndarray[Any, Any]:
+def default_token_ids(shape: DrafterPreset, seed: int = 0) -> np.ndarray[Any, Any]:
     """A sorted, seeded choice of draft_vocab_size distinct target ids."""
     rng = np.random.default_rng(seed)
     ids = rng.choice(shape.vocab_size, size=shape.draft_vocab_size, replace=False)
@@ -133,7 +136,7 @@ def shifted_token_ids(reference_ids: Sequence[int] | np.ndarray[Any, Any], match
     return np.concatenate([ref[:matches], ref[matches + 1:], [new_id]])
 
 
-def write_drafter(out_dir: Path | str, shape: DrafterShape, *,
+def write_drafter(out_dir: Path | str, shape: DrafterPreset, *,
                   token_ids: Sequence[int] | np.ndarray[Any, Any] | None = None, seed: int = 0,
                   name_style: str | None = None, include_embed: bool | None = None,
                   dtype: str = "bfloat16", fill: str = "sparse",
@@ -265,7 +268,7 @@ def kimi_k25_target_config() -> dict[str, Any]:
     }
 
 
-def small_target_config(shape: DrafterShape | None = None) -> dict[str, Any]:
+def small_target_config(shape: DrafterPreset | None = None) -> dict[str, Any]:
     """A DeepSeek-V3-style target with 8 layers that fits a small drafter shape."""
     shape = shape or small()
     return {

@@ -2,16 +2,16 @@
 
 import pytest
 
-from specgate.claims import perf as perf_claims
+from specgate.claims import regress
 
 pytestmark = [pytest.mark.probe, pytest.mark.phase0, pytest.mark.live, pytest.mark.gate]
 
 
 @pytest.mark.claim("regress.accept_len")
 def test_regress_accept_len(profile, live_results, reports_dir, check):
-    check(perf_claims.regression_claim("regress.accept_len", profile, live_results, reports_dir))
+    check(regress.regression_claim("regress.accept_len", profile, live_results, reports_dir))
 
 
 @pytest.mark.claim("regress.tps")
 def test_regress_tps(profile, live_results, reports_dir, check):
-    check(perf_claims.regression_claim("regress.tps", profile, live_results, reports_dir))
+    check(regress.regression_claim("regress.tps", profile, live_results, reports_dir))

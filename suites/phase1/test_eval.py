@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
+from specgate.claims import eval as eval_claims
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
-from specgate.model import evaluate
 
 pytestmark = [pytest.mark.phase1]
 
 
 @pytest.mark.claim("eval.teacher_forced")
 def test_teacher_forced(profile: Profile, check: Callable[[ClaimResult], None]) -> None:
-    check(evaluate.teacher_forced_claim(profile))
+    check(eval_claims.teacher_forced_claim(profile))

@@ -1,0 +1,118 @@
+"""Regression claims: regress.accept_len and regress.tps against the run history."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specgate.claims import result as claims
+from specgate.claims.perf import _need, _sim
+from specgate.claims.result import ClaimResult
+from specgate.core.profile import Profile
+from specgate.io import history as history_store
+from specgate.io.history import HISTORY_FILE, Figure, RunRecord
+from specgate.measure.live import LiveResults
+
+DEFAULT_MIN_REL_NOISE = 0.02
+
+# regress claim id → (figure name, how a user calls it)
+REGRESSION_CLAIMS: dict[str, tuple[str, str]] = {
+    "regress.accept_len": ("accept_len", "accept length"),
+    "regress.tps": ("spec_tps", "speculative tok/s"),
+}
+
+
+def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
+                     reports_dir: Path) -> ClaimResult:
+    """regress.accept_len / regress.tps: no drop beyond the measured noise since the last
+    passing run of this profile (reports/history)."""
+    spec = _need(live.speculative, claim_id, live)
+    if isinstance(spec, ClaimResult):
+        return spec
+    current: dict[str, Figure] = {}
+    if spec.stat("accept_len") is not None:
+        current["accept_len"] = Figure.of(spec.stats["accept_len"], "tokens/verify")
+    if spec.stat("tps") is not None:
+        current["spec_tps"] = Figure.of(spec.stats["tps"], "tok/s")
+    result = check_regression(claim_id, profile, reports_dir, current)
+    if live.simulated and not result.message.startswith(_sim(live)):
+        result = dataclasses.replace(result, message=_sim(live) + result.message)
+    return result
+
+
+def check_regression(
+    claim_id: str, profile: Profile, reports_dir: Path, current: Mapping[str, Figure]
+) -> ClaimResult:
+    """judge_regression against this profile's history, with its regression_tolerance."""
+    tolerance = profile.thresholds.regression_tolerance
+    return judge_regression(
+        claim_id, current, history_store.read_history(history_store.history_file(reports_dir)),
+        profile.name,
+        min_rel_noise=DEFAULT_MIN_REL_NOISE if tolerance is None else tolerance,
+    )
+
+
+def judge_regression(
+    claim_id: str,
+    current: Mapping[str, Figure],
+    history: Sequence[RunRecord],
+    profile_name: str,
+    *,
+    min_rel_noise: float = DEFAULT_MIN_REL_NOISE,
+    phase: str = "phase0",
+) -> ClaimResult:
+    """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run.
+
+    The allowed drop is the larger of the two runs' CI half-widths and min_rel_noise times the
+    earlier value (a floor for figures measured without a CI). Skipped without a reference.
+    """
+    if claim_id not in REGRESSION_CLAIMS:
+        raise ValueError(f"unknown regression claim {claim_id!r}; one of {list(REGRESSION_CLAIMS)}")
+    name, spoken = REGRESSION_CLAIMS[claim_id]
+    now = current.get(name)
+    if now is None:
+        return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare",
+                              reason="not_measured", details={"figure": name})
+    before_run = history_store.last_passing(profile_name, history, figure=name)
+    if before_run is None:
+        return claims.skipped(
+            claim_id, phase,
+            f"no earlier passing run of profile {profile_name!r} that measured the {spoken} in "
+            f"history/{HISTORY_FILE}; this run becomes the reference once it passes",
+            reason="no_reference", details={"figure": name},
+        )
+    before = before_run.figures[name]
+    noise = max(now.half_width, before.half_width, abs(before.value) * min_rel_noise)
+    drop = before.value - now.value
+    unit = now.unit or before.unit
+    details = {
+        "reference_time": before_run.time,
+        "reference_drafter": before_run.drafter,
+        "reference": before.to_json(),
+        "current": now.to_json(),
+        "drop": drop,
+        "noise": noise,
+    }
+    kw: dict[str, Any] = {
+        "observed": now.value, "expected": f">= {before.value - noise:.4g}", "unit": unit,
+        "details": details,
+    }
+    figures = (f"{spoken} {_fmt(now)} against {_fmt(before)} in the last passing run of "
+               f"{profile_name!r} ({before_run.time})")
+    if drop > noise:
+        return claims.failed(
+            claim_id, phase,
+            f"{figures}: it dropped by {drop:.4g}, more than the noise {noise:.4g}. Compare the "
+            "drafter and server settings of the two runs, or restore the earlier drafter.",
+            **kw,
+        )
+    return claims.passed(claim_id, phase, f"{figures}: within the noise {noise:.4g}", **kw)
+
+
+def _fmt(figure: Figure) -> str:
+    text = f"{figure.value:.4g}"
+    if figure.half_width:
+        text += f" (±{figure.half_width:.2g})"
+    return text

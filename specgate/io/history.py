@@ -1,0 +1,155 @@
+"""The run history store: reports/history/verdicts.jsonl, one finished run a line."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+HISTORY_FILE = "verdicts.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A measured figure with its confidence interval, when one was measured."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+    unit: str = ""
+
+    @property
+    def half_width(self) -> float:
+        """Half the CI width: the noise of this figure (0 when no CI was measured)."""
+        if self.low is None or self.high is None:
+            return 0.0
+        return abs(self.high - self.low) / 2.0
+
+    @classmethod
+    def of(cls, summary: Any, unit: str = "") -> Figure:
+        """From a stats.Summary (anything with mean, ci_low and ci_high)."""
+        low, high = number(summary.ci_low), number(summary.ci_high)
+        if low is None or high is None:
+            low = high = None
+        return cls(float(summary.mean), low, high, unit)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value}
+        if self.low is not None and self.high is not None:
+            out["ci"] = [self.low, self.high]
+        if self.unit:
+            out["unit"] = self.unit
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Figure:
+        if isinstance(data, (int, float)):
+            return cls(float(data))
+        ci = data.get("ci") or [None, None]
+        return cls(
+            float(data["value"]),
+            None if ci[0] is None else float(ci[0]),
+            None if ci[1] is None else float(ci[1]),
+            str(data.get("unit", "")),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One finished run: which profile and drafter, how it ended, and its key figures."""
+
+    profile: str
+    drafter: str | None
+    outcome: str
+    time: str
+    figures: Mapping[str, Figure] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "drafter": self.drafter,
+            "outcome": self.outcome,
+            "time": self.time,
+            "figures": {k: f.to_json() for k, f in self.figures.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        return cls(
+            profile=str(data["profile"]),
+            drafter=None if data.get("drafter") is None else str(data["drafter"]),
+            outcome=str(data["outcome"]),
+            time=str(data.get("time", "")),
+            figures={str(k): Figure.from_json(v) for k, v in (data.get("figures") or {}).items()},
+        )
+
+
+def history_file(reports_dir: Path) -> Path:
+    return Path(reports_dir) / "history" / HISTORY_FILE
+
+
+def record_run(
+    path: Path,
+    *,
+    profile: str,
+    drafter: str | None,
+    outcome: str,
+    figures: Mapping[str, Figure],
+    when: _dt.datetime | None = None,
+) -> RunRecord:
+    """Append one finished run to the history file and return its record."""
+    when = when or _dt.datetime.now(_dt.UTC)
+    record = RunRecord(profile, drafter, outcome, when.isoformat(timespec="seconds"),
+                       dict(figures))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One short line in append mode: concurrent writers interleave whole lines, not bytes.
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+    return record
+
+
+def read_history(path: Path) -> list[RunRecord]:
+    """Every readable line of the history file, oldest first; a torn or foreign line is skipped."""
+    if not path.exists():
+        return []
+    records: list[RunRecord] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                records.append(RunRecord.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+                continue
+    return records
+
+
+def last_passing(profile_name: str, history: Sequence[RunRecord],
+                 figure: str | None = None) -> RunRecord | None:
+    """The most recent run of this profile whose outcome was passed (and, when figure is given,
+    that measured it: an offline-only run passes without measuring anything)."""
+    for record in reversed(history):
+        if record.profile != profile_name or record.outcome != "passed":
+            continue
+        if figure is None or figure in record.figures:
+            return record
+    return None
+
+
+def number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def ci_of(details: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    ci = details.get("ci")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        low, high = number(ci[0]), number(ci[1])
+    else:
+        low, high = number(details.get("ci_low")), number(details.get("ci_high"))
+    if low is None or high is None:
+        return None, None
+    return low, high
