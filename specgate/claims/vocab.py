@@ -363,8 +363,8 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
     # Judged against the reference's size: a map of 0 or 1 entries cannot match 512 positions.
     need = required_count(profile.thresholds.d2t_match_min, cmp.reference_draft_vocab_size)
     n, total = cmp.d2t_positional_matches, cmp.reference_draft_vocab_size
-    text = (f"d2t: {n} of {total} draft positions ({_pct(n, total)}, counted over the "
-            f"reference's map) map to the same target token as the reference {reference}")
+    text = (f"d2t: {n} of {total} draft positions ({_pct(n, total)}) map to the same target "
+            f"token as the reference {reference} (counted over the reference's map)")
     if cmp.draft_vocab_size != cmp.reference_draft_vocab_size:
         text += (f" (draft vocab sizes differ: {cmp.draft_vocab_size} vs "
                  f"{cmp.reference_draft_vocab_size}; the first {cmp.compared_positions} compared)")
