@@ -253,3 +253,21 @@ def test_d2t_match_needs_the_exact_count_not_one_more(tmp_path: Path) -> None:
     assert (result.status, result.observed, result.expected) == (Status.PASSED, 7, ">= 7")
     t2d = t2d_match_claim(make_profile(mine, ref, t2d_match_min=0.56))
     assert (t2d.status, t2d.observed, t2d.expected) == (Status.PASSED, 99, ">= 56")
+
+
+@pytest.mark.parametrize("entries", [0, 1])
+def test_a_tiny_map_is_judged_against_the_reference_size(tmp_path: Path, entries: int) -> None:
+    """A d2t of 0 or 1 entries (the reference's own first entries) matches every position it has,
+    yet covers almost none of the reference's: both match claims fail."""
+    ref = tiny_drafter(tmp_path / "ref")
+    reference_size = load_map(ref).draft_vocab_size
+    assert reference_size >= 64
+    mine = tiny_drafter(tmp_path / "mine")
+    d2t = load_map(ref).d2t[:entries].astype(np.int64)
+    rewrite(mine / "model.safetensors", {"d2t": TensorSpec("I64", d2t.shape, data=d2t)})
+    profile = make_profile(mine, ref, d2t_match_min=0.5, t2d_match_min=0.5)
+    d2t_result, t2d_result = d2t_match_claim(profile), t2d_match_claim(profile)
+    for result in (d2t_result, t2d_result):
+        assert result.status is Status.FAILED, result.message
+        assert result.expected == f">= {math.ceil(reference_size / 2)}"
+    assert d2t_result.observed == entries

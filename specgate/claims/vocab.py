@@ -114,13 +114,11 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
     if isinstance(compared, ClaimResult):
         return compared
     cmp, reference = compared
-    # Sized on the larger vocabulary: an empty or truncated d2t must not pass by matching all
-    # of its few positions.
-    total = max(cmp.draft_vocab_size, cmp.reference_draft_vocab_size)
-    need = required_count(profile.thresholds.d2t_match_min, total)
-    n = cmp.d2t_positional_matches
+    # Judged against the reference's size: a map of 0 or 1 entries cannot match 512 positions.
+    need = required_count(profile.thresholds.d2t_match_min, cmp.reference_draft_vocab_size)
+    n, total = cmp.d2t_positional_matches, cmp.reference_draft_vocab_size
     text = (f"d2t: {n} of {total} draft positions ({_pct(n, total)}) map to the same target "
-            f"token as the reference {reference}")
+            f"token as the reference {reference} (counted over the reference's map)")
     if cmp.draft_vocab_size != cmp.reference_draft_vocab_size:
         text += (f" (draft vocab sizes differ: {cmp.draft_vocab_size} vs "
                  f"{cmp.reference_draft_vocab_size}; the first {cmp.compared_positions} compared)")
@@ -150,11 +148,11 @@ def t2d_match_claim(profile: Profile) -> ClaimResult:
     fraction = profile.thresholds.t2d_match_min
     if fraction is None:
         fraction = profile.thresholds.d2t_match_min
-    need = required_count(fraction, max(cmp.draft_vocab_size, cmp.reference_draft_vocab_size))
+    need = required_count(fraction, cmp.reference_draft_vocab_size)  # the reference's size
     n = cmp.shared_tokens
     text = (f"t2d: the drafter's {cmp.draft_vocab_size} draft tokens and the reference's "
             f"{cmp.reference_draft_vocab_size} ({reference}) share {n} target tokens "
-            f"({_pct(n, cmp.draft_vocab_size)}); need ≥ {need}")
+            f"({_pct(n, cmp.reference_draft_vocab_size)} of the reference's); need ≥ {need}")
     if n < need:
         text += (": the drafters speak different draft vocabularies, so a fine-tune from the "
                  "reference starts with lm_head rows for tokens it will never propose")

@@ -41,6 +41,24 @@ _PATTERNS = (
 )
 
 
+# Credentials inside URLs: the password of http://user:PASSWORD@host (the user name is kept, it
+# says which account), and the value of a credential-looking query parameter
+# (?token=…, &api_key=…, &sig=…).
+_URL_USERINFO = re.compile(r"""(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/@:'"<>]*:)([^\s/@'"<>]+)(@)""")
+_URL_QUERY = re.compile(
+    r"""([?&;](?:[a-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|credential|signature)"""
+    r"""[a-z0-9_.-]*|sig|pass)=)([^\s&#'"<>]+)""", re.IGNORECASE)
+
+
+def redact_urls(text: str) -> str:
+    """text with every URL's password and credential-looking query values replaced by ***."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _URL_USERINFO.sub(lambda m: m.group(0) if m.group(2) == MASK
+                             else f"{m.group(1)}{MASK}{m.group(3)}", text)
+    return _URL_QUERY.sub(lambda m: f"{m.group(1)}{MASK}", text)
+
+
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable's name says its value is a credential."""
     return name.upper() in KNOWN_SECRET_VARS or bool(_SECRET_NAME.search(name))
@@ -80,7 +98,7 @@ class Redactor:
             text = text.replace(secret, MASK)
         for pattern in _PATTERNS:
             text = pattern.sub(_mask_match, text)
-        return text
+        return redact_urls(text)
 
     def redact_argv(self, argv: Sequence[str]) -> list[str]:
         """argv with the value after --api-key masked and every element redacted."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import threading
@@ -39,9 +40,14 @@ class Drafter:
 
     def find(self, canonical: str) -> TensorInfo | None:
         """The tensor whose normalized name is `canonical`, whatever naming the file uses."""
-        return self.by_canonical().get(canonical)
+        return self._canonical.get(canonical)
 
     def by_canonical(self) -> dict[str, TensorInfo]:
+        return dict(self._canonical)
+
+    @functools.cached_property
+    def _canonical(self) -> dict[str, TensorInfo]:
+        # Built once: find() per tensor would otherwise be quadratic in the tensor count.
         return {normalize_name(name): info for name, info in self.tensors.items()}
 
 
@@ -64,9 +70,11 @@ def normalize_name(name: str) -> str:
 def read_config(path: Path | str) -> dict[str, Any]:
     """config.json of a model folder (or the file itself) as a dict."""
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or directory; check the path in the profile "
-                              "or on the command line")
+    try:
+        path.stat()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: {exc.strerror or exc}; check the path in the profile "
+                              "or on the command line") from None
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
@@ -75,6 +83,12 @@ def read_config(path: Path | str) -> dict[str, Any]:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{file}: not valid JSON ({exc}); fix or re-download it") from None
+    except ValueError as exc:  # an integer longer than Python's 4300-digit limit
+        raise CheckpointError(f"{file}: holds a number specgate will not read ({exc}); fix or "
+                              "re-download it") from None
+    except RecursionError:
+        raise CheckpointError(f"{file}: nests JSON too deeply to be a model config; fix or "
+                              "re-download it") from None
     except OSError as exc:
         raise CheckpointError(f"{file}: cannot be read: {exc.strerror or exc}") from None
     if not isinstance(config, dict):
@@ -97,7 +111,11 @@ _cache_lock = threading.Lock()
 
 def open_drafter(path: Path | str) -> Drafter:
     """Open a drafter folder; cached until any of its files changes."""
-    folder = Path(path).expanduser().resolve()
+    try:
+        folder = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise CheckpointError(f"{path}: cannot be resolved ({exc}); the drafter path is a "
+                              "symlink loop or unreadable") from None
     signature = _signature(folder)
     with _cache_lock:
         hit = _cache.get(folder)
@@ -131,7 +149,11 @@ def _open(folder: Path) -> Drafter:
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: is a file; a drafter is a folder with config.json and "
                               "*.safetensors")
-    names = sorted(p.name for p in folder.iterdir())
+    try:
+        names = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise CheckpointError(f"{folder}: the drafter folder cannot be listed "
+                              f"({exc.strerror or exc}); check its permissions") from None
     if not names:
         raise CheckpointError(f"{folder}: the drafter folder is empty; expected config.json and "
                               "model.safetensors (was the download or export finished?)")
@@ -233,10 +255,13 @@ def expected_layout(config: dict[str, Any]) -> dict[str, ExpectedTensor]:
         kv = int(config.get("num_key_value_heads") or heads)
         inter = int(config["intermediate_size"])
         vocab = int(config["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CheckpointError(f"config.json lacks or garbles field {exc}; an EAGLE-3 drafter "
                               "config needs hidden_size, num_attention_heads, intermediate_size "
                               "and vocab_size") from None
+    if heads <= 0 and not (isinstance(config.get("head_dim"), int) and config["head_dim"] > 0):
+        raise CheckpointError(f"config.json: num_attention_heads is {heads} and there is no "
+                              "head_dim; the head size cannot be derived")
     d = head_dim(config)
     th = int(config.get("target_hidden_size") or h)
     draft_vocab = config.get("draft_vocab_size")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
+import re
+import stat
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,8 +18,21 @@ import numpy as np
 
 from specgate.core.errors import CheckpointError
 
-# Headers of real checkpoints are a few hundred KB; anything far larger is a corrupt length field.
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+# The safetensors library's own limits (SGLang loads through it): a header of at most 10^8 bytes,
+# sizes that fit an unsigned 64-bit integer, and JSON nested at most 127 containers deep
+# (serde_json's recursion limit). Headers of real checkpoints are a few hundred KB.
+MAX_HEADER_BYTES = 100_000_000
+U64_MAX = 2**64 - 1
+MAX_JSON_DEPTH = 127
+# Every dtype code the library knows, by its size in bits (the sub-byte ones pack elements).
+FORMAT_BITS: dict[str, int] = {
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8,
+    "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16,
+    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64,
+    "U64": 64,
+}
+_TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Storage dtype of each safetensors dtype code. BF16 and FP8 have no numpy dtype: their raw bits
 # are read as unsigned integers of the same width.
@@ -113,9 +129,18 @@ def dtype_code(name: str) -> str:
 
 
 def read_file_header(path: Path | str) -> SafetensorsHeader:
-    """Parse and validate a safetensors header without touching the tensor data."""
+    """Parse and validate a safetensors header without touching the tensor data.
+
+    Refuses exactly what the safetensors library refuses (tests/test_safetensors_oracle.py
+    compares the two on generated files): SGLang loads through it, so a file it rejects must fail
+    here, naming the file and the reason.
+    """
     path = Path(path)
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{path}: is {_file_kind(st.st_mode)}, not a regular file; "
+                                  "a safetensors file must be a plain file")
         with path.open("rb") as f:
             file_size = os.fstat(f.fileno()).st_size
             if file_size < 8:
@@ -124,7 +149,11 @@ def read_file_header(path: Path | str) -> SafetensorsHeader:
                     "header length alone is missing); the download or copy was probably cut "
                     "short: fetch the file again")
             (header_len,) = struct.unpack("<Q", f.read(8))
-            if header_len > file_size - 8 or header_len > MAX_HEADER_BYTES:
+            if header_len > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{path}: header length field says {header_len} bytes, over the format's "
+                    f"limit of {MAX_HEADER_BYTES}; the file is corrupt or not safetensors")
+            if header_len > file_size - 8:
                 raise CheckpointError(
                     f"{path}: header length field says {header_len} bytes but the file has only "
                     f"{file_size - 8} after it; the file is truncated or not safetensors: fetch "
@@ -132,25 +161,146 @@ def read_file_header(path: Path | str) -> SafetensorsHeader:
             raw = f.read(header_len)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(
-            f"{path}: the {header_len}-byte header is not valid JSON ({exc}); the file is "
-            "corrupt or not safetensors") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: the header is JSON {type(header).__name__}, expected an "
-                              "object mapping tensor names to dtype/shape/data_offsets")
+    header = _parse_header_json(path, raw)
     data_start = 8 + header_len
     data_size = file_size - data_start
-    metadata_raw = header.pop("__metadata__", None) or {}
+    metadata_raw = header.pop("__metadata__", None)
+    if metadata_raw is None:
+        metadata_raw = {}
     if not isinstance(metadata_raw, dict):
-        raise CheckpointError(f"{path}: __metadata__ is {type(metadata_raw).__name__}, "
+        raise CheckpointError(f"{path}: __metadata__ is {_json_kind(metadata_raw)}, "
                               "expected an object of strings")
-    metadata = {str(k): str(v) for k, v in metadata_raw.items()}
-    tensors = {name: _tensor_info(path, name, entry, data_start, data_size)
+    bad = [k for k, v in metadata_raw.items() if not isinstance(v, str)]
+    if bad:
+        raise CheckpointError(f"{path}: __metadata__ value of {bad[0]!r} is "
+                              f"{_json_kind(metadata_raw[bad[0]])}; the format allows only strings")
+    metadata = dict(metadata_raw)
+    for name, entry in header.shadowed if isinstance(header, _Dup) else ():
+        _tensor_info(path, name, entry, data_start)  # a repeated name: each entry must parse
+    tensors = {name: _tensor_info(path, name, entry, data_start)
                for name, entry in header.items()}
+    _check_coverage(path, tensors, data_start, data_size)
     return SafetensorsHeader(path, tensors, metadata, data_start, file_size)
+
+
+class _Dup(dict[str, Any]):
+    """A JSON object that repeated a key: the last value kept, as the library keeps it, and the
+    values it replaced (the library still reads each of them as a tensor entry)."""
+
+    dups: frozenset[str] = frozenset()
+    shadowed: tuple[tuple[str, Any], ...] = ()
+
+
+class _Bad(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotSize:
+    """A JSON number the library reads as a float: never a size or an offset."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    last = {key: i for i, (key, _) in enumerate(pairs)}
+    dup = _Dup(out)
+    dup.shadowed = tuple(pair for i, pair in enumerate(pairs) if last[pair[0]] != i)
+    dup.dups = frozenset(key for key, _ in dup.shadowed)
+    return dup
+
+
+def _int(text: str) -> int | _NotSize:
+    if text.startswith("-") or len(text) > 20:
+        if len(text) > 20 and math.isinf(float(text)):
+            raise _Bad(f"a {len(text.lstrip('-'))}-digit integer is out of range")
+        return _NotSize(text)
+    value = int(text)
+    return value if value <= U64_MAX else _NotSize(text)
+
+
+def _float(text: str) -> _NotSize:
+    if math.isinf(float(text)):
+        raise _Bad(f"the number {text[:40]} is out of range")
+    return _NotSize(text)
+
+
+def _constant(text: str) -> Any:
+    raise _Bad(f"{text} is not JSON")
+
+
+def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+        header = json.loads(text, object_pairs_hook=_pairs, parse_int=_int,
+                            parse_float=_float, parse_constant=_constant)
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path}: the {len(raw)}-byte header is not UTF-8 ({exc.reason} "
+                              f"at byte {exc.start}); the file is corrupt or not safetensors"
+                              ) from None
+    except (_Bad, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: the {len(raw)}-byte header is not valid JSON ({exc}); "
+                              "the file is corrupt or not safetensors") from None
+    except RecursionError:
+        header = None  # nested far deeper than the limit below
+    problem = _json_problem(header)
+    if problem:
+        raise CheckpointError(f"{path}: the header {problem}; the file is corrupt or not "
+                              "safetensors")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the header is JSON {_json_kind(header)}, expected an "
+                              "object mapping tensor names to dtype/shape/data_offsets")
+    if isinstance(header, _Dup) and "__metadata__" in header.dups:
+        raise CheckpointError(f"{path}: the header has __metadata__ twice")
+    return header
+
+
+def _json_problem(doc: Any) -> str | None:
+    """Nesting deeper than the library reads, or a lone UTF-16 surrogate it refuses."""
+    if doc is None:
+        return f"nests JSON deeper than {MAX_JSON_DEPTH} levels"
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return f"holds a lone UTF-16 surrogate in {value.encode('utf-8', 'replace')!r}"
+            continue
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return f"nests JSON deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(value, dict):
+            pairs = itertools.chain(value.items(), value.shadowed if isinstance(value, _Dup)
+                                    else ())
+            for key, item in pairs:
+                stack.append((key, depth))
+                stack.append((item, depth + 1))
+        else:
+            stack.extend((item, depth + 1) for item in value)
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, _NotSize):
+        return f"the number {value.text[:40]}"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null", int: "an integer"}.get(type(value), type(value).__name__)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def read_header(path: Path | str) -> dict[str, TensorInfo]:
@@ -158,38 +308,91 @@ def read_header(path: Path | str) -> dict[str, TensorInfo]:
     return read_file_header(path).tensors
 
 
-def _tensor_info(path: Path, name: str, entry: Any, data_start: int,
-                 data_size: int) -> TensorInfo:
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorInfo:
     if not isinstance(entry, dict):
-        raise CheckpointError(f"{path}: header entry {name!r} is not an object")
-    dtype = entry.get("dtype")
-    if dtype not in DTYPES:
+        raise CheckpointError(f"{path}: header entry {name!r} is {_json_kind(entry)}, not an "
+                              "object with dtype, shape and data_offsets")
+    if isinstance(entry, _Dup):
+        twice = sorted(entry.dups.intersection(_TENSOR_FIELDS))
+        if twice:
+            raise CheckpointError(f"{path}: tensor {name!r} gives {twice[0]} twice")
+    missing = [f for f in _TENSOR_FIELDS if f not in entry]
+    if missing:
+        raise CheckpointError(f"{path}: tensor {name!r} has no {missing[0]}")
+    dtype = entry["dtype"]
+    if not isinstance(dtype, str) or dtype not in FORMAT_BITS:
         raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}; expected "
-                              f"one of {', '.join(DTYPES)}")
-    shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+                              f"one of {', '.join(FORMAT_BITS)}")
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
         raise CheckpointError(f"{path}: tensor {name!r} has shape {shape!r}, expected a list of "
                               "non-negative integers")
-    offsets = entry.get("data_offsets")
+    offsets = entry["data_offsets"]
     if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)):
+            or not all(_is_size(o) for o in offsets)):
         raise CheckpointError(f"{path}: tensor {name!r} has data_offsets {offsets!r}, expected "
-                              "[begin, end]")
+                              "[begin, end] (non-negative integers)")
     begin, end = offsets
-    if not 0 <= begin <= end <= data_size:
-        raise CheckpointError(
-            f"{path}: tensor {name!r} claims bytes {begin}..{end} of the data but the data "
-            f"section has {data_size} bytes; the file is truncated: fetch it again")
-    want = math.prod(shape) * DTYPES[dtype].itemsize
-    if end - begin != want:
-        raise CheckpointError(
-            f"{path}: tensor {name!r} occupies {end - begin} bytes but shape {shape} of {dtype} "
-            f"needs {want}; the header is corrupt")
     return TensorInfo(name, dtype, tuple(shape), data_start + begin, data_start + end, path)
+
+
+def _check_coverage(path: Path, tensors: dict[str, TensorInfo], data_start: int,
+                    data_size: int) -> None:
+    """The library's rules: tensors, ordered by offsets, tile the data section exactly, with no
+    gap, overlap or stray byte after the last, and each range is exactly its shape's size."""
+    at = 0
+    for info in sorted(tensors.values(), key=lambda i: (i.start, i.end)):
+        begin, end = info.start - data_start, info.end - data_start
+        if begin != at or end < begin:
+            where = ("overlaps the tensor before it" if begin < at else
+                     f"leaves bytes {at}..{begin} unused" if end >= begin else "ends before it "
+                     "begins")
+            raise CheckpointError(
+                f"{path}: tensor {info.name!r} at bytes {begin}..{end} of the data {where}; the "
+                "safetensors library refuses such a file (SGLang cannot load it)")
+        at = end
+        want = _tensor_bytes(path, info)
+        if end - begin != want:
+            raise CheckpointError(
+                f"{path}: tensor {info.name!r} occupies {end - begin} bytes but shape "
+                f"{list(info.shape)} of {info.dtype} needs {want}; the header is corrupt")
+    if at != data_size:
+        if at > data_size:
+            raise CheckpointError(
+                f"{path}: the tensors claim {at} bytes of data but the data section has "
+                f"{data_size}; the file is truncated: fetch it again")
+        raise CheckpointError(
+            f"{path}: {data_size - at} stray byte(s) after the last tensor (data ends at {at} "
+            f"of {data_size}); the safetensors library refuses such a file")
+
+
+def _tensor_bytes(path: Path, info: TensorInfo) -> int:
+    """Bytes of a shape of a dtype, overflowing where the library's 64-bit arithmetic does."""
+    count = 1
+    for dim in info.shape:
+        count *= dim
+        if count > U64_MAX:
+            raise CheckpointError(f"{path}: tensor {info.name!r} has shape {list(info.shape)}, "
+                                  "whose size overflows 64 bits; the header is corrupt")
+    bits = count * FORMAT_BITS[info.dtype]
+    if bits > U64_MAX:
+        raise CheckpointError(f"{path}: tensor {info.name!r} has shape {list(info.shape)}, "
+                              "whose size overflows 64 bits; the header is corrupt")
+    if bits % 8:
+        raise CheckpointError(f"{path}: tensor {info.name!r} of {info.dtype} with shape "
+                              f"{list(info.shape)} does not end on a byte boundary")
+    return bits // 8
 
 
 def read_array(path: Path | str, info: TensorInfo) -> np.ndarray[Any, Any]:
     """One tensor as a numpy array (BF16 widened to float32; FP8 as raw uint8 bits)."""
+    if info.dtype not in DTYPES:
+        raise CheckpointError(f"{path}: tensor {info.name!r} has dtype {info.dtype}, which "
+                              "specgate cannot read as numbers")
     raw = np.fromfile(path, dtype=DTYPES[info.dtype], count=info.numel, offset=info.start)
     if raw.size != info.numel:
         raise CheckpointError(f"{path}: tensor {info.name!r} is cut short ({raw.size} of "

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
-from specgate.core.redact import MASK, is_secret_name, mask_env
+from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
 from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config
@@ -144,7 +144,8 @@ class LiveResults:
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(json_safe(self.to_json()), indent=1) + "\n", encoding="utf-8")
+        text = json.dumps(json_safe(self.to_json()), indent=1)
+        tmp.write_text(redact_urls(text) + "\n", encoding="utf-8")  # no password of a URL
         os.replace(tmp, path)
 
     @classmethod
@@ -399,6 +400,7 @@ def run_live(profile: Profile, reports_dir: Path, *,
     log_file = live_dir / "progress.log"
 
     def say(message: str) -> None:
+        message = redact_urls(message)
         line = f"{_now()} {message}"
         with open(log_file, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")

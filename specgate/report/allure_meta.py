@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgate.claims.result import ClaimResult
+from specgate.core.redact import redact_urls
 
 if TYPE_CHECKING:
     from specgate.core.profile import Profile
@@ -177,7 +178,8 @@ def write_environment(
     for key, value in info.items():
         if value is None:
             continue
-        merged[str(key)] = REDACTED if _SECRET_KEY.search(str(key)) else _as_text(value)
+        merged[str(key)] = (REDACTED if _SECRET_KEY.search(str(key))
+                            else redact_urls(_as_text(value)))
     lines = [f"{_prop_escape(k, key=True)}={_prop_escape(v)}" for k, v in merged.items()]
     path = Path(results_dir) / "environment.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -344,7 +346,9 @@ def _prop_escape(text: str, *, key: bool = False) -> str:
 
 def _write_json(path: Path, doc: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = redact_urls(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n"
+    # A lone surrogate (a name that was not UTF-8 on disk) becomes the JSON escape \udcNN.
+    path.write_bytes(text.encode("utf-8", "backslashreplace"))
     return path
 
 

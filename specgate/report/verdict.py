@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.claims.result import ClaimResult, Status
+from specgate.core.redact import redact_urls
 
 SCHEMA = 1
 
@@ -62,7 +63,8 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=False, allow_nan=False)
+            # No URL's password (--server-url=http://user:PASSWORD@host) reaches the file.
+            fh.write(redact_urls(json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)))
             fh.write("\n")
         os.replace(tmp, path)
     except BaseException:

@@ -1,0 +1,187 @@
+"""Every claim guarded: an exception no claim expected is a broken claim with one sentence, the
+report writers never crash pytest, a verdict that lacks a claim is never complete, and the
+reports folder is checked and held by one run at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SUITE = '''
+import os
+import pytest
+from specgate.claims import result as claims
+
+def divide():
+    return 1 / int(os.environ.get("DIVISOR", "0"))
+
+@pytest.mark.claim("demo.divides")
+@pytest.mark.phase0
+def test_divides(check):
+    check(claims.passed("demo.divides", "phase0", f"got {divide()}"))
+
+@pytest.mark.claim("demo.recurses")
+@pytest.mark.phase0
+def test_recurses(check):
+    def deeper(n):
+        return deeper(n + 1)
+    check(claims.passed("demo.recurses", "phase0", f"got {deeper(0)}"))
+
+@pytest.mark.claim("demo.fine")
+@pytest.mark.phase0
+def test_fine(check):
+    check(claims.passed("demo.fine", "phase0", "fine"))
+
+@pytest.mark.claim("demo.last")
+@pytest.mark.phase0
+def test_last(check):
+    check(claims.passed("demo.last", "phase0", "fine"))
+'''
+
+# A plugin that crashes pytest's reporting (an INTERNALERROR) after the first claim.
+CRASHER = '''
+def pytest_runtest_logfinish(nodeid, location):
+    if nodeid.endswith("test_divides"):
+        raise RuntimeError("reporting plugin blew up")
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "p.toml").write_text('name = "guarded"\n[drafter]\npath = "d"\n')
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
+    return tmp_path
+
+
+def _run(project: Path, *args: str | bytes, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    argv: list[str | bytes] = [sys.executable, "-m", "pytest", "--profile=p.toml", *args]
+    return subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=120,
+                          env=env, errors="replace")
+
+
+def _verdict(project: Path, reports: str = "reports") -> dict:
+    return json.loads((project / reports / "verdict.json").read_text())
+
+
+def test_an_unexpected_exception_is_a_broken_claim_with_one_sentence(project: Path) -> None:
+    proc = _run(project)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    doc = _verdict(project)
+    by_id = {c["id"]: c for c in doc["claims"]}
+    assert by_id["demo.divides"]["status"] == "broken"
+    assert by_id["demo.recurses"]["status"] == "broken"
+    assert by_id["demo.fine"]["status"] == "passed"
+    message = by_id["demo.divides"]["message"]
+    assert "ZeroDivisionError: division by zero" in message
+    assert str(project / "d") in message  # the input it was checking
+    assert "\n" not in message
+    assert "RecursionError" in by_id["demo.recurses"]["message"]
+    assert "Traceback" not in out
+    assert "def divide" not in out
+    assert doc["complete"] is True
+    results = [json.loads(r.read_text())
+               for r in (project / "reports" / "allure-results").glob("*-result.json")]
+    status = {r["name"]: r["status"] for r in results}
+    assert status["demo.divides"] == "broken"
+
+
+def test_an_internal_error_leaves_an_incomplete_verdict(project: Path) -> None:
+    (project / "crasher.py").write_text(CRASHER)
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    proc = _run(project, "-p", "crasher", env=env)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # pytest's INTERNALERROR
+    doc = _verdict(project)
+    assert doc["complete"] is False
+    assert doc["outcome"] == "error"
+    never = {c["id"] for c in doc["claims"] if "never reported a result" in c["message"]}
+    assert never == {"demo.recurses", "demo.fine", "demo.last"}
+
+
+def test_a_drafter_path_that_is_not_utf8_does_not_crash_the_writers(project: Path) -> None:
+    proc = _run(project, b"--drafter=" + os.fsencode(str(project)) + b"/dr\xffafter", "-k",
+                "fine or last")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "INTERNALERROR" not in out
+    doc = _verdict(project)
+    assert doc["complete"] is True
+    assert doc["outcome"] == "passed"
+    results = [json.loads(r.read_text())
+               for r in (project / "reports" / "allure-results").glob("*-result.json")]
+    assert len(results) == 2
+    drafters = {p["value"] for r in results for p in r["parameters"] if p["name"] == "drafter"}
+    assert drafters == {f"'{project}/dr\\xffafter'"}  # allure shows parameters as repr
+
+
+def test_reports_that_is_a_file_is_one_clear_message(project: Path) -> None:
+    (project / "out").write_text("not a folder")
+    proc = _run(project, "--reports=out")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out
+    assert "is a file" in out
+    assert "INTERNALERROR" not in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a read-only folder anyway")
+def test_a_read_only_reports_folder_is_one_clear_message(project: Path) -> None:
+    (project / "ro").mkdir()
+    (project / "ro").chmod(0o555)
+    try:
+        proc = _run(project, "--reports=ro")
+    finally:
+        (project / "ro").chmod(0o755)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out
+    assert "cannot write the reports folder" in out
+    assert "INTERNALERROR" not in out
+
+
+def test_reports_under_a_file_is_one_clear_message(project: Path) -> None:
+    """The read-only case as root sees it: no folder can be made there."""
+    (project / "afile").write_text("")
+    proc = _run(project, "--reports=afile/sub")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out
+    assert "cannot write the reports folder (Not a directory)" in out
+    assert "INTERNALERROR" not in out
+    assert "Traceback" not in out
+
+
+def test_two_runs_on_one_reports_folder(project: Path, tmp_path: Path) -> None:
+    """The second run is refused with one message; the first run's results are untouched."""
+    marker = tmp_path / "started"
+    (project / "suites" / "test_slow.py").write_text(
+        "import os, time, pytest\nfrom specgate.claims import result as claims\n"
+        "@pytest.mark.claim('demo.slow')\ndef test_slow(check):\n"
+        "    open(os.environ['MARK'], 'w').close()\n    time.sleep(8)\n"
+        "    check(claims.passed('demo.slow', 'phase0', 'ok'))\n")
+    env = {**os.environ, "MARK": str(marker), "DIVISOR": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "pytest", "--profile=p.toml"], cwd=project,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    written = sorted(p.name for p in (project / "reports" / "allure-results").iterdir())
+    second = _run(project, env=env)
+    assert second.returncode == 4
+    assert "another specgate run is writing its reports there" in second.stdout + second.stderr
+    assert sorted(p.name for p in (project / "reports" / "allure-results").iterdir()) \
+        >= written
+    out, _ = first.communicate(timeout=90)
+    assert first.returncode == 1, out  # demo.recurses is broken
+    results = list((project / "reports" / "allure-results").glob("*-result.json"))
+    assert len(results) == 5
+    assert _verdict(project)["complete"] is True
