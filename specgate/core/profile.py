@@ -178,6 +178,18 @@ class Profile(_Section):
         path = Path(expanded)
         return path if path.is_absolute() else (self.base_dir / path).resolve()
 
+    def missing_paths(self) -> list[str]:
+        """One sentence per checkpoint or model path that is set but names nothing here."""
+        found = []
+        for key, option, value in (
+                ("[drafter] path", "--drafter", self.drafter.path),
+                ("[drafter] reference", "--reference-drafter", self.drafter.reference),
+                ("[target] path", "--target-model", self.target.path)):
+            path = self.resolve(value)
+            if path is not None and not path.exists():
+                found.append(f"{key} (or {option}): {path}: no such file or folder")
+        return found
+
     @property
     def is_simulated(self) -> bool:
         if self.simulated is not None:
