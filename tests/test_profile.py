@@ -14,7 +14,8 @@ from specgate.core.profile import Profile, choose_profile_path, load_profile, pa
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "specgate" / "profiles").glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "specgate" / "profiles").glob("*.toml")),
+                         ids=lambda p: p.name)
 def test_shipped_profiles_load(path: Path) -> None:
     profile = load_profile(path)
     assert profile.name
