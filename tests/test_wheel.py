@@ -141,6 +141,10 @@ def test_readme_commands_from_an_empty_folder(installed: dict[str, object],
     assert doc["outcome"] == "passed" and len(doc["claims"]) >= 12, doc
     # The demo's assets are generated here, never inside the installed package.
     assert (work / ".specgate" / "demo" / "drafter" / "config.json").exists()
+    # The README's line as written, where pytest-profiling is not active (-p no:profiling).
+    plain = run("plain", ["pytest", "-p", "no:profiling", "-m", "probe and not live",
+                          "--profile", "my.toml"])
+    assert plain.returncode == 0, plain.stdout + plain.stderr
     # --profile where pytest-profiling owns it: one clear sentence, not a collection error.
     clash = run("clash", ["pytest", "-m", "probe and not live", "--profile", "my.toml"])
     assert clash.returncode == 4
