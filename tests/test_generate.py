@@ -99,3 +99,21 @@ def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
                           str(tmp_path / "missing")])
     assert code == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_every_generate_option_is_described(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from specgate.testing import generate as gen_mod
+
+    seen: list[argparse.Action] = []
+
+    def spy(self: argparse.ArgumentParser, *a: object, **k: object) -> object:
+        seen.extend(self._actions)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
+    with pytest.raises(SystemExit):
+        gen_mod.main_generate(["--help"])
+    assert len(seen) > 10
+    assert [a.option_strings for a in seen if a.option_strings and not a.help] == []
