@@ -1,4 +1,4 @@
-"""The `specgate` command: report, generate, remap-vocab, eval, preflight."""
+"""The `specgate` command: report, generate, remap-vocab, eval, preflight, profile-doc."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ commands:
   remap-vocab  move a drafter's lm_head rows to another vocab map (--from OLD --to MAP --out NEW)
   eval         offline teacher-forced evaluation of a drafter on a hidden-state dump
   preflight    check the launch commands of a profile with the installed SGLang's own parser
+  profile-doc  write the profile reference (every key, type, default and meaning) as Markdown
 
-The claims themselves run under pytest: `pytest -m probe`, `pytest -m gate` (see README.md).
+The claims themselves run under pytest, from any folder:
+  pytest -m probe --profile my.toml    (--specgate-profile where pytest-profiling owns --profile)
+  pytest -m gate --profile my.toml --drafter NEW_CHECKPOINT
 """
 
 
@@ -50,12 +53,19 @@ def _preflight(argv: Sequence[str]) -> int:
     return main_preflight(list(argv))
 
 
+def _profile_doc(argv: Sequence[str]) -> int:
+    from specgate.core.profile_doc import main_profile_doc
+
+    return main_profile_doc(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "report": _report,
     "generate": _generate,
     "remap-vocab": _remap,
     "eval": _eval,
     "preflight": _preflight,
+    "profile-doc": _profile_doc,
 }
 
 

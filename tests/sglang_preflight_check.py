@@ -1,6 +1,6 @@
 """Check the launch command of every profile with a real SGLang's own argument parser.
 
-    python tests/sglang_preflight_check.py --python /tmp/sgvenv/bin/python [profiles/*.toml]
+    python tests/sglang_preflight_check.py --python /tmp/sgvenv/bin/python [PROFILE.toml ...]
 
 Same as `specgate preflight`; kept so older CI scripts keep working.
 """

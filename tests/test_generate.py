@@ -109,3 +109,21 @@ def test_generate_and_remap_load_neither_the_profile_nor_pydantic() -> None:
             "print(sorted(m for m in sys.modules if m == 'pydantic' or m.endswith('.profile')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_generate_option_is_described(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from specgate.testing import generate as gen_mod
+
+    seen: list[argparse.Action] = []
+
+    def spy(self: argparse.ArgumentParser, *a: object, **k: object) -> object:
+        seen.extend(self._actions)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
+    with pytest.raises(SystemExit):
+        gen_mod.main_generate(["--help"])
+    assert len(seen) > 10
+    assert [a.option_strings for a in seen if a.option_strings and not a.help] == []

@@ -66,6 +66,7 @@ def test_slow(check):
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "p.toml").write_text('name = "plugtest"\n[drafter]\npath = "d"\n')
+    (tmp_path / "d").mkdir()
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text(

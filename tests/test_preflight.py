@@ -125,3 +125,30 @@ def test_real_sglang_rejects_removed_flag_and_accepts_profile_command() -> None:
                     python=SGLANG_PYTHON)
     assert bad.status == "rejected"
     assert "ambiguous option" in bad.message
+
+
+def test_nothing_to_check_is_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from specgate.core import profile as profile_mod
+    from specgate.serving.preflight import main_preflight
+
+    monkeypatch.setattr(profile_mod, "default_profile_path", lambda: tmp_path / "demo.toml")
+    assert main_preflight([]) == 2
+    assert "no profile to check" in capsys.readouterr().err
+
+
+def test_a_local_launcher_without_sglang_is_not_launched(tmp_path: Path) -> None:
+    from specgate.core.errors import ServerError
+    from specgate.measure import live
+
+    if subprocess.run([sys.executable, "-c", "import sglang"], capture_output=True).returncode == 0:
+        pytest.skip("sglang is installed here: the launch would go ahead")
+    profile = parse_profile({"name": "t", "target": {"path": str(tmp_path)},
+                             "drafter": {"path": str(tmp_path)},
+                             "server": {"launcher": ["python", "-m", "sglang.launch_server"],
+                                        "port": 0}})
+    said: list[str] = []
+    with pytest.raises(ServerError, match=r"not launched: .*No module named 'sglang'"), \
+            live._server(profile, "baseline", tmp_path / "log", said.append):
+        pass
+    assert not any("launching" in line for line in said)

@@ -14,7 +14,8 @@ from specgate.core.profile import Profile, choose_profile_path, load_profile, pa
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "specgate" / "profiles").glob("*.toml")),
+                         ids=lambda p: p.name)
 def test_shipped_profiles_load(path: Path) -> None:
     profile = load_profile(path)
     assert profile.name
@@ -22,7 +23,7 @@ def test_shipped_profiles_load(path: Path) -> None:
 
 
 def test_kimi_profile_carries_the_seeds_deployment() -> None:
-    p = load_profile(ROOT / "profiles" / "kimi-k2.5-8x-rtx-pro-6000.toml")
+    p = load_profile(ROOT / "specgate" / "profiles" / "kimi-k2.5-8x-rtx-pro-6000.toml")
     assert p.server.tp == 8
     assert (p.speculative.num_steps, p.speculative.eagle_topk, p.speculative.num_draft_tokens) == (
         2, 1, 3)
@@ -36,7 +37,7 @@ def test_kimi_profile_carries_the_seeds_deployment() -> None:
 
 
 def test_demo_profile_is_simulated() -> None:
-    assert load_profile(ROOT / "profiles" / "demo.toml").is_simulated
+    assert load_profile(ROOT / "specgate" / "profiles" / "demo.toml").is_simulated
 
 
 def test_typo_in_key_names_file_key_and_suggestion(tmp_path: Path) -> None:

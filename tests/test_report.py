@@ -160,3 +160,12 @@ def test_summary_line_counts_what_ran() -> None:
 def test_main_report_without_results_raises_for_the_cli(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="no Allure results"):
         report.main_report(["--reports", str(tmp_path)])
+
+
+def test_the_report_title_says_simulated(tmp_path: Path) -> None:
+    # The title is the first thing the report shows; the environment list hides most lines.
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"profile": "demo", "simulated": True}), encoding="utf-8")
+    assert report._report_name(tmp_path) == "specgate — demo (simulated server)"
+    verdict.write_text(json.dumps({"profile": "k25", "simulated": False}), encoding="utf-8")
+    assert report._report_name(tmp_path) == "specgate — k25"

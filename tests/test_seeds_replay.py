@@ -17,7 +17,7 @@ def seeds_verdict(tmp_path_factory: pytest.TempPathFactory) -> dict:
     reports = tmp_path_factory.mktemp("seeds-reports")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "probe", "--profile",
-         str(ROOT / "profiles" / "seeds-replay.toml"), f"--reports={reports}", "-q",
+         str(ROOT / "specgate" / "profiles" / "seeds-replay.toml"), f"--reports={reports}", "-q",
          "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -65,7 +65,7 @@ def test_live_claims_tell_the_breakeven_story(seeds_verdict: dict) -> None:
 def test_phase1_story(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "phase1", "--profile",
-         str(ROOT / "profiles" / "seeds-replay.toml"), f"--reports={tmp_path}", "-q",
+         str(ROOT / "specgate" / "profiles" / "seeds-replay.toml"), f"--reports={tmp_path}", "-q",
          "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:]

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specgate.core.errors import ProfileError
 
 PROFILE_ENV = "SPECGATE_PROFILE"
+CACHE_ENV = "SPECGATE_CACHE"
 DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
 SIMULATOR_MODULE = "specgate.testing.simulator"
 
@@ -163,7 +164,12 @@ class DataSection(_Section):
 
 
 class DemoSection(_Section):
-    """Generated assets for a demonstration profile (checkpoints, target config, simulator)."""
+    """Generated assets for a demonstration profile (checkpoints, target config, simulator).
+
+    A relative `assets` folder lies under $SPECGATE_CACHE, else `.specgate/` in the working
+    directory (never beside an installed profile); the profile's other relative paths then name
+    files inside it.
+    """
 
     assets: str = "demo"
     kind: Literal["demo", "seeds"] = "demo"
@@ -187,7 +193,17 @@ class Profile(_Section):
 
     @property
     def base_dir(self) -> Path:
+        """What relative paths are relative to: the generated assets of a demonstration
+        profile, else the profile file's folder."""
+        if self.demo is not None:
+            return self.demo_assets()
         return Path(self.source).parent if self.source else Path.cwd()
+
+    def demo_assets(self) -> Path:
+        """Where a demonstration profile's generated files go (see DemoSection)."""
+        assets = Path(os.path.expandvars(os.path.expanduser(
+            self.demo.assets if self.demo is not None else "demo")))
+        return assets if assets.is_absolute() else (cache_dir() / assets).resolve()
 
     def resolve(self, value: str | None) -> Path | None:
         """A path from the profile, relative to the profile's folder, with ~ and $VARS expanded."""
@@ -196,6 +212,18 @@ class Profile(_Section):
         expanded = os.path.expandvars(os.path.expanduser(value))
         path = Path(expanded)
         return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    def missing_paths(self) -> list[str]:
+        """One sentence per checkpoint or model path that is set but names nothing here."""
+        found = []
+        for key, option, value in (
+                ("[drafter] path", "--drafter", self.drafter.path),
+                ("[drafter] reference", "--reference-drafter", self.drafter.reference),
+                ("[target] path", "--target-model", self.target.path)):
+            path = self.resolve(value)
+            if path is not None and not path.exists():
+                found.append(f"{key} (or {option}): {path}: no such file or folder")
+        return found
 
     @property
     def is_simulated(self) -> bool:
@@ -236,18 +264,39 @@ def _given(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def cache_dir() -> Path:
+    """Generated demonstration assets: $SPECGATE_CACHE, else .specgate/ in the working directory."""
+    given = os.environ.get(CACHE_ENV)
+    return Path(given).expanduser() if given else Path.cwd() / ".specgate"
+
+
+def shipped_profiles_dir() -> Path:
+    """The profiles installed with the package (demo, seeds-replay, the seeds' deployment)."""
+    return Path(__file__).resolve().parents[1] / "profiles"
+
+
 def default_profile_path() -> Path:
-    """profiles/demo.toml beside the installed package, or in the working directory."""
-    here = Path(__file__).resolve().parents[2] / "profiles" / "demo.toml"
-    if here.exists():
-        return here
-    return Path.cwd() / "profiles" / "demo.toml"
+    """The embedded demo profile, installed with the package."""
+    return shipped_profiles_dir() / "demo.toml"
 
 
 def choose_profile_path(option: str | None) -> Path:
-    """--profile, else $SPECGATE_PROFILE, else the embedded demo profile."""
+    """--profile, else $SPECGATE_PROFILE, else the embedded demo profile.
+
+    A bare name that is no file here (`demo`, `seeds-replay`) names a shipped profile.
+    """
     chosen = option or os.environ.get(PROFILE_ENV) or None
-    return Path(chosen).expanduser() if chosen else default_profile_path()
+    if not chosen:
+        return default_profile_path()
+    path = Path(chosen).expanduser()
+    shipped = shipped_profiles_dir() / f"{chosen}.toml"
+    if not path.exists() and "/" not in chosen and not path.suffix and shipped.exists():
+        return shipped
+    return path
+
+
+def shipped_profile_names() -> list[str]:
+    return sorted(p.stem for p in shipped_profiles_dir().glob("*.toml"))
 
 
 def load_profile(path: Path | str) -> Profile:
@@ -255,7 +304,8 @@ def load_profile(path: Path | str) -> Profile:
     path = Path(path)
     if not path.exists():
         raise ProfileError(f"{path}: profile file not found (give --profile PATH or set "
-                           f"{PROFILE_ENV}; the demo profile is profiles/demo.toml)")
+                           f"{PROFILE_ENV}; shipped profiles, by name: "
+                           f"{', '.join(shipped_profile_names())})")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -282,6 +282,10 @@ def _server(profile: Profile, config: Config, log_path: Path,
         if checked.status == "rejected":
             raise ServerError(f"SGLang {checked.version or ''} rejects the launch command "
                               f"{spec.display()}: {checked.message}")
+        if checked.status == "unavailable" and "No module named 'sglang'" in checked.message:
+            # The launch would only die with the same import error: say it, don't launch.
+            raise ServerError(f"not launched: {checked.message}; install SGLang for this "
+                              f"interpreter or set [server] launcher / --sglang-launcher")
         progress(f"{config}: preflight {checked.status}: {checked.message}")
     progress(f"{config}: launching {spec.display()}")
     with server.running(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s,

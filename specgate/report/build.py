@@ -267,7 +267,9 @@ def _report_name(reports_dir: Path) -> str:
     with contextlib.suppress(OSError, ValueError):
         doc: Mapping[str, Any] = json.loads(verdict.read_text(encoding="utf-8"))
         if doc.get("profile"):
-            return f"specgate — {doc['profile']}"
+            # The title is on the first screen: simulated figures say so there.
+            sim = " (simulated server)" if doc.get("simulated") else ""
+            return f"specgate — {doc['profile']}{sim}"
     return "specgate"
 
 

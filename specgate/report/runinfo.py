@@ -17,8 +17,7 @@ def prepare(profile: Profile, reports_dir: Path) -> None:
     if profile.demo is None:
         return
     from specgate.testing import demo
-    assets = profile.resolve(profile.demo.assets)
-    assert assets is not None
+    assets = profile.demo_assets()
     assets.parent.mkdir(parents=True, exist_ok=True)
     # xdist workers all get here; one generates, the others wait and find it done.
     with FileLock(str(assets) + ".lock", timeout=600):

@@ -141,6 +141,9 @@ def main_preflight(argv: Sequence[str] | None = None) -> int:
                         help="profile files (default: every profile beside the demo profile)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     paths = args.profiles or sorted(default_profile_path().parent.glob("*.toml"))
+    if not paths:
+        print("specgate preflight: no profile to check (give PROFILE paths)", file=sys.stderr)
+        return 2
     worst = 0
     for path in paths:
         try:

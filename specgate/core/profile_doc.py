@@ -1,0 +1,188 @@
+"""docs/profile.md, written from the profile model: every key, its type and default come from
+specgate.core.profile; the sentences come from DESCRIPTIONS, which must name every key and no
+other (`specgate profile-doc --check` and tests/test_profile_doc.py hold both to the model)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from specgate.core.profile import Profile
+
+HEADER = """# Profile reference
+
+A profile is a TOML file that describes one deployment: the target model, the drafter under test,
+how to start SGLang, how to measure and what to require. Pass it with `--profile PATH`
+(`--specgate-profile PATH` where another plugin owns `--profile`) or `SPECGATE_PROFILE`; a shipped
+profile can be named instead of a path: `demo` (the default), `seeds-replay`,
+`kimi-k2.5-8x-rtx-pro-6000`. Relative paths are relative to the profile's folder, except in a
+profile with a `[demo]` section, where they name files inside its generated assets folder.
+`~` and `$VARS` are expanded. A key that does not exist, or a value of the wrong type, is one
+error naming the file, the key and what was expected.
+
+This page is generated from the profile model (`specgate profile-doc --out docs/profile.md`);
+a test fails when it differs from the model.
+"""
+
+DESCRIPTIONS: dict[str, str] = {
+    "name": "the profile's name: in the verdict, the report and the run history",
+    "description": "one line about the deployment, shown in the report",
+    "simulated": "label the figures as simulated (default: when the launcher runs "
+                 "specgate's SGLang simulator)",
+    "target.path": "target model folder; its config.json is read for the compatibility claims",
+    "drafter.path": "drafter checkpoint folder (config.json and *.safetensors) under test",
+    "drafter.reference": "a second drafter to compare against (shape parity, vocab matches)",
+    "drafter.expect": "config.json fields the drafter must carry, one `config.<key>` claim "
+                      "each; dotted keys reach nested fields",
+    "server.launcher": "argv prefix that starts an SGLang server (a list, or a string that is "
+                       "shell-split); a leading `ssh` or `pct` makes it remote",
+    "server.host": "address the server binds; anything but loopback is a warning",
+    "server.port": "port of the speculative server (0: a free port for each launch)",
+    "server.tp": "tensor-parallel size passed to SGLang",
+    "server.startup_timeout_s": "seconds to wait for the server to answer /health",
+    "server.stop_timeout_s": "seconds between SIGTERM and SIGKILL of the server's process tree",
+    "server.args": "further SGLang arguments for both servers",
+    "server.baseline_args": "further SGLang arguments for the baseline server only",
+    "server.env": "environment the server must start with (checked by `env.server_env`)",
+    "server.api_key_env": "name of an environment variable holding the API key (passed with "
+                          "--api-key, sent as a Bearer token, redacted everywhere)",
+    "server.url": "attach to this running speculative server instead of launching one",
+    "server.baseline_url": "attach to this running baseline server instead of launching one",
+    "server.stop_command": "argv run on every stop, for servers a remote launcher started",
+    "server.gpus": "GPU indices the server uses (checked by `env.gpu_clean` before a launch)",
+    "server.log_dir": "where server logs go (default: under the reports folder)",
+    "speculative.algorithm": "SGLang's --speculative-algorithm",
+    "speculative.num_steps": "--speculative-num-steps (all three of these, or none)",
+    "speculative.eagle_topk": "--speculative-eagle-topk",
+    "speculative.num_draft_tokens": "--speculative-num-draft-tokens (num_steps + 1 when "
+                                    "eagle_topk is 1)",
+    "bench.prompts": "`builtin`, or a JSONL file of prompts",
+    "bench.max_new_tokens": "cap on generated tokens per request (natural stop otherwise)",
+    "bench.temperature": "sampling temperature of the measured requests",
+    "bench.warmup": "warm-up requests per server, not measured",
+    "bench.repeats": "measured passes over the prompts before the first look at the intervals",
+    "bench.max_repeats": "most passes while an interval straddles its threshold",
+    "bench.confidence": "overall confidence of the intervals (split over the possible looks)",
+    "bench.chat_template": "chat template for the prompts when the target folder has none "
+                           "(for example `chatml`, `kimi`)",
+    "bench.request_timeout_s": "seconds one request may take",
+    "bench.categories": "only the builtin prompts of these categories",
+    "bench.prompts_per_category": "at most this many builtin prompts per category",
+    "thresholds.baseline_tps_min": "single-stream decode tok/s the baseline must reach "
+                                   "(`perf.baseline_tps`)",
+    "thresholds.accept_len_min": "accept length the drafter must reach, or `breakeven` "
+                                 "(derived from the measured cycle time)",
+    "thresholds.d2t_match_min": "fraction of draft positions that must map to the reference's "
+                                "target token (`vocab.d2t_match`)",
+    "thresholds.t2d_match_min": "fraction of target tokens both draft vocabularies must share "
+                                "(`vocab.t2d_match`)",
+    "thresholds.speedup_min": "speculative ÷ baseline tok/s must exceed this (`spec.speedup`)",
+    "thresholds.tps_targets": "tok/s lines drawn in the report's plots",
+    "thresholds.regression_tolerance": "smallest drop counted as a regression against the last "
+                                       "passing run (default 2 %)",
+    "finetune.init": "the checkpoint a fine-tune starts from (`finetune.init_parity`)",
+    "finetune.vocab_map": "the drafter whose d2t/t2d the fine-tune trains for",
+    "finetune.log": "the fine-tune's JSONL training log (`finetune.initial_loss`, "
+                    "`finetune.progress`)",
+    "finetune.reference_log": "a reference run's JSONL log to compare progress with",
+    "finetune.hidden_states": "a hidden-state dump for `eval.teacher_forced`",
+    "data.path": "a dataset folder checked by the `data.*` claims",
+    "demo.assets": "folder for the generated assets; relative: under $SPECGATE_CACHE, else "
+                   "`.specgate/` in the working directory",
+    "demo.kind": "`demo` (a small passing deployment) or `seeds` (the seeds' full-size replay)",
+}
+
+
+def keys() -> list[tuple[str, Any]]:
+    """(dotted key, pydantic field) for every key a profile may hold, in the model's order."""
+    found: list[tuple[str, Any]] = []
+    for name, field in Profile.model_fields.items():
+        if name == "source":
+            continue
+        section = _section_model(field.annotation)
+        if section is None:
+            found.append((name, field))
+        else:
+            found += [(f"{name}.{sub}", f) for sub, f in section.model_fields.items()]
+    return found
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _type_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        parts = [a for a in get_args(annotation) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in parts)
+    if origin is Literal:
+        return " or ".join(json.dumps(a) for a in get_args(annotation))
+    if origin is list:
+        return f"list of {_type_name(get_args(annotation)[0])}s"
+    if origin is dict:
+        return "table"
+    return {str: "string", int: "integer", float: "number", bool: "true/false"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default_factory() if field.default_factory is not None else field.default
+    if value is None or value is PydanticUndefined:
+        return "—"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{json.dumps(value, ensure_ascii=False)}`"
+
+
+def render() -> str:
+    missing = [k for k, _ in keys() if k not in DESCRIPTIONS]
+    unknown = sorted(set(DESCRIPTIONS) - {k for k, _ in keys()})
+    if missing or unknown:
+        raise ValueError(f"profile_doc.DESCRIPTIONS is out of step with the profile model: "
+                         f"undescribed {missing}, no such key {unknown}")
+    out = [HEADER]
+    section = None
+    for key, field in keys():
+        head = key.split(".", 1)[0] if "." in key else ""
+        if head != section:
+            section = head
+            out.append(f"\n## {'[' + head + ']' if head else 'Top level'}\n")
+            out.append("| key | type | default | meaning |\n|---|---|---|---|")
+        name = key.split(".", 1)[1] if head else key
+        out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | "
+                   f"{DESCRIPTIONS[key]} |")
+    return "\n".join(out) + "\n"
+
+
+def main_profile_doc(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="specgate profile-doc",
+                                     description="write the profile reference (Markdown)")
+    parser.add_argument("--out", type=Path, help="file to write (default: standard output)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when --out differs from what the model gives")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.out is None:
+        sys.stdout.write(text)
+    elif args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        if current != text:
+            print(f"{args.out} is out of date: run specgate profile-doc --out {args.out}",
+                  file=sys.stderr)
+            return 1
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return 0

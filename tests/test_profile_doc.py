@@ -1,0 +1,48 @@
+"""docs/profile.md is generated from the profile model and cannot drift from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specgate.core import profile_doc
+from specgate.core.profile import Profile
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "profile.md"
+
+
+def test_committed_reference_matches_the_model() -> None:
+    assert DOC.read_text(encoding="utf-8") == profile_doc.render(), (
+        "docs/profile.md is out of date: run `specgate profile-doc --out docs/profile.md`")
+
+
+def test_every_key_is_listed_with_its_default() -> None:
+    text = profile_doc.render()
+    for key, _field in profile_doc.keys():
+        assert f"| `{key.rsplit('.', 1)[-1]}` |" in text
+    assert "| `startup_timeout_s` | number | `1800.0` |" in text
+    assert "| `accept_len_min` | number or \"breakeven\" | — |" in text
+    sections = ("target", "drafter", "server", "speculative", "bench", "thresholds",
+                "finetune", "data")
+    # name, description, simulated; every section's keys; [demo] (optional) has assets and kind.
+    assert len(profile_doc.keys()) == 3 + 2 + sum(
+        len(Profile.model_fields[s].annotation.model_fields) for s in sections)
+
+
+def test_a_key_without_a_description_stops_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    descriptions = dict(profile_doc.DESCRIPTIONS)
+    del descriptions["server.tp"]
+    monkeypatch.setattr(profile_doc, "DESCRIPTIONS", descriptions)
+    with pytest.raises(ValueError, match=r"undescribed \['server.tp'\]"):
+        profile_doc.render()
+
+
+def test_check_mode_reports_a_stale_file(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    stale = tmp_path / "profile.md"
+    stale.write_text("old\n")
+    assert profile_doc.main_profile_doc(["--out", str(stale), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert profile_doc.main_profile_doc(["--out", str(stale)]) == 0
+    assert profile_doc.main_profile_doc(["--out", str(stale), "--check"]) == 0
