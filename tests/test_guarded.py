@@ -55,6 +55,7 @@ def pytest_runtest_logfinish(nodeid, location):
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "p.toml").write_text('name = "guarded"\n[drafter]\npath = "d"\n')
+    (tmp_path / "d").mkdir()  # the drafter folder exists: its contents are what is tested
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text(
@@ -109,6 +110,7 @@ def test_an_internal_error_leaves_an_incomplete_verdict(project: Path) -> None:
 
 
 def test_a_drafter_path_that_is_not_utf8_does_not_crash_the_writers(project: Path) -> None:
+    os.mkdir(os.fsencode(str(project)) + b"/dr\xffafter")  # it exists: only its name is odd
     proc = _run(project, b"--drafter=" + os.fsencode(str(project)) + b"/dr\xffafter", "-k",
                 "fine or last")
     out = proc.stdout + proc.stderr

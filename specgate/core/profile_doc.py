@@ -56,8 +56,9 @@ DESCRIPTIONS: dict[str, str] = {
     "server.url": "attach to this running speculative server instead of launching one",
     "server.baseline_url": "attach to this running baseline server instead of launching one",
     "server.stop_command": "argv run on every stop, for servers a remote launcher started",
-    "server.gpus": "GPU indices the server uses (checked by `env.gpu_clean` before a launch)",
-    "server.log_dir": "where server logs go (default: under the reports folder)",
+    "server.gpus": ("GPU indices the server uses: passed to it as CUDA_VISIBLE_DEVICES and "
+                    "checked by `env.gpu_clean` before a launch (default: the env's "
+                    "CUDA_VISIBLE_DEVICES, else 0..tp-1)"),
     "speculative.algorithm": "SGLang's --speculative-algorithm",
     "speculative.num_steps": "--speculative-num-steps (all three of these, or none)",
     "speculative.eagle_topk": "--speculative-eagle-topk",
