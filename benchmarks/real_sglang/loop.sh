@@ -1,0 +1,42 @@
+#!/bin/bash
+# Close the loop on real SGLang (issue 15): train a drafter for the tiny target with specgate's
+# own EAGLE-3 forward, serve it with SGLang, run `pytest -m probe` and the Phase 1/2 claims, and
+# set the predicted accept length against the measured one. See loop.py.
+#
+# On the GPU machine, after bundle A is in /tmp/site (see README.md):
+#   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
+# Dry run here, against specgate's simulator:
+#   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/loop.sh --train-args "--size tiny --device cpu"
+#
+# Environment as run_suite.sh (OUT, RS_WORK default /tmp/loop, RS_SITE, RS_SIM, RS_PYTHON).
+set -u
+T0=$(date +%s)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${OUT:-/tmp/loop-out}
+WORK=${RS_WORK:-/tmp/loop}
+SITE=${RS_SITE:-/tmp/site}
+SIM=${RS_SIM:-0}
+PY=${RS_PYTHON:-python3}
+BUDGET=570
+TRAIN_ARGS=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --budget) BUDGET=$2; shift 2 ;;
+    --train-args) TRAIN_ARGS=$2; shift 2 ;;
+    *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT" "$WORK"
+exec > >(tee -a "$OUT/loop.log") 2>&1
+cd "$ROOT" || exit 4
+. "$HERE/env.sh" || exit $?
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+echo "setup done in $(( $(date +%s) - T0 )) s"
+SIMFLAG=
+[ "$SIM" = 1 ] && SIMFLAG=--sim
+"$PY" "$HERE/loop.py" --work "$WORK" --out "$OUT" --root "$ROOT" --launcher "$LAUNCHER" \
+  --deadline $(( T0 + BUDGET )) --train-args "$TRAIN_ARGS" $SIMFLAG
+RC=$?
+echo "total $(( $(date +%s) - T0 )) s, loop exit $RC"
+exit $RC
