@@ -97,7 +97,8 @@ def run_tune(root: Path) -> dict[str, Any]:
         run = run_config(prof, "speculative", work / "grid" / c.key,
                          keep_going=lambda _m: None)
         m = run.measurement
-        assert m is not None and "tps" in m.stats, run.failure
+        assert m is not None, run.failure
+        assert "tps" in m.stats, run.failure
         truth = model.truth_for_profile(prof)
         grid[s] = {"tps": m.stats["tps"].mean, "requests": len(m.samples) + m.warmup,
                    "truth_tps": truth.spec_tps, "truth_tau": truth.tau}

@@ -39,9 +39,11 @@ def test_find_respects_the_age_bound(tmp_path):
     run = {"config": "baseline", "measurement": {"x": 1}, "failure": None}
     reuse.save(tmp_path / "reports", fp, run, now=1000.0)
     young = reuse.find(tmp_path / "reports", fp, 24.0, now=1000.0 + 23 * 3600)
-    assert isinstance(young, reuse.Stored) and abs(young.age_h - 23) < 1e-6
+    assert isinstance(young, reuse.Stored)
+    assert abs(young.age_h - 23) < 1e-6
     old = reuse.find(tmp_path / "reports", fp, 24.0, now=1000.0 + 25 * 3600)
-    assert isinstance(old, str) and "older than" in old
+    assert isinstance(old, str)
+    assert "older than" in old
     other = reuse.fingerprint(_profile(tmp_path, env={"NCCL_PROTO": "LL"}))
     assert "no stored baseline" in reuse.find(tmp_path / "reports", other, 24.0)
 
@@ -49,9 +51,12 @@ def test_find_respects_the_age_bound(tmp_path):
 def test_recheck_names_each_disagreement():
     stored = {"model_path": "/m", "version": "0.5.17", "tp_size": 1}
     agreed, problems = reuse.recheck(stored, dict(stored))
-    assert agreed == stored and problems == []
+    assert agreed == stored
+    assert problems == []
     agreed, problems = reuse.recheck(stored, {**stored, "version": "0.5.18"})
-    assert len(problems) == 1 and "version" in problems[0] and "0.5.18" in problems[0]
+    assert len(problems) == 1
+    assert "version" in problems[0]
+    assert "0.5.18" in problems[0]
 
 
 def _measurement(config):
@@ -95,7 +100,8 @@ def test_run_live_reuses_then_remeasures_on_drift(tmp_path, monkeypatch):
     version["v"] = "0.5.18"  # the server was upgraded: the stored baseline must not be used
     third = live.run_live(profile, tmp_path / "reports")
     assert calls == ["speculative", "baseline"]
-    assert third.baseline.reuse["reused"] is False and "version" in third.baseline.reuse["why"]
+    assert third.baseline.reuse["reused"] is False
+    assert "version" in third.baseline.reuse["why"]
     calls.clear()
     live.run_live(_profile(tmp_path, max_age=None), tmp_path / "reports")
     assert calls == ["baseline", "speculative"]  # the policy is off: always fresh

@@ -38,9 +38,11 @@ def test_cycle_fit_is_exact_on_a_line_and_uses_the_baseline_prior():
     fit = tune.fit_cycle([(8, 3.2), (3, 2.2)])
     assert (fit.intercept_ms, fit.slope_ms) == pytest.approx((1.6, 0.2))
     one = tune.fit_cycle([(8, 3.2)], prior_intercept_ms=1.2)
-    assert one.at(0) == pytest.approx(1.2) and one.at(8) == pytest.approx(3.2)
+    assert one.at(0) == pytest.approx(1.2)
+    assert one.at(8) == pytest.approx(3.2)
     pred = tune.predict_one(tune.Candidate(2), [0.5, 0.5], fit)
-    assert pred.tau == pytest.approx(1.75) and pred.tps == pytest.approx(1750 / 2.0)
+    assert pred.tau == pytest.approx(1.75)
+    assert pred.tps == pytest.approx(1750 / 2.0)
 
 
 @pytest.mark.slow
