@@ -446,7 +446,7 @@ def _baseline_and_speculative(profile: Profile, reports_dir: Path,
     attached = bool(profile.server.baseline_url)
     fp: reuse.Fingerprint | None = None
     why_fresh = ""
-    if not attached:
+    if not attached and max_age is not None:
         try:
             fp = reuse.fingerprint(profile)
         except Exception as exc:  # no fingerprint: measure as always, and store nothing
