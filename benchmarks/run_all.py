@@ -58,6 +58,18 @@ def _bench5(work: Path, quick: bool) -> dict[str, Any]:
     return launches.run(work, workers=(1,) if quick else (1, 4))
 
 
+def _bench6(work: Path, quick: bool) -> dict[str, Any]:
+    import tune_bench
+
+    return tune_bench.run(work)
+
+
+def _rows6(result: dict[str, Any]) -> list[list[str]]:
+    import tune_bench
+
+    return tune_bench.rows(result)
+
+
 def _rows4(result: dict[str, Any]) -> list[list[str]]:
     import live_sim
 
@@ -71,6 +83,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "3": ("probe_run", _bench3, probe_run.rows),
     "4": ("live_sim", _bench4, _rows4),
     "5": ("launches", _bench5, launches.rows),
+    "6": ("fewer_launches", _bench6, _rows6),
 }
 
 

@@ -1,4 +1,4 @@
-"""The `specgate` command: report, generate, remap-vocab, eval, preflight, profile-doc."""
+"""The `specgate` command: report, generate, remap-vocab, eval, preflight, tune, profile-doc."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ commands:
   remap-vocab  move a drafter's lm_head rows to another vocab map (--from OLD --to MAP --out NEW)
   eval         offline teacher-forced evaluation of a drafter on a hidden-state dump
   preflight    check the launch commands of a profile with the installed SGLang's own parser
+  tune         find the fastest --speculative-num-steps chain from few launches (table, plot,
+               a [speculative] snippet in reports/tune/)
   profile-doc  write the profile reference (every key, type, default and meaning) as Markdown
 
 The claims themselves run under pytest, from any folder:
@@ -59,6 +61,12 @@ def _profile_doc(argv: Sequence[str]) -> int:
     return main_profile_doc(list(argv))
 
 
+def _tune(argv: Sequence[str]) -> int:
+    from specgate.report.tune_report import main_tune
+
+    return main_tune(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "report": _report,
     "generate": _generate,
@@ -66,6 +74,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "eval": _eval,
     "preflight": _preflight,
     "profile-doc": _profile_doc,
+    "tune": _tune,
 }
 
 

@@ -30,6 +30,15 @@ def _sim(live: LiveResults) -> str:
     return "[simulated server] " if live.simulated else ""
 
 
+def _reused_baseline(live: LiveResults) -> str:
+    """A note for claims that use the baseline's figures when they were reused, not measured."""
+    reuse = live.baseline.reuse
+    if not reuse.get("reused"):
+        return ""
+    return (f" (baseline figures reused from {reuse.get('measured_at')}, "
+            f"{float(reuse.get('age_h', 0.0)):.1f} h old: see perf.baseline_tps)")
+
+
 def _broken(claim_id: str, live: LiveResults, message: str, **kw: Any) -> ClaimResult:
     return claims.broken(claim_id, PHASE, _sim(live) + message, **kw)
 
@@ -240,7 +249,16 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     figures = (f"baseline {tps.describe('tok/s', 1)}, {got.repeats} repeats of "
                f"{len(got.samples) // max(got.repeats, 1)} prompts ({got.stop_reason})")
     threshold = profile.thresholds.baseline_tps_min
-    details = {"tps": tps.to_json(), "template": got.template}
+    details: dict[str, Any] = {"tps": tps.to_json(), "template": got.template}
+    reuse = live.baseline.reuse
+    if reuse.get("reused"):
+        figures += (f"; REUSED: measured {reuse.get('measured_at')} "
+                    f"({float(reuse.get('age_h', 0.0)):.1f} h ago), not launched this run; "
+                    f"safe because {reuse.get('why_safe')}")
+    elif reuse:
+        figures += f"; measured fresh this run ({reuse.get('why')})"
+    if reuse:
+        details["baseline_reuse"] = dict(reuse)
     if threshold is None:
         return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
                               "baseline_tps_min is set, so there is nothing to judge",
@@ -402,7 +420,8 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                 if low is not None and high is not None else "")
     arithmetic = (f"cycle {ms} ms × {be.baseline_tps:.1f} tok/s = break-even "
                   f"{be.breakeven:.2f}{interval}; measured {be.tau:.2f} tokens per verify in "
-                  f"decode ({got.stats['accept_len'].mean:.2f} counting the prefill token)")
+                  f"decode ({got.stats['accept_len'].mean:.2f} counting the prefill token)"
+                  f"{_reused_baseline(live)}")
     ok, how = _judge(be.ratio, 1.0, strict=True)
     if ok:
         tail = "the drafter makes serving faster"
@@ -453,7 +472,7 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
-               f"required > {threshold:g}: {how}{slower}")
+               f"required > {threshold:g}: {how}{slower}{_reused_baseline(live)}")
     return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x",
                          details={"speedup": ratio.to_json(),

@@ -139,6 +139,23 @@ class BenchSection(_Section):
     request_timeout_s: float = Field(default=600.0, gt=0)
     categories: list[str] | None = None
     prompts_per_category: int | None = Field(default=None, ge=1)
+    baseline_max_age_h: float | None = Field(default=None, gt=0)
+
+
+class TuneSection(_Section):
+    """`specgate tune`: which (steps, topk 1, steps + 1 draft tokens) chains to consider."""
+
+    steps: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6], min_length=1)
+    max_launches: int = Field(default=4, ge=1)
+    margin: float = Field(default=0.03, ge=0.0, lt=1.0)
+    repeats: int = Field(default=1, ge=1)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_positive(cls, value: list[int]) -> list[int]:
+        if any(s < 1 for s in value):
+            raise ValueError(f"every number of steps must be >= 1, found {value}")
+        return sorted(set(value))
 
 
 class ThresholdsSection(_Section):
@@ -185,6 +202,7 @@ class Profile(_Section):
     speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
     bench: BenchSection = Field(default_factory=BenchSection)
     thresholds: ThresholdsSection = Field(default_factory=ThresholdsSection)
+    tune: TuneSection = Field(default_factory=TuneSection)
     finetune: FinetuneSection = Field(default_factory=FinetuneSection)
     data: DataSection = Field(default_factory=DataSection)
     demo: DemoSection | None = None

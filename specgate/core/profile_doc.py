@@ -76,6 +76,20 @@ DESCRIPTIONS: dict[str, str] = {
     "bench.request_timeout_s": "seconds one request may take",
     "bench.categories": "only the builtin prompts of these categories",
     "bench.prompts_per_category": "at most this many builtin prompts per category",
+    "bench.baseline_max_age_h": ("reuse a stored baseline measured at most this many hours "
+                                 "ago with the same fingerprint (target path and config.json, "
+                                 "SGLang version, baseline launch arguments, GPU model, count "
+                                 "and driver, [server] env, prompts and sampling), rechecked "
+                                 "against the speculative server's /server_info; unset: "
+                                 "measure the baseline on every run. While it is set, each "
+                                 "freshly launched baseline is stored in REPORTS/baselines/"),
+    "tune.steps": "`specgate tune`: the --speculative-num-steps to consider (chains: topk 1, "
+                  "steps + 1 draft tokens); the first launch uses the largest",
+    "tune.max_launches": "`specgate tune`: most speculative launches, the first included",
+    "tune.margin": "`specgate tune`: launch a configuration only while the model predicts it "
+                   "within this fraction of the best measured tok/s",
+    "tune.repeats": "`specgate tune`: passes over the prompts before the first look at a "
+                    "configuration's speed-up over the best (then up to bench.max_repeats)",
     "thresholds.baseline_tps_min": "single-stream decode tok/s the baseline must reach "
                                    "(`perf.baseline_tps`)",
     "thresholds.accept_len_min": "accept length the drafter must reach, or `breakeven` "

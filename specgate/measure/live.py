@@ -88,6 +88,9 @@ class ConfigRun:
     failure: Failure | None = None
     stop: str = ""
     log_path: str = ""
+    # Baseline reuse (measure/reuse.py): {"reused": True, "measured_at", "why_safe", …} for a
+    # stored baseline, {"reused": False, "why": …} for a fresh one while reuse is on; {} when off.
+    reuse: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -296,8 +299,13 @@ def _server(profile: Profile, config: Config, log_path: Path,
 
 def run_config(profile: Profile, config: Config, reports_dir: Path, *,
                baseline: bench.Measurement | None = None,
-               progress: Progress | None = None) -> ConfigRun:
-    """Launch (or attach), check, measure and stop one configuration; errors become data."""
+               progress: Progress | None = None,
+               keep_going: Callable[[bench.Measurement], str | None] | None = None
+               ) -> ConfigRun:
+    """Launch (or attach), check, measure and stop one configuration; errors become data.
+
+    keep_going replaces the gate's rule for more repeats (`specgate tune` races configurations).
+    """
     say = progress or (lambda _msg: None)
     fields: dict[str, Any] = {"config": config}
     attached = bool(profile.server.baseline_url if config == "baseline" else profile.server.url)
@@ -332,7 +340,8 @@ def run_config(profile: Profile, config: Config, reports_dir: Path, *,
                     fields["measurement"] = bench.measure(
                         client, profile.bench, config=config,
                         prompts=chosen, template=template,
-                        keep_going=_keep_going(profile, config, baseline), progress=say,
+                        keep_going=keep_going or _keep_going(profile, config, baseline),
+                        progress=say,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
                 except SpecgateError as exc:
                     # Settle first: a server writes its access-log line for the failed request
@@ -417,9 +426,7 @@ def run_live(profile: Profile, reports_dir: Path, *,
         label = load_prompts(profile)[1]
     except SpecgateError:
         pass  # reported by run_config as each configuration's failure
-    baseline = run_config(profile, "baseline", reports_dir, progress=say)
-    speculative = run_config(profile, "speculative", reports_dir,
-                             baseline=baseline.measurement, progress=say)
+    baseline, speculative = _baseline_and_speculative(profile, reports_dir, say)
     results = LiveResults(
         profile=profile.name,
         simulated=profile.is_simulated or baseline.simulated or speculative.simulated,
@@ -427,6 +434,55 @@ def run_live(profile: Profile, reports_dir: Path, *,
         finished_at=_now(), prompts=label)
     results.write(live_dir / RESULTS_FILE)
     return results
+
+
+def _baseline_and_speculative(profile: Profile, reports_dir: Path,
+                              say: Progress) -> tuple[ConfigRun, ConfigRun]:
+    """Both runs: the baseline first, or a stored one (measure/reuse.py) when the profile allows
+    it and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
+    from specgate.measure import reuse
+
+    max_age = profile.bench.baseline_max_age_h
+    attached = bool(profile.server.baseline_url)
+    fp: reuse.Fingerprint | None = None
+    why_fresh = ""
+    if not attached and max_age is not None:
+        try:
+            fp = reuse.fingerprint(profile)
+        except Exception as exc:  # no fingerprint: measure as always, and store nothing
+            why_fresh = f"no fingerprint ({type(exc).__name__}: {exc})"
+    found: reuse.Stored | str = why_fresh
+    if max_age is not None and fp is not None:
+        found = reuse.find(reports_dir, fp, max_age)
+    if isinstance(found, reuse.Stored):
+        stored = ConfigRun.from_json(found.run)
+        say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
+            f"(fingerprint {found.fingerprint}); no baseline launch")
+        speculative = run_config(profile, "speculative", reports_dir,
+                                 baseline=stored.measurement, progress=say)
+        agreed, problems = reuse.recheck(stored.server_info, speculative.server_info)
+        if speculative.failure is None and not problems:
+            return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, agreed)), \
+                speculative
+        why_fresh = ("; ".join(problems) if problems else
+                     "the speculative server could not be rechecked (it failed)")
+        say(f"baseline: measuring it again: {why_fresh}")
+        baseline = run_config(profile, "baseline", reports_dir, progress=say)
+    else:
+        why_fresh = found
+        baseline = run_config(profile, "baseline", reports_dir, progress=say)
+        speculative = run_config(profile, "speculative", reports_dir,
+                                 baseline=baseline.measurement, progress=say)
+    if (max_age is not None and fp is not None and baseline.measurement is not None
+            and baseline.failure is None):
+        try:
+            path = reuse.save(reports_dir, fp, baseline.to_json())
+            say(f"baseline: stored as {path.name} for later runs")
+        except OSError as exc:
+            say(f"baseline: not stored ({exc})")
+    if max_age is not None:
+        baseline = dataclasses.replace(baseline, reuse={"reused": False, "why": why_fresh})
+    return baseline, speculative
 
 
 RUN_FILE = re.compile(r"^[0-9a-f]{32}\.(json|lock)$")
@@ -487,4 +543,7 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
         if run.get("url"):
             facts.setdefault("server_url", run["url"])
             facts[f"{config}_url"] = run["url"]
+    reuse = (data.get("baseline") or {}).get("reuse")
+    if reuse:
+        facts["baseline_reuse"] = reuse
     return facts

@@ -1,0 +1,431 @@
+"""`specgate tune`: the fastest speculative chain configuration from few launches.
+
+SGLang's own answer (scripts/playground/bench_speculative.py) launches once per configuration of
+a grid and runs a fixed number of prompts on each. Here:
+
+1. One launch at the largest `[tune] steps` (topk 1, steps + 1 draft tokens) measures the
+   conditional acceptance of every draft position (from `spec_correct_drafts_histogram`: of the
+   verify passes that reached position k, the share that accepted it) and the cycle time.
+2. The chain model (model/predict.py: tau(s) = 1 + Σ_{k≤s} Π_{j≤k} p_j) predicts the tokens per
+   verify of every shorter chain exactly from those positions; the cycle time is a straight line
+   in the steps, cycle(s) = a + b·s, fitted to the configurations measured so far (before a
+   second point exists, the line runs through the baseline's time per decode step at s = 0:
+   a verify of one token costs about one decode step). Predicted decode tok/s = tau / cycle.
+3. The configuration with the highest prediction is launched next, only while its prediction is
+   within `[tune] margin` of the best measured tok/s, and raced against the best with the gate's
+   statistics: the paired per-prompt speed-up (measure/bench.speedup) at bench.judged_confidence,
+   `[tune] repeats` passes before the first look, more (up to bench.max_repeats) while the
+   interval straddles 1. It is dropped as soon as it is confidently slower; a confidently faster
+   one becomes the best. Each launch adds a point to the cycle fit and histograms to the
+   acceptance estimate, and the predictions are made again.
+
+Assumptions, said in the output: chains only (topk 1). A chain's histogram says nothing about
+how often a second-ranked draft token would have been right, so topk > 1 trees are not predicted
+(SGLang's tree verify also changes the cycle cost in ways a line in the steps does not capture).
+Acceptance at position k does not depend on how many positions follow (true of a chain: the
+drafter proposes position k before it knows the chain's length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from specgate.core.profile import Profile
+from specgate.measure import bench, reuse, stats
+from specgate.measure.live import ConfigRun, Progress, json_safe, run_config
+from specgate.measure.stats import Summary
+from specgate.model import predict
+
+Runner = Callable[..., ConfigRun]
+RESULT_FILE = "tune.json"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Candidate:
+    """A chain configuration: --speculative-num-steps, topk 1, steps + 1 draft tokens."""
+
+    steps: int
+    topk: int = 1
+
+    @property
+    def draft_tokens(self) -> int:
+        return self.steps + 1
+
+    @property
+    def key(self) -> str:
+        return f"s{self.steps}-k{self.topk}-d{self.draft_tokens}"
+
+    @property
+    def flags(self) -> list[str]:
+        return ["--speculative-num-steps", str(self.steps), "--speculative-eagle-topk",
+                str(self.topk), "--speculative-num-draft-tokens", str(self.draft_tokens)]
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleFit:
+    """cycle_ms(steps) = intercept + slope × steps, and where the line came from."""
+
+    intercept_ms: float
+    slope_ms: float
+    points: tuple[tuple[int, float], ...]
+    how: str
+
+    def at(self, steps: int) -> float:
+        return self.intercept_ms + self.slope_ms * steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    tau: float  # tokens per verify (decode), the chain model's expected accept length
+    cycle_ms: float
+    tps: float  # predicted decode tok/s = tau / cycle
+
+
+def conditional_acceptance(runs: Sequence[tuple[int, bench.Measurement]]) -> list[float]:
+    """p_k per draft position, pooled over runs of chains of different lengths.
+
+    From each request's spec_correct_drafts_histogram h (h[j] = verify passes that accepted j
+    drafts; SGLang trims it after the last non-zero entry): passes reaching position k are
+    Σ_{j≥k−1} h[j], those accepting it Σ_{j≥k} h[j]. A run without histograms contributes the
+    equal rate that gives its measured tokens per verify (stats.required_rate) at each position.
+    """
+    reach: dict[int, float] = {}
+    accepted: dict[int, float] = {}
+    for steps, m in runs:
+        hists = [s.drafts_histogram for s in m.samples if s.drafts_histogram]
+        if hists:
+            total = [0] * (steps + 1)
+            for h in hists:
+                for j, count in enumerate(h[: steps + 1]):
+                    total[j] += count
+            for k in range(1, steps + 1):
+                reach[k] = reach.get(k, 0.0) + sum(total[k - 1:])
+                accepted[k] = accepted.get(k, 0.0) + sum(total[k:])
+            continue
+        tau = m.stat("tau_decode")
+        rate = stats.required_rate(tau.mean, steps) if tau is not None else None
+        if rate is None:
+            continue
+        for k in range(1, steps + 1):  # one pseudo-count per verify pass at the equal rate
+            verifies = sum(s.verify_ct or 0 for s in m.samples)
+            passes = verifies * rate ** (k - 1)
+            reach[k] = reach.get(k, 0.0) + passes
+            accepted[k] = accepted.get(k, 0.0) + passes * rate
+    out = []
+    for k in range(1, max(reach, default=0) + 1):
+        out.append(accepted.get(k, 0.0) / reach[k] if reach.get(k) else 0.0)
+    return out
+
+
+def fit_cycle(points: Sequence[tuple[int, float]],
+              prior_intercept_ms: float | None = None) -> CycleFit:
+    """The cycle-time line from measured (steps, cycle ms) points (least squares)."""
+    pts = tuple(sorted(points))
+    distinct = sorted({s for s, _ in pts})
+    if not pts:
+        raise ValueError("no measured cycle time to fit")
+    if len(distinct) >= 2:
+        n = len(pts)
+        mx = sum(s for s, _ in pts) / n
+        my = sum(c for _, c in pts) / n
+        sxx = sum((s - mx) ** 2 for s, _ in pts)
+        slope = sum((s - mx) * (c - my) for s, c in pts) / sxx
+        return CycleFit(my - slope * mx, slope, pts,
+                        f"least squares over {n} measured configurations")
+    s0 = distinct[0]
+    c0 = sum(c for _, c in pts) / len(pts)
+    if prior_intercept_ms is not None and 0 < prior_intercept_ms < c0 and s0 > 0:
+        return CycleFit(prior_intercept_ms, (c0 - prior_intercept_ms) / s0, pts,
+                        "one measured configuration and the baseline's decode step at 0 steps")
+    slope = c0 / (s0 + 1)
+    return CycleFit(slope, slope, pts, "one measured configuration, cycle ∝ steps + 1 "
+                    "(no baseline)")
+
+
+def predict_one(candidate: Candidate, acceptance: Sequence[float], fit: CycleFit) -> Prediction:
+    rates = list(acceptance) or [0.0]
+    while len(rates) < candidate.steps:  # beyond the measured positions: the last one's rate
+        rates.append(rates[-1])
+    tau = predict.accept_length(rates, candidate.steps)
+    cycle = fit.at(candidate.steps)
+    return Prediction(tau, cycle, 1000.0 * tau / cycle if cycle > 0 else math.nan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    candidate: Candidate
+    launch: int  # 1-based launch order among speculative launches
+    predicted: Prediction | None  # the prediction that chose it (None for the first launch)
+    run: ConfigRun
+    status: str  # best | dropped | tied | failed
+    note: str = ""
+    vs_best: Summary | None = None  # paired speed-up over the best when it was raced
+
+    @property
+    def measurement(self) -> bench.Measurement | None:
+        return self.run.measurement
+
+    @property
+    def requests(self) -> int:
+        m = self.run.measurement
+        return 0 if m is None else len(m.samples) + m.warmup
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": dataclasses.asdict(self.candidate), "key": self.candidate.key,
+                "draft_tokens": self.candidate.draft_tokens, "launch": self.launch,
+                "predicted": dataclasses.asdict(self.predicted) if self.predicted else None,
+                "status": self.status, "note": self.note, "requests": self.requests,
+                "vs_best": self.vs_best.to_json() if self.vs_best else None,
+                "run": self.run.to_json()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    profile: str
+    simulated: bool
+    candidates: tuple[Candidate, ...]
+    trials: tuple[Trial, ...]
+    baseline: ConfigRun | None
+    baseline_note: str
+    acceptance: tuple[float, ...]
+    fit: CycleFit | None
+    predictions: dict[str, Prediction]  # every candidate, by the final model
+    best: Candidate | None
+    stop_reason: str
+    confidence: float
+    started_at: str = ""
+    finished_at: str = ""
+
+    @property
+    def launches(self) -> int:
+        launched_baseline = self.baseline is not None and not self.baseline.reuse.get("reused")
+        return len(self.trials) + int(launched_baseline)
+
+    @property
+    def requests(self) -> int:
+        base = 0
+        if self.baseline is not None and not self.baseline.reuse.get("reused") \
+                and self.baseline.measurement is not None:
+            base = len(self.baseline.measurement.samples) + self.baseline.measurement.warmup
+        return base + sum(t.requests for t in self.trials)
+
+    def trial(self, candidate: Candidate) -> Trial | None:
+        return next((t for t in self.trials if t.candidate == candidate), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
+                "started_at": self.started_at, "finished_at": self.finished_at,
+                "candidates": [c.key for c in self.candidates],
+                "trials": [t.to_json() for t in self.trials],
+                "baseline": self.baseline.to_json() if self.baseline else None,
+                "baseline_note": self.baseline_note, "acceptance": list(self.acceptance),
+                "cycle_fit": dataclasses.asdict(self.fit) if self.fit else None,
+                "predictions": {k: dataclasses.asdict(p) for k, p in self.predictions.items()},
+                "best": self.best.key if self.best else None,
+                "recommended_flags": self.best.flags if self.best else None,
+                "launches": self.launches, "requests": self.requests,
+                "stop_reason": self.stop_reason, "confidence": self.confidence}
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(json_safe(self.to_json()), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def candidate_profile(profile: Profile, candidate: Candidate) -> Profile:
+    """The profile with this chain in [speculative] and tune's repeats in [bench]."""
+    t = profile.tune
+    spec = profile.speculative.model_copy(update={
+        "num_steps": candidate.steps, "eagle_topk": candidate.topk,
+        "num_draft_tokens": candidate.draft_tokens})
+    b = profile.bench.model_copy(update={"repeats": t.repeats,
+                                         "max_repeats": max(profile.bench.max_repeats,
+                                                            t.repeats)})
+    return profile.model_copy(update={"speculative": spec, "bench": b})
+
+
+def _race(best: bench.Measurement, label: str) -> Callable[[bench.Measurement], str | None]:
+    def rule(m: bench.Measurement) -> str | None:
+        return bench.straddles(bench.speedup(m, best), 1.0, f"speed-up over {label}")
+    return rule
+
+
+def _baseline(profile: Profile, reports_dir: Path, say: Progress,
+              runner: Runner) -> tuple[ConfigRun | None, str, reuse.Stored | None]:
+    """A stored baseline when [bench] baseline_max_age_h allows one, else a launched one."""
+    max_age = profile.bench.baseline_max_age_h
+    fp: reuse.Fingerprint | None = None
+    why = "baseline_max_age_h is not set"
+    if not profile.server.baseline_url:
+        try:
+            fp = reuse.fingerprint(profile)
+        except Exception as exc:
+            why = f"no fingerprint ({exc})"
+    if max_age is not None and fp is not None:
+        found = reuse.find(reports_dir, fp, max_age)
+        if isinstance(found, reuse.Stored):
+            say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
+                f"(fingerprint {found.fingerprint})")
+            return ConfigRun.from_json(found.run), "", found
+        why = found
+    say(f"baseline: launching it ({why})")
+    t = profile.tune
+    b = profile.bench.model_copy(update={"repeats": t.repeats,
+                                         "max_repeats": max(profile.bench.max_repeats,
+                                                            t.repeats)})
+    run = runner(profile.model_copy(update={"bench": b}), "baseline",
+                 reports_dir / "tune" / "baseline", progress=say, keep_going=lambda _m: None)
+    if max_age is not None and fp is not None and run.measurement is not None \
+            and run.failure is None:
+        reuse.save(reports_dir, fp, run.to_json())
+    return dataclasses.replace(run, reuse={"reused": False, "why": why}), \
+        f"measured this run ({why})", None
+
+
+def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None = None,
+             use_baseline: bool = True, runner: Runner = run_config) -> TuneResult:
+    """Launch the largest chain, predict the rest, race the most promising few."""
+    say = progress or (lambda _m: None)
+    started = _now()
+    t = profile.tune
+    cands = tuple(Candidate(s) for s in t.steps)
+    tune_dir = reports_dir / "tune"
+    tune_dir.mkdir(parents=True, exist_ok=True)
+
+    baseline: ConfigRun | None = None
+    baseline_note = "not used (--no-baseline)"
+    stored: reuse.Stored | None = None
+    if use_baseline:
+        baseline, baseline_note, stored = _baseline(profile, reports_dir, say, runner)
+    base_m = baseline.measurement if baseline else None
+    base_tps = base_m.stat("tps") if base_m else None
+    prior = 1000.0 / base_tps.mean if base_tps and base_tps.mean > 0 else None
+
+    trials: list[Trial] = []
+    best: Trial | None = None
+    stop = ""
+
+    def launch(c: Candidate, predicted: Prediction | None) -> Trial:
+        nonlocal best
+        index = len(trials) + 1
+        prof = candidate_profile(profile, c)
+        rule = (_race(best.measurement, best.candidate.key)
+                if best is not None and best.measurement is not None else (lambda _m: None))
+        say(f"launch {index}: {c.key}" + (f" (predicted {predicted.tps:.1f} tok/s, tau "
+                                           f"{predicted.tau:.3f})" if predicted else ""))
+        run = runner(prof, "speculative", tune_dir / c.key, progress=say, keep_going=rule)
+        m = run.measurement
+        if m is None or run.failure is not None or m.stat("tps") is None:
+            why = run.failure.text() if run.failure else "no decode tokens were timed"
+            return Trial(c, index, predicted, run, "failed", why)
+        if best is None or best.measurement is None:
+            return Trial(c, index, predicted, run, "best", "first launch")
+        ratio = bench.speedup(m, best.measurement)
+        verdict = ratio.compare(1.0)
+        pct = stats.percent(ratio.confidence)
+        text = (f"speed-up over {best.candidate.key} {ratio.mean:.3f}, {pct} % CI "
+                f"[{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] after {m.repeats} passes")
+        if verdict == "below":
+            return Trial(c, index, predicted, run, "dropped",
+                         f"confidently slower: {text}", ratio)
+        if verdict == "above":
+            return Trial(c, index, predicted, run, "best", f"confidently faster: {text}", ratio)
+        return Trial(c, index, predicted, run, "tied", f"not separated: {text}", ratio)
+
+    def record(trial: Trial) -> None:
+        nonlocal best
+        if trial.status == "best" and best is not None:
+            trials[trials.index(best)] = dataclasses.replace(
+                best, status="dropped",
+                note=f"confidently slower than {trial.candidate.key}")
+        if trial.status == "tied" and best is not None and trial.measurement is not None \
+                and best.measurement is not None:
+            if _tps(trial.measurement) > _tps(best.measurement):
+                # the higher mean leads; the two stay marked as not separated
+                trials[trials.index(best)] = dataclasses.replace(
+                    best, status="tied", note=f"not separated from {trial.candidate.key}")
+                trial = dataclasses.replace(trial, status="best",
+                                            note=trial.note + " (higher mean)")
+        trials.append(trial)
+        if trial.status == "best":
+            best = trial
+
+    first = max(cands)
+    record(launch(first, None))
+    if best is None:
+        stop = "the first launch failed: " + trials[-1].note
+    acceptance: list[float] = []
+    fit: CycleFit | None = None
+    preds: dict[str, Prediction] = {}
+
+    def refit() -> None:
+        nonlocal acceptance, fit, preds
+        measured = [(tr.candidate.steps, tr.measurement) for tr in trials
+                    if tr.status != "failed" and tr.measurement is not None]
+        if not measured:
+            return
+        acceptance = conditional_acceptance(measured)
+        points = [(s, m.stats["cycle_ms"].mean) for s, m in measured if "cycle_ms" in m.stats]
+        if points:
+            fit = fit_cycle(points, prior)
+            preds = {c.key: predict_one(c, acceptance, fit) for c in cands}
+
+    while best is not None and not stop:
+        refit()
+        tried = {tr.candidate for tr in trials}
+        left = [c for c in cands if c not in tried and c.key in preds]
+        if not left:
+            stop = "every configuration was measured"
+            break
+        if len(trials) >= t.max_launches:
+            stop = f"[tune] max_launches = {t.max_launches} reached"
+            break
+        top = max(left, key=lambda c: preds[c.key].tps)
+        assert best.measurement is not None
+        best_tps = _tps(best.measurement)
+        if preds[top.key].tps < best_tps * (1.0 - t.margin):
+            stop = (f"no configuration left is predicted within {t.margin:.0%} of the best "
+                    f"measured ({best.candidate.key}, {best_tps:.1f} tok/s); the most "
+                    f"promising, {top.key}, is predicted at {preds[top.key].tps:.1f} tok/s")
+            break
+        record(launch(top, preds[top.key]))
+    refit()
+    if stored is not None and baseline is not None:
+        # The stored baseline is rechecked against a speculative server of this run.
+        info = next((tr.run.server_info for tr in trials if tr.run.server_info), {})
+        agreed, problems = reuse.recheck(baseline.server_info, info)
+        if problems:
+            baseline_note = "stored baseline NOT used: " + "; ".join(problems)
+            baseline = dataclasses.replace(baseline, measurement=None,
+                                           reuse={"reused": False, "why": baseline_note})
+        else:
+            baseline = dataclasses.replace(
+                baseline, reuse=stored.note(profile.bench.baseline_max_age_h or 0.0, agreed))
+            baseline_note = "reused: " + str(baseline.reuse["why_safe"])
+    confidence = bench.judged_confidence(candidate_profile(profile, cands[0]).bench)
+    result = TuneResult(
+        profile=profile.name,
+        simulated=profile.is_simulated or any(tr.run.simulated for tr in trials),
+        candidates=cands, trials=tuple(trials), baseline=baseline, baseline_note=baseline_note,
+        acceptance=tuple(acceptance), fit=fit, predictions=preds,
+        best=best.candidate if best else None, stop_reason=stop or "done",
+        confidence=confidence, started_at=started, finished_at=_now())
+    result.write(tune_dir / RESULT_FILE)
+    return result
+
+
+def _tps(m: bench.Measurement) -> float:
+    s = m.stat("tps")
+    return s.mean if s is not None else math.nan

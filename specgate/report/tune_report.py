@@ -1,0 +1,236 @@
+"""`specgate tune`: the command, and its output (table, plot, profile snippet, Allure result)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from specgate.measure.stats import percent
+from specgate.measure.tune import Candidate, TuneResult
+from specgate.report.plots import BASELINE_COLOR, PASS_COLOR, SPEC_COLOR, _figure, _png
+
+TABLE_FILE = "tune.md"
+PLOT_FILE = "tune.png"
+SNIPPET_FILE = "recommended.toml"
+
+
+def _ci(summary: dict[str, Any] | None, digits: int) -> str:
+    if not summary or summary.get("mean") is None:
+        return "—"
+    mean = float(summary["mean"])
+    lo, hi = summary.get("ci_low"), summary.get("ci_high")
+    if lo is None or hi is None:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{float(lo):.{digits}f}, {float(hi):.{digits}f}]"
+
+
+def table(result: TuneResult) -> str:
+    """Markdown: every candidate with predicted and measured accept length and tok/s."""
+    pct = percent(result.confidence)
+    head = ("| configuration | launch | predicted accept length | measured accept length "
+            f"({pct} % CI) | predicted tok/s | measured tok/s ({pct} % CI) | speed-up over the "
+            "best then | status |")
+    lines = [head, "|" + "---|" * 8]
+    for c in result.candidates:
+        p = result.predictions.get(c.key)
+        tr = result.trial(c)
+        m = tr.measurement if tr else None
+        pred_then = tr.predicted if tr and tr.predicted else None
+        ptau = f"{p.tau:.3f}" if p else "—"
+        ptps = f"{p.tps:.1f}" if p else "—"
+        if pred_then is not None:  # what the model said when it chose this launch
+            ptps += f" (at launch {pred_then.tps:.1f})"
+        tau = _ci(m.stats["tau_decode"].to_json(), 3) if m and "tau_decode" in m.stats else "—"
+        tps = _ci(m.stats["tps"].to_json(), 1) if m and "tps" in m.stats else "—"
+        vs = _ci(tr.vs_best.to_json(), 3) if tr and tr.vs_best else "—"
+        status = (f"**{tr.status}**" if tr and tr.status == "best" else
+                  tr.status if tr else "not launched (predicted slower)")
+        if tr and tr.note and tr.status != "best":
+            status += f": {tr.note}"
+        lines.append(f"| {c.key} | {tr.launch if tr else '—'} | {ptau} | {tau} | {ptps} | "
+                     f"{tps} | {vs} | {status} |")
+    return "\n".join(lines)
+
+
+def summary_text(result: TuneResult) -> str:
+    fit = result.fit
+    base = result.baseline.measurement if result.baseline else None
+    base_tps = base.stat("tps") if base else None
+    lines = [f"# specgate tune: {result.profile}" + (" (simulated server)"
+                                                     if result.simulated else ""), ""]
+    if result.best is not None:
+        lines.append(f"Recommended: `{' '.join(result.best.flags)}`"
+                     + (f" ({_speedup_vs(result, base_tps.mean)})" if base_tps else ""))
+    else:
+        lines.append("No recommendation: " + result.stop_reason)
+    lines += ["", f"{result.launches} launches ({len(result.trials)} speculative"
+              + (", 1 baseline" if result.launches > len(result.trials) else "")
+              + f"), {result.requests} requests; a full grid of the {len(result.candidates)} "
+              "configurations would launch each one.",
+              f"Stopped: {result.stop_reason}.",
+              "Per-position conditional acceptance (from spec_correct_drafts_histogram): "
+              + ", ".join(f"p{k + 1} = {a:.3f}" for k, a in enumerate(result.acceptance)) + ".",
+              (f"Cycle time: {fit.intercept_ms:.3f} ms + {fit.slope_ms:.3f} ms × steps "
+               f"({fit.how})." if fit else "Cycle time: not fitted."),
+              f"Baseline: {result.baseline_note}"
+              + (f", {base_tps.describe('tok/s', 1)}" if base_tps else "") + ".",
+              "", table(result), "",
+              "Predicted accept length is the chain model's tokens per verify over decode "
+              "(compare the measured tau_decode); predictions are for chains (topk 1) only. A "
+              "configuration is launched only while its predicted tok/s is within [tune] margin "
+              "of the best measured, and dropped as soon as its paired per-prompt speed-up "
+              "over the best is confidently below 1."]
+    return "\n".join(lines) + "\n"
+
+
+def _speedup_vs(result: TuneResult, base_tps: float) -> str:
+    tr = result.trial(result.best) if result.best else None
+    m = tr.measurement if tr else None
+    tps = m.stat("tps") if m else None
+    if tps is None or not base_tps:
+        return ""
+    return f"{tps.mean:.1f} tok/s, {tps.mean / base_tps:.2f}× the baseline's {base_tps:.1f}"
+
+
+def snippet(result: TuneResult, algorithm: str = "EAGLE3") -> str:
+    if result.best is None:
+        return "# specgate tune found no configuration: " + result.stop_reason + "\n"
+    b = result.best
+    tr = result.trial(b)
+    tps = tr.measurement.stat("tps") if tr and tr.measurement else None
+    said = f" ({tps.describe('tok/s', 1)})" if tps else ""
+    return (f"# specgate tune, {result.finished_at}: fastest measured chain{said}\n"
+            f"[speculative]\nalgorithm = \"{algorithm}\"\nnum_steps = {b.steps}\n"
+            f"eagle_topk = {b.topk}\nnum_draft_tokens = {b.draft_tokens}\n")
+
+
+def plot(result: TuneResult) -> bytes:
+    """tok/s against steps: predicted (line), measured (points with intervals), the baseline."""
+    fig, ax = _figure(7.5, 4.4)
+    xs = [c.steps for c in result.candidates]
+    preds = [result.predictions[c.key].tps if c.key in result.predictions else math.nan
+             for c in result.candidates]
+    ax.plot(xs, preds, color=SPEC_COLOR, linestyle="--", marker="o", markersize=4,
+            alpha=0.6, label="predicted (chain model × cycle fit)")
+    for tr in result.trials:
+        s = tr.measurement.stat("tps") if tr.measurement else None
+        if s is None:
+            continue
+        color = PASS_COLOR if tr.status == "best" else SPEC_COLOR
+        lo = s.mean - s.ci_low if s.has_interval else 0.0
+        hi = s.ci_high - s.mean if s.has_interval else 0.0
+        ax.errorbar([tr.candidate.steps], [s.mean], yerr=[[lo], [hi]], fmt="s", color=color,
+                    capsize=4, markersize=7, zorder=4)
+        ax.annotate(f"#{tr.launch} {tr.status}", (tr.candidate.steps, s.mean),
+                    textcoords="offset points", xytext=(6, 6), fontsize=8, color=color)
+    base = result.baseline.measurement if result.baseline else None
+    bs = base.stat("tps") if base else None
+    if bs is not None:
+        ax.axhline(bs.mean, color=BASELINE_COLOR, linestyle=":", label=f"baseline "
+                   f"{bs.mean:.1f} tok/s")
+    ax.scatter([], [], marker="s", color=SPEC_COLOR, label="measured (interval)")
+    ax.set_xlabel("--speculative-num-steps (topk 1, steps + 1 draft tokens)")
+    ax.set_ylabel("decode tok/s, single stream")
+    ax.set_xticks(xs)
+    ax.set_title(f"specgate tune: {result.profile}" + (" (simulated)" if result.simulated
+                                                       else ""))
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def write_outputs(result: TuneResult, reports_dir: Path, algorithm: str = "EAGLE3"
+                  ) -> dict[str, Path]:
+    """tune.md, tune.png and recommended.toml beside tune.json, and an Allure result."""
+    out = reports_dir / "tune"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"table": out / TABLE_FILE, "plot": out / PLOT_FILE, "snippet": out / SNIPPET_FILE,
+             "json": out / "tune.json"}
+    paths["table"].write_text(summary_text(result), encoding="utf-8")
+    paths["snippet"].write_text(snippet(result, algorithm), encoding="utf-8")
+    paths["plot"].write_bytes(plot(result))
+    paths["allure"] = write_allure(result, reports_dir / "allure-results", paths)
+    return paths
+
+
+def write_allure(result: TuneResult, results_dir: Path, paths: dict[str, Path]) -> Path:
+    """The tune section of the report: one result (feature `tune`) with the files attached."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    now = int(time.time() * 1000)
+    attachments = []
+    for name, key, mime, ext in (("tune table", "table", "text/markdown", "md"),
+                                 ("tune plot", "plot", "image/png", "png"),
+                                 ("recommended [speculative]", "snippet", "text/plain", "toml"),
+                                 ("tune.json", "json", "application/json", "json")):
+        source = f"{uuid.uuid4()}-attachment.{ext}"
+        (results_dir / source).write_bytes(paths[key].read_bytes())
+        attachments.append({"name": name, "source": source, "type": mime})
+    full = f"specgate.tune.{result.profile}"
+    best = result.best.key if result.best else "none"
+    doc = {"uuid": str(uuid.uuid4()), "historyId": hashlib.md5(full.encode()).hexdigest(),
+           "name": f"tune: best {best}", "fullName": full,
+           "status": "passed" if result.best else "broken",
+           "statusDetails": {"message": f"recommended {best}; {result.launches} launches, "
+                                        f"{result.requests} requests; {result.stop_reason}"},
+           "stage": "finished", "start": now, "stop": now,
+           "labels": [{"name": "epic", "value": "Tuning"}, {"name": "feature", "value": "tune"},
+                      {"name": "story", "value": "tune"}, {"name": "framework",
+                                                           "value": "specgate"}],
+           "parameters": [], "attachments": attachments,
+           "description": summary_text(result)}
+    path = results_dir / f"{doc['uuid']}-result.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def main_tune(argv: list[str]) -> int:
+    from specgate.core.profile import choose_profile_path, load_profile
+    from specgate.measure.tune import run_tune
+
+    parser = argparse.ArgumentParser(
+        prog="specgate tune",
+        description="Find the fastest --speculative-num-steps chain from few launches: measure "
+                    "the longest chain, predict the others, race the most promising few.")
+    parser.add_argument("--profile", help="profile file or shipped name (default: demo)")
+    parser.add_argument("--reports", type=Path, default=Path("reports"))
+    parser.add_argument("--drafter", help="drafter checkpoint (overrides the profile)")
+    parser.add_argument("--target-model", help="target model folder (overrides the profile)")
+    parser.add_argument("--sglang-launcher", help="argv prefix that starts SGLang")
+    parser.add_argument("--steps", help="comma-separated steps to consider (overrides [tune])")
+    parser.add_argument("--max-launches", type=int, help="overrides [tune] max_launches")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="launch no baseline (the cycle fit starts without its prior)")
+    args = parser.parse_args(argv)
+    profile = load_profile(choose_profile_path(args.profile)).with_overrides(
+        drafter=args.drafter, target_model=args.target_model,
+        sglang_launcher=args.sglang_launcher)
+    if profile.demo is not None:
+        from specgate.testing.demo import ensure_assets
+
+        ensure_assets(profile.demo_assets(), profile.demo.kind)
+    update: dict[str, Any] = {}
+    if args.steps:
+        update["steps"] = sorted({int(s) for s in args.steps.split(",") if s.strip()})
+    if args.max_launches:
+        update["max_launches"] = args.max_launches
+    if update:
+        profile = profile.model_copy(update={"tune": profile.tune.model_copy(update=update)})
+
+    def say(message: str) -> None:
+        print(f"[specgate tune] {message}", file=sys.stderr, flush=True)
+
+    result = run_tune(profile, args.reports, progress=say, use_baseline=not args.no_baseline)
+    paths = write_outputs(result, args.reports, profile.speculative.algorithm)
+    print(summary_text(result))
+    print(snippet(result, profile.speculative.algorithm))
+    print("written: " + ", ".join(str(paths[k]) for k in ("table", "plot", "snippet", "json")))
+    return 0 if result.best is not None else 1
+
+
+__all__ = ["Candidate", "main_tune", "plot", "snippet", "table", "write_outputs"]

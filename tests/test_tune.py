@@ -1,0 +1,75 @@
+"""specgate tune: acceptance from histograms, the cycle fit, and a run on the demo simulator."""
+
+import tomllib
+
+import pytest
+
+from specgate.core.profile import SpeculativeSection, load_profile
+from specgate.measure import bench, tune
+from specgate.measure.prompts import ChatTemplate
+
+
+def _m(histograms, steps_hint=None):
+    from specgate.core.profile import BenchSection
+
+    samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
+                                   completion_tokens=40, spec_verify_ct=sum(h), ttft_s=0.01,
+                                   e2e_s=0.2, server_e2e_s=None, finish_reason="stop",
+                                   chunks=20, drafts_histogram=tuple(h))
+               for i, h in enumerate(histograms)]
+    return bench.build_measurement(config="speculative", url="http://x", bench=BenchSection(),
+                                   template=ChatTemplate("plain", "", "", "test"),
+                                   samples=samples)
+
+
+def test_conditional_acceptance_from_histograms_pools_chains():
+    # 100 verify passes: 10 accepted 0 drafts, 20 one, 30 two, 40 three.
+    m = _m([[4, 10, 15, 20], [6, 10, 15, 20]])
+    p = tune.conditional_acceptance([(3, m)])
+    assert p == pytest.approx([90 / 100, 70 / 90, 40 / 70])
+    # A shorter chain adds passes for the positions it reaches; SGLang trims trailing zeros.
+    short = _m([[10, 90]])
+    p2 = tune.conditional_acceptance([(3, m), (1, short)])
+    assert p2[0] == pytest.approx((90 + 90) / (100 + 100))
+    assert p2[1:] == pytest.approx(p[1:])
+
+
+def test_cycle_fit_is_exact_on_a_line_and_uses_the_baseline_prior():
+    fit = tune.fit_cycle([(8, 3.2), (3, 2.2)])
+    assert (fit.intercept_ms, fit.slope_ms) == pytest.approx((1.6, 0.2))
+    one = tune.fit_cycle([(8, 3.2)], prior_intercept_ms=1.2)
+    assert one.at(0) == pytest.approx(1.2)
+    assert one.at(8) == pytest.approx(3.2)
+    pred = tune.predict_one(tune.Candidate(2), [0.5, 0.5], fit)
+    assert pred.tau == pytest.approx(1.75)
+    assert pred.tps == pytest.approx(1750 / 2.0)
+
+
+@pytest.mark.slow
+def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
+    from specgate.report import tune_report
+    from specgate.testing.demo import ensure_assets
+    from specgate.testing.simulator import model
+
+    profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
+                                                         "profiles/demo.toml"))
+    ensure_assets(profile.demo_assets(), profile.demo.kind)
+    truth = {}
+    for s in profile.tune.steps:
+        spec = profile.speculative.model_copy(update={"num_steps": s, "eagle_topk": 1,
+                                                      "num_draft_tokens": s + 1})
+        truth[s] = model.truth_for_profile(profile.model_copy(update={"speculative": spec}))
+    best = max(truth, key=lambda s: truth[s].spec_tps)
+    result = tune.run_tune(profile, tmp_path)
+    assert result.best == tune.Candidate(best)
+    assert result.launches * 2 <= len(profile.tune.steps)
+    assert [t.status for t in result.trials].count("best") == 1
+    # the chain model predicts the truth's accept length of configurations never launched
+    for s in profile.tune.steps:
+        assert result.predictions[tune.Candidate(s).key].tau == pytest.approx(truth[s].tau,
+                                                                              rel=0.03)
+    paths = tune_report.write_outputs(result, tmp_path)
+    assert paths["plot"].read_bytes()[:4] == b"\x89PNG"
+    snippet = tomllib.loads(paths["snippet"].read_text())
+    assert SpeculativeSection(**snippet["speculative"]).num_steps == best
+    assert f"s{best}-k1-d{best + 1}" in paths["table"].read_text()
