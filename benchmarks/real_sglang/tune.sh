@@ -32,37 +32,8 @@ exec > >(tee -a "$OUT/tune-run.log") 2>&1
 echo "tune: root $ROOT, work $WORK, out $OUT, sim $SIM, margin $MARGIN, budget $BUDGET s"
 cd "$ROOT" || exit 4
 
-if [ "$SIM" = 1 ]; then
-  LAUNCHER=${RS_LAUNCHER:-python -m specgate.testing.simulator}
-  TINY_FLAGS=--no-tokenizer
-  "$PY" -c 'import tokenizers' 2>/dev/null && TINY_FLAGS=
-else
-  LAUNCHER=${RS_LAUNCHER:-python3 -m sglang.launch_server}
-  TINY_FLAGS=
-  test -d "$SITE/sglang" -a -d "$SITE/sgl_kernel" -a -d "$SITE/flashinfer" \
-    || { echo "COLD: $SITE lacks SGLang (bundle A); redo call 1"; exit 3; }
-  PIP="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE"
-  if [ ! -e "$SITE/.bundle-b-done" ]; then
-    ls .whlB/*.whl >/dev/null 2>&1 || { echo "bundle B missing: carry .whlB"; exit 4; }
-    $PIP .whlB/*.whl && touch "$SITE/.bundle-b-done" || exit 4
-  fi
-  if ls .whlP/*.whl >/dev/null 2>&1; then
-    $PIP $(ls .whlP/*.whl | grep -v '/specgate-') || exit 4
-  fi
-  if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-compile --no-cache-dir \
-        --upgrade --target "$SITE" . 2>"$WORK/pip-specgate.err"; then
-    echo "building specgate here failed ($(tail -n 1 "$WORK/pip-specgate.err")); using .whlP's wheel"
-    $PIP .whlP/specgate-*.whl || exit 4
-  fi
-  export PYTHONPATH="$SITE"
-  NV=$("$PY" -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null)
-  export LD_LIBRARY_PATH="${NV}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
-    CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
-  fi
-  export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-  "$PY" -c 'import sglang.launch_server, specgate.measure.tune' || exit 5
-fi
+. "$HERE/env.sh" || exit $?
+"$PY" -c 'import specgate.measure.tune' || exit 5
 export PYTHONUNBUFFERED=1
 if [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
