@@ -80,3 +80,73 @@ def test_300000_empty_tensors_in_seconds(tmp_path: Path) -> None:
     assert len(drafter.tensors) == n and len(unexpected) == n and len(parity.matched) == n
     assert len(report.tensors) == n and report.ok and report.bytes_scanned == 0
     assert seconds < 15.0, f"{seconds:.1f} s"
+
+
+def _config_of(folder: Path, **change: object) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+
+
+def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
+    """num_aux_hidden_states = 10**9 with fc_norm: refused against the checkpoint's real tensor
+    count, at once (before: a billion-entry layout, past 60 s and deaf to SIGTERM)."""
+    from helpers_ckpt import make_profile
+
+    from specgate.claims.weights import layout_claim
+
+    folder = tiny_drafter(tmp_path / "d")
+    _config_of(folder, num_aux_hidden_states=10**9, fc_norm=True)
+    started = time.perf_counter()
+    result = layout_claim(make_profile(folder))
+    assert time.perf_counter() - started < 1.0
+    assert result.status == "broken"
+    assert str(folder / "config.json") in result.message  # the contract: the file is named
+
+
+@pytest.mark.parametrize("ids", [["a", None], [1, True, 3], [1.5]])
+def test_aux_layer_ids_that_are_not_integers(tmp_path: Path, ids: list[object]) -> None:
+    """A dedicated message naming the key, in both claims that read the ids (before: a
+    ValueError/TypeError only the generic guard caught)."""
+    from helpers_ckpt import make_profile
+
+    from specgate.claims.config import target_compat_claim
+    from specgate.claims.weights import layout_claim
+    from specgate.testing.generate import small_target_config
+
+    folder = tiny_drafter(tmp_path / "d")
+    _config_of(folder, eagle_config={"eagle_aux_hidden_state_layer_ids": ids})
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps(small_target_config()))
+    profile = make_profile(folder, target=tmp_path / "t")
+    for result in (layout_claim(profile), target_compat_claim(profile)):
+        assert result.status == "broken", result
+        assert "eagle_aux_hidden_state_layer_ids" in result.message
+        assert str(folder / "config.json") in result.message
+
+
+@pytest.mark.parametrize(("vocab", "keep"), [
+    (10**11, ()),  # beyond int32 token ids
+    (2**30, ()),  # no tensor confirms it, over the identity-map bound
+    (2**30, ("lm_head.weight",)),  # lm_head has other rows
+])
+def test_a_full_vocab_drafter_of_absurd_size(tmp_path: Path, vocab: int,
+                                            keep: tuple[str, ...]) -> None:
+    """vocab_size = draft_vocab_size = 1e11 with no maps: a broken claim naming config.json at
+    once, no MemoryError from building the implied identity map."""
+    from helpers_ckpt import make_profile, rewrite
+
+    from specgate.claims.vocab import d2t_match_claim, invariants_claim
+
+    folder = tiny_drafter(tmp_path / "d")
+    rewrite(folder / "model.safetensors",
+            {n: None for n in ("d2t", "t2d", "lm_head.weight", "embed_tokens.weight")
+             if n not in keep})
+    _config_of(folder, vocab_size=vocab, draft_vocab_size=vocab)
+    profile = make_profile(folder, reference=folder)
+    for claim in (invariants_claim, d2t_match_claim):
+        started = time.perf_counter()
+        result = claim(profile)
+        assert time.perf_counter() - started < 1.0
+        assert result.status == "broken", result
+        assert str(folder / "config.json") in result.message
+        assert str(vocab) in result.message

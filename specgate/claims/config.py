@@ -7,6 +7,7 @@ from typing import Any
 from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
+from specgate.core.errors import CheckpointError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import aux_layer_ids, load_target_config, num_aux_states, read_config
 
@@ -123,7 +124,10 @@ def target_compat_claim(profile: Profile) -> ClaimResult:
     if isinstance(loaded, ClaimResult):
         return loaded
     folder, target_path, drafter, target = loaded
-    problems, ok = target_compat_problems(drafter, target)
+    try:
+        problems, ok = target_compat_problems(drafter, target)
+    except CheckpointError as exc:  # a garbled field, e.g. aux layer ids that are not integers
+        return claims.broken(cid, PHASE, f"{folder / 'config.json'}: {exc}")
     details = {"problems": problems, "passed": ok}
     if problems:
         return claims.failed(cid, PHASE, f"{folder} vs target {target_path}: "
