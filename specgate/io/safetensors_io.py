@@ -352,12 +352,13 @@ def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorIn
         raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}; expected "
                               f"one of {', '.join(FORMAT_BITS)}")
     shape = entry["shape"]
-    if type(shape) is not list or not all(type(d) is int for d in shape):  # noqa: E721
+    # type() is int, not isinstance: a bool is no size (and the check is cheap per tensor).
+    if type(shape) is not list or not all(type(d) is int for d in shape):
         raise CheckpointError(f"{path}: tensor {name!r} has shape {shape!r}, expected a list of "
                               "non-negative integers")
     offsets = entry["data_offsets"]
-    if (type(offsets) is not list or len(offsets) != 2  # noqa: E721 (bool is no size)
-            or type(offsets[0]) is not int or type(offsets[1]) is not int):  # noqa: E721
+    if (type(offsets) is not list or len(offsets) != 2
+            or type(offsets[0]) is not int or type(offsets[1]) is not int):
         raise CheckpointError(f"{path}: tensor {name!r} has data_offsets {offsets!r}, expected "
                               "[begin, end] (non-negative integers)")
     begin, end = offsets
