@@ -210,3 +210,18 @@ def test_a_profile_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) ->
     with pytest.raises(ProfileError) as err:
         load_profile(fifo)
     assert str(fifo) in str(err.value)
+
+
+def test_a_drafter_path_that_is_a_file(tmp_path: Path) -> None:
+    """model.safetensors given as the drafter: "is a file, not a folder", in every claim that
+    reads the drafter (before: config.* said config.json "is not valid JSON … re-download it")."""
+    from helpers_ckpt import make_profile
+
+    from specgate.claims.config import config_field_claim
+    from specgate.claims.weights import layout_claim
+
+    weights = tiny_drafter(tmp_path / "d") / "model.safetensors"
+    profile = make_profile(weights, expect={"hidden_size": 32})
+    for result in (config_field_claim(profile, "hidden_size"), layout_claim(profile)):
+        assert result.status == "broken"
+        assert result.message.startswith(f"{weights}: is a file, not a folder")

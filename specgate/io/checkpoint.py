@@ -76,6 +76,10 @@ def read_config(path: Path | str) -> dict[str, Any]:
         raise CheckpointError(f"{path}: {exc.strerror or exc}; check the path in the profile "
                               "or on the command line") from None
     file = path / "config.json" if path.is_dir() else path
+    if file is path and path.suffix != ".json":
+        # e.g. model.safetensors given as the drafter: not "config.json is not valid JSON".
+        raise CheckpointError(f"{path}: is a file, not a folder; give the model folder that "
+                              "holds config.json and the *.safetensors weights")
     if not file.is_file():
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
                               "and its *.safetensors weights")
@@ -147,8 +151,8 @@ def _open(folder: Path) -> Drafter:
         raise CheckpointError(f"{folder}: drafter folder not found; check [drafter] path or "
                               "--drafter")
     if not folder.is_dir():
-        raise CheckpointError(f"{folder}: is a file; a drafter is a folder with config.json and "
-                              "*.safetensors")
+        raise CheckpointError(f"{folder}: is a file, not a folder; a drafter is a folder with "
+                              "config.json and *.safetensors")
     try:
         names = sorted(p.name for p in folder.iterdir())
     except OSError as exc:
