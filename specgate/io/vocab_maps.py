@@ -105,7 +105,7 @@ def required_count(fraction: float, n: int) -> int:
 
 def check_invariants(vmap: VocabMap, draft_vocab_size: int | None,
                      vocab_size: int | None) -> dict[str, str]:
-    """Every way the map breaks SPEC's vocab.invariants: problem code → one sentence (empty:
+    """Every way the map breaks the vocab.invariants claim: problem code → one sentence (empty:
     sound). Codes: d2t_dtype, d2t_shape, t2d_missing, t2d_dtype, t2d_shape, not_increasing,
     out_of_range, t2d_disagrees."""
     problems: dict[str, str] = {}
