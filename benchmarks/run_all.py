@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import health_scan
 import launches
 import offline_claims
+import oracle
 import probe_run
 from common import ROOT, table
 
@@ -58,6 +59,10 @@ def _bench5(work: Path, quick: bool) -> dict[str, Any]:
     return launches.run(work, workers=(1,) if quick else (1, 4))
 
 
+def _bench6(work: Path, quick: bool) -> dict[str, Any]:
+    return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
+
+
 def _rows4(result: dict[str, Any]) -> list[list[str]]:
     import live_sim
 
@@ -71,6 +76,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "3": ("probe_run", _bench3, probe_run.rows),
     "4": ("live_sim", _bench4, _rows4),
     "5": ("launches", _bench5, launches.rows),
+    "6": ("safetensors_oracle", _bench6, oracle.rows),
 }
 
 
