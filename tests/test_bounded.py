@@ -225,3 +225,16 @@ def test_a_drafter_path_that_is_a_file(tmp_path: Path) -> None:
     for result in (config_field_claim(profile, "hidden_size"), layout_claim(profile)):
         assert result.status == "broken"
         assert result.message.startswith(f"{weights}: is a file, not a folder")
+
+
+@pytest.mark.parametrize("key", ['"a"', '"a\\"[[{"'])  # without and with an escape (the walk)
+@pytest.mark.parametrize(("depth", "refused"), [(127, False), (128, True)])
+def test_header_depth_is_counted_exactly(key: str, depth: int, refused: bool) -> None:
+    """The byte count of nesting (no backslash in the header) and the walk (one) agree with the
+    library's limit of 127 containers; brackets inside strings do not count."""
+    from specgate.io.safetensors_io import _json_problem
+
+    inner = "[" * (depth - 1) + '"[[{"' + "]" * (depth - 1)
+    raw = ("{" + key + ": " + inner + "}").encode()
+    doc = json.loads(raw)
+    assert (_json_problem(doc, raw) is not None) is refused
