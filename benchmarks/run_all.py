@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import health_scan
 import launches
 import offline_claims
+import oracle
 import probe_run
 from common import ROOT, table
 
@@ -70,6 +71,10 @@ def _rows6(result: dict[str, Any]) -> list[list[str]]:
     return tune_bench.rows(result)
 
 
+def _bench7(work: Path, quick: bool) -> dict[str, Any]:
+    return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
+
+
 def _rows4(result: dict[str, Any]) -> list[list[str]]:
     import live_sim
 
@@ -84,6 +89,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "4": ("live_sim", _bench4, _rows4),
     "5": ("launches", _bench5, launches.rows),
     "6": ("fewer_launches", _bench6, _rows6),
+    "7": ("safetensors_oracle", _bench7, oracle.rows),
 }
 
 

@@ -80,14 +80,14 @@ def test_every_data_claim_passes_on_a_good_dataset(good: dict[str, Path], claim:
 def test_counts_report_samples_tokens_and_masked_tokens(good: dict[str, Path]) -> None:
     result = dataset.counts_claim(_profile(good["dump"]))
     assert result.details == {"samples": 3, "tokens": 600, "loss_masked": 540}
-    assert "3 samples, 600 tokens, 540 loss-masked" in result.message
+    assert (result.observed, result.unit) == (540, "tokens")
 
 
 def test_a_sample_with_nothing_to_learn_fails_counts(tmp_path: Path) -> None:
     dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3]}, {"ids": [4, 5], "mask": [0, 0]}])
     result = dataset.counts_claim(_profile(dump))
-    assert result.status is Status.FAILED
-    assert "s001.safetensors" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "nothing_to_learn")
+    assert result.details["empty"] == ["s001.safetensors"]
 
 
 def test_wrong_aux_width_fails_shapes_naming_the_file(tmp_path: Path,
@@ -95,15 +95,17 @@ def test_wrong_aux_width_fails_shapes_naming_the_file(tmp_path: Path,
     aux = np.zeros((4, 2 * SHAPE.hidden_size), np.float32)
     dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3, 4], "aux": aux}])
     result = dataset.shapes_claim(_profile(dump, good["drafter"]))
-    assert result.status is Status.FAILED
-    assert f"s000.safetensors: aux_hidden_states [4, 64], expected [4, {WIDTH}]" in result.message
+    assert (result.status, result.observed) == (Status.FAILED, 1)
+    assert result.details["shapes"] == [["s000.safetensors", "aux_hidden_states", [4, 64],
+                                         [4, WIDTH]]]
 
 
 def test_mixed_dtypes_fail(tmp_path: Path) -> None:
     dump = write_dump(tmp_path / "d", [{"ids": [1, 2]}, {"ids": [3, 4], "dtype": "F16"}])
     result = dataset.dtypes_claim(_profile(dump))
-    assert result.status is Status.FAILED
-    assert "mix dtypes" in result.message
+    assert (result.status, result.reason, result.observed) == (Status.FAILED, "mixed_dtypes",
+                                                               "mixed")
+    assert result.details["aux_dtypes"] == {"BF16": 1, "F16": 1}
 
 
 @pytest.mark.parametrize(("dtype", "bad"), [("BF16", np.nan), ("F16", np.inf), ("F32", -np.inf)])
@@ -113,8 +115,8 @@ def test_non_finite_values_fail_finite(tmp_path: Path, dtype: str, bad: float) -
     dump = write_dump(tmp_path / "d", [{"ids": [1, 2, 3, 4, 5]},
                                        {"ids": [1, 2, 3, 4, 5], "aux": aux, "dtype": dtype}])
     result = dataset.finite_claim(_profile(dump))
-    assert result.status is Status.FAILED
-    assert "s001.safetensors: 1 non-finite value(s), first in row 3" in result.message
+    assert (result.status, result.observed) == (Status.FAILED, 1)
+    assert result.details["nonfinite"] == {"s001.safetensors": [1, 3]}
 
 
 def _target(folder: Path, model_type: str) -> Path:
@@ -134,20 +136,19 @@ def test_kimi_treats_1_29_57_and_2_30_58_alike(tmp_path: Path) -> None:
     kimi = dataset.capture_layers_claim(_profile(dump, drafter, _target(tmp_path / "t", "kimi_k2")))
     assert kimi.status is Status.PASSED, kimi.message
     llama = dataset.capture_layers_claim(_profile(dump, drafter, _target(tmp_path / "l", "llama")))
-    assert llama.status is Status.FAILED
-    assert "[2, 30, 58] vs [3, 31, 59]" in llama.message
+    assert (llama.status, llama.reason) == (Status.FAILED, "other_layers")
+    assert (llama.observed, llama.expected) == ([2, 30, 58], [3, 31, 59])
 
 
 def test_capture_layers_skip_without_metadata(tmp_path: Path, good: dict[str, Path]) -> None:
     dump = write_dump(tmp_path / "d", [{"ids": [1, 2]}], metadata={})
     result = dataset.capture_layers_claim(_profile(dump, good["drafter"]))
-    assert result.status is Status.SKIPPED
+    assert (result.status, result.reason) == (Status.SKIPPED, "no_capture_metadata")
 
 
 def test_a_map_from_other_data_fails_vocab_map(good: dict[str, Path]) -> None:
     result = dataset.vocab_map_claim(_profile(good["dump"], good["other"]))
-    assert result.status is Status.FAILED
-    assert "rebuild the map from this dataset" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "other_data")
 
 
 def test_data_map_is_the_top_tokens_sorted(good: dict[str, Path]) -> None:
@@ -164,8 +165,8 @@ def test_claims_skip_without_data_and_break_on_a_bad_folder(tmp_path: Path) -> N
     assert skipped.status is Status.SKIPPED
     (tmp_path / "x.safetensors").write_bytes(b"\x01")
     broken = dataset.shapes_claim(_profile(tmp_path))
-    assert broken.status is Status.BROKEN
-    assert "x.safetensors" in broken.message
+    assert (broken.status, broken.reason) == (Status.BROKEN, "unreadable_input")
+    assert "x.safetensors" in broken.message  # the contract: the file is named
 
 
 def test_vocab_map_needs_the_exact_count_not_one_more(tmp_path: Path) -> None:

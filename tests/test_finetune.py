@@ -57,18 +57,19 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_init_parity_passes_across_midlayer_and_layers0_names(seeds: dict[str, Path]) -> None:
     result = init_parity_claim(_profile(seeds["k25"], init=seeds["k2"]))
     assert result.status is Status.PASSED, result.message
-    assert "midlayer.* ≡ layers.0.*" in result.message
-    assert "skipped as a fine-tune loader does: d2t, t2d" in result.message
+    assert result.details["names_normalised"] is True  # midlayer.* ≡ layers.0.*
+    assert result.details["skipped"] == ["d2t", "t2d"]  # as a fine-tune loader does
     assert result.observed == 13  # fc, 7 projections, 3 layer norms, norm, lm_head
+    assert result.expected == "= 13"
 
 
 def test_init_parity_fails_naming_each_mismatched_tensor(tmp_path: Path,
                                                          seeds: dict[str, Path]) -> None:
     drafter = write_drafter(tmp_path / "small", small())
     result = init_parity_claim(_profile(drafter, init=seeds["k2"]))
-    assert result.status is Status.FAILED
-    assert "13 of 13 trainable tensors" in result.message
-    assert "fc.weight: init [7168, 21504] BF16, drafter [256, 768] BF16" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "shape_mismatch")
+    assert (result.observed, result.expected, result.details["compared"]) == (0, "= 13", 13)
+    assert ["fc.weight", "[7168, 21504] BF16", "[256, 768] BF16"] in result.details["mismatched"]
     assert ["lm_head.weight", "[32000, 7168] BF16", "[512, 256] BF16"] in \
         result.details["mismatched"]
 
@@ -81,16 +82,17 @@ def test_init_parity_reports_missing_tensors(tmp_path: Path) -> None:
     write_sparse(file, {n: TensorSpec(i.dtype, i.shape) for n, i in header.tensors.items()
                         if n != "layers.0.mlp.up_proj.weight"})
     result = init_parity_claim(_profile(drafter, init=init))
-    assert result.status is Status.FAILED
-    assert "layers.0.mlp.up_proj.weight: no such tensor in the drafter" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "missing_tensor")
+    assert result.details["missing"] == ["layers.0.mlp.up_proj.weight"]
 
 
 def test_vocab_alignment_replays_252_of_32000(seeds: dict[str, Path]) -> None:
     result = vocab_alignment_claim(_profile(init=seeds["k2"], vocab_map=seeds["map"]))
-    assert result.status is Status.FAILED
-    assert "252 of 32000 draft positions" in result.message
-    assert "share 31999 tokens" in result.message
-    assert f"specgate remap-vocab --from {seeds['k2']} --to {seeds['map']}" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "misaligned")
+    assert result.details["draft_vocab_size"] == 32000
+    assert result.details["shared_tokens"] == 31999
+    assert result.details["remap"] == ["specgate", "remap-vocab", "--from", str(seeds["k2"]),
+                                       "--to", str(seeds["map"])]
     assert (result.observed, result.expected, result.unit) == (252, ">= 31680", "positions")
 
 
@@ -119,19 +121,18 @@ def test_initial_loss_of_18_7_is_worse_than_uniform(tmp_path: Path,
     log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": 10, "loss": 18.7, "accuracy": 0.0},
                                        {"epoch": 0, "step": 20, "loss": 19.4}])
     result = initial_loss_claim(_profile(seeds["k25"], log=log))
-    assert result.status is Status.FAILED
-    assert "first logged loss 18.700 vs random ln(32000) = 10.373" in result.message
-    assert "worse than a uniform guess" in result.message
-    assert f"{log}:1 (epoch 0, step 10)" in result.message
-    assert result.observed == 18.7
+    assert (result.status, result.reason) == (Status.FAILED, "worse_than_random")
+    assert (result.observed, result.expected, result.unit) == (18.7, "< 9.3361", "nats")
+    assert result.details["random_loss"] == 10.3735  # ln(32000)
+    assert (result.details["line"], result.details["epoch"], result.details["step"]) == (1, 0, 10)
+    assert f"{log}:1" in result.message  # the message names the file and line
 
 
 def test_initial_loss_near_random_fails_and_clearly_below_passes(
         tmp_path: Path, seeds: dict[str, Path]) -> None:
     near = _log(tmp_path / "near.jsonl", [{"epoch": 0, "step": 0, "loss": 9.8}])
     result = initial_loss_claim(_profile(seeds["k25"], log=near))
-    assert result.status is Status.FAILED
-    assert "about what a uniform guess" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "near_random")
     good = _log(tmp_path / "good.jsonl", [{"epoch": 0, "step": 0, "loss": 4.2}])
     assert initial_loss_claim(_profile(seeds["k25"], log=good)).status is Status.PASSED
     assert math.isclose(0.9 * math.log(32000), 9.3357, rel_tol=1e-4)
@@ -139,7 +140,8 @@ def test_initial_loss_near_random_fails_and_clearly_below_passes(
 
 def test_initial_loss_needs_a_draft_vocab_size(tmp_path: Path) -> None:
     log = _log(tmp_path / "ft.jsonl", [{"epoch": 0, "step": 0, "loss": 1.0}])
-    assert initial_loss_claim(_profile(log=log)).status is Status.BROKEN
+    result = initial_loss_claim(_profile(log=log))
+    assert (result.status, result.reason) == (Status.BROKEN, "vocab_size_unknown")
 
 
 def test_progress_replays_38_vs_75_percent(tmp_path: Path) -> None:
@@ -152,10 +154,9 @@ def test_progress_replays_38_vs_75_percent(tmp_path: Path) -> None:
     ref.write_text("epoch,step,loss,accuracy\n" + "".join(
         f"{e},{100 * e},2.0,{a}\n" for e, a in enumerate(scratch)))
     result = progress_claim(_profile(log=log, reference_log=ref))
-    assert result.status is Status.FAILED
-    assert "at 6 of 6 shared epochs" in result.message
-    assert "(epoch 5: 38.0% vs 75.0%)" in result.message
-    assert "train from scratch" in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "behind_reference")
+    assert result.details["behind"] == result.details["epochs"] == [0, 1, 2, 3, 4, 5]
+    assert result.details["last"] == {"epoch": 5, "accuracy": 0.38, "reference_accuracy": 0.75}
     table = result.attachments[0].body
     assert isinstance(table, str)
     assert "5,0.3800,0.7500,-0.3700" in table
@@ -169,8 +170,8 @@ def test_progress_passes_when_ahead_and_skips_without_shared_epochs(tmp_path: Pa
     assert progress_claim(_profile(log=log, reference_log=ref)).status is Status.PASSED
     later = _log(tmp_path / "later.jsonl", [{"epoch": 3, "step": 0, "accuracy": 0.4}])
     result = progress_claim(_profile(log=log, reference_log=later))
-    assert result.status is Status.SKIPPED
-    assert "share no epoch" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "no_shared_epoch")
+    assert (result.details["epochs"], result.details["reference_epochs"]) == ([0, 1], [3])
 
 
 def test_progress_breaks_on_a_bad_log_naming_the_line(tmp_path: Path) -> None:
@@ -178,16 +179,16 @@ def test_progress_breaks_on_a_bad_log_naming_the_line(tmp_path: Path) -> None:
     log.write_text('{"epoch": 0, "step": 0, "accuracy": 0.5}\n{"epoch": 1, "step": }\n')
     ref = _log(tmp_path / "ref.jsonl", [{"epoch": 0, "step": 0, "accuracy": 0.4}])
     result = progress_claim(_profile(log=log, reference_log=ref))
-    assert result.status is Status.BROKEN
-    assert f"{log}:2" in result.message
+    assert (result.status, result.reason) == (Status.BROKEN, "unreadable_input")
+    assert f"{log}:2" in result.message  # the contract: the file and line are named
 
 
 @pytest.mark.parametrize("claim", [init_parity_claim, vocab_alignment_claim,
                                    initial_loss_claim, progress_claim])
 def test_claims_skip_without_their_input(claim: Any) -> None:
     result = claim(_profile())
-    assert result.status is Status.SKIPPED
-    assert "[finetune]" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "not_configured")
+    assert result.details["missing_input"] in ("init", "log", "vocab_map")
 
 
 def test_shifted_ids_keep_the_seeds_numbers() -> None:
@@ -207,16 +208,14 @@ def test_progress_leaves_out_an_epoch_the_fine_tune_is_still_training(tmp_path: 
     ref = _log(tmp_path / "ref.jsonl", rows({e: [0.3 + 0.1 * e] * 10 for e in range(4)}))
     result = progress_claim(_profile(log=log, reference_log=ref))
     assert result.status is Status.PASSED, result.message
-    assert "compared epochs 0–1, finished in both logs" in result.message
-    assert f"epoch 2 left out, unfinished in {log}" in result.message
     assert result.details["epochs"] == [0, 1]
     assert result.details["left_out"] == {"2": [str(log)]}
     # Once epoch 2 has run its 100 steps it is compared, and now it trails.
     done = _log(tmp_path / "done.jsonl", rows({0: [0.3] * 10, 1: [0.6] * 10, 2: [0.2] * 10}))
     result = progress_claim(_profile(log=done, reference_log=ref))
-    assert result.status is Status.FAILED
-    assert "compared epochs 0–2" in result.message
-    assert "left out" not in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "behind_reference")
+    assert result.details["epochs"] == [0, 1, 2]
+    assert result.details["left_out"] == {}
 
 
 def test_progress_skips_when_no_shared_epoch_is_finished(tmp_path: Path) -> None:
@@ -225,9 +224,8 @@ def test_progress_skips_when_no_shared_epoch_is_finished(tmp_path: Path) -> None
     ref = _log(tmp_path / "ref.jsonl", [{"epoch": e, "step": s, "accuracy": 0.5}
                                         for e in (0, 1) for s in range(100 * e, 100 * e + 100, 10)])
     result = progress_claim(_profile(log=log, reference_log=ref))
-    assert result.status is Status.SKIPPED
-    assert "no finished epoch" in result.message
-    assert f"epoch 0 left out, unfinished in {log}" in result.message
+    assert (result.status, result.reason) == (Status.SKIPPED, "no_finished_epoch")
+    assert result.details["left_out"] == {"0": [str(log)]}
 
 
 @pytest.mark.parametrize(("loss", "label"), [("NaN", "NaN"), ("Infinity", "Inf"),
@@ -237,9 +235,8 @@ def test_initial_loss_that_is_not_finite_says_so(tmp_path: Path, seeds: dict[str
     log = tmp_path / "ft.jsonl"
     log.write_text(f'{{"epoch": 0, "step": 0, "loss": {loss}}}\n')
     result = initial_loss_claim(_profile(seeds["k25"], log=log))
-    assert result.status is Status.FAILED
-    assert f"the loss is {label}: training diverged or the log is corrupt" in result.message
-    assert "uniform guess" not in result.message
+    assert (result.status, result.reason) == (Status.FAILED, "nonfinite_loss")
+    assert result.details["loss"] == label
     assert result.observed is None
 
 

@@ -14,6 +14,7 @@ from specgate.claims import result as claims
 from specgate.claims.result import Status
 from specgate.core.profile import Profile, parse_profile
 from specgate.io import history as history_store
+from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
 from specgate.measure import stats
 from specgate.report import history, verdict
@@ -49,8 +50,25 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
                                     figures={})
     with open(path, "a", encoding="utf-8") as fh:
         fh.write('{"profile": "demo", "outc\n[1, 2]\n{"no": "profile"}\n')
-    assert history_store.read_history(path) == [kept]
+    with pytest.warns(jsonl.SkippedLine) as caught:  # the torn line, naming file and line
+        assert history_store.read_history(path) == [kept]
+    assert [str(w.message).split(": ", 1)[0] for w in caught] == [f"{path}:2"]
     assert history_store.read_history(tmp_path / "missing.jsonl") == []
+
+
+def test_a_torn_non_utf8_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    """A run killed mid-write can leave half a multi-byte character: the line is skipped with a
+    warning naming the file and line (before: UnicodeDecodeError, and regress.* broke)."""
+    path = history_store.history_file(tmp_path)
+    first = history_store.record_run(path, profile="demo", drafter=None, outcome="passed",
+                                     figures={}, when=T0)
+    with open(path, "ab") as fh:
+        fh.write('{"profile": "dé'.encode()[:-1] + b"\n")
+    last = history_store.record_run(path, profile="demo", drafter=None, outcome="failed",
+                                    figures={}, when=T0 + dt.timedelta(hours=1))
+    with pytest.warns(jsonl.SkippedLine, match="not UTF-8") as caught:
+        assert history_store.read_history(path) == [first, last]
+    assert str(caught[0].message).startswith(f"{path}:2: ")
 
 
 def test_last_passing_is_the_latest_passed_run_of_that_profile() -> None:

@@ -27,8 +27,8 @@ def test_jsonl_accepts_prompt_or_text_and_defaults(tmp_path):
 
 
 @pytest.mark.parametrize(("body", "match"), [
-    ('{"prompt": "a"}\nnot json\n', r"p\.jsonl line 2: not valid JSON"),
-    ('[1, 2]\n', r"line 1: expected a JSON object"),
+    ('{"prompt": "a"}\nnot json\n', r"p\.jsonl:2: not valid JSON"),
+    ('[1, 2]\n', r"p\.jsonl:1: holds JSON list"),
     ('{"question": "a"}\n', r"line 1: needs a non-empty string field \"prompt\""),
     ('{"prompt": "a", "id": "k"}\n{"prompt": "b", "id": "k"}\n', r"line 2: duplicate prompt id"),
     ('\n\n', r"no prompts found"),

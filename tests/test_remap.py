@@ -107,8 +107,8 @@ def test_after_remap_the_alignment_claim_passes(remapped: dict[str, Any]) -> Non
             "init": str(init), "vocab_map": str(remapped["map"])}}))
 
     before = claim(remapped["old"])
-    assert before.status is Status.FAILED
-    assert "specgate remap-vocab" in before.message
+    assert (before.status, before.reason) == (Status.FAILED, "misaligned")
+    assert before.details["remap"][:2] == ["specgate", "remap-vocab"]  # the fix it names
     after = claim(remapped["new"])
     assert after.status is Status.PASSED, after.message
     assert after.observed == SHAPE.draft_vocab_size

@@ -7,6 +7,7 @@ from typing import Any
 from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
+from specgate.core.errors import CheckpointError
 from specgate.core.profile import Profile
 from specgate.io.checkpoint import aux_layer_ids, load_target_config, num_aux_states, read_config
 
@@ -58,21 +59,25 @@ def config_field_claim(profile: Profile, key: str) -> ClaimResult:
     if found is _MISSING:
         return claims.failed(cid, PHASE, f"{file}: config.json has no field {key!r}; expected "
                              f"{expected!r} ([drafter.expect] in the profile)",
-                             observed=None, expected=expected)
+                             observed=None, expected=expected, reason="missing_field")
     if _same(found, expected):
         return claims.passed(cid, PHASE, f"{file}: {key} = {found!r}", observed=found,
                              expected=expected)
     text = f"{file}: {key} is {found!r}, expected {expected!r}"
+    why, details = "wrong_value", {}
     if key == "max_position_embeddings" and _smaller(found, expected):
+        why, details = "context_too_short", {"overwrite_env": OVERWRITE_ENV}
         text += (f". SGLang refuses to start when the draft context is shorter than the "
                  f"target's unless {OVERWRITE_ENV}=1; set max_position_embeddings to the "
                  f"target's context ({expected}) in config.json, or set "
                  f'{OVERWRITE_ENV} = "1" in [server] env')
     elif key.endswith("eagle_aux_hidden_state_layer_ids"):
+        why = "aux_layer_ids_differ"
         text += (". On DeepSeek-V3/Kimi targets SGLang shifts ids by one only when the first id "
                  "is 1, so [1, 29, 57] and [2, 30, 58] capture the same layers; otherwise the "
                  "drafter reads hidden states it was not trained on")
-    return claims.failed(cid, PHASE, text, observed=found, expected=expected)
+    return claims.failed(cid, PHASE, text, observed=found, expected=expected, reason=why,
+                         details=details)
 
 
 def _smaller(found: Any, expected: Any) -> bool:
@@ -81,14 +86,18 @@ def _smaller(found: Any, expected: Any) -> bool:
 
 
 def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> tuple[
-        list[str], list[str]]:
-    """Mismatches between a drafter config and its target's, and the checks that passed."""
+        list[str], list[str], dict[str, list[Any]]]:
+    """Mismatches between a drafter config and its target's, the checks that passed, and every
+    check made: code (hidden_size, vocab_size, aux_layer_ids, max_position_embeddings) →
+    [drafter's value, target's value, ok]."""
     problems: list[str] = []
     passed: list[str] = []
+    checks: dict[str, list[Any]] = {}
 
-    def compare(what: str, mine: Any, theirs: Any, ok: bool, advice: str) -> None:
+    def compare(what: str, mine: Any, theirs: Any, ok: bool, advice: str, code: str) -> None:
         if mine is None or theirs is None:
             return
+        checks[code] = [mine, theirs, ok]
         if ok:
             passed.append(f"{what} {mine}")
         else:
@@ -98,22 +107,24 @@ def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> t
     t_hidden = target.get("hidden_size")
     compare("hidden size (fc input per aux state)", th, t_hidden, th == t_hidden,
             f"fc expects {num_aux_states(drafter)}×{th} inputs: the drafter was trained for "
-            "another target")
+            "another target", "hidden_size")
     vocab, t_vocab = drafter.get("vocab_size"), target.get("vocab_size")
     compare("vocab_size", vocab, t_vocab, vocab == t_vocab,
-            "d2t would map draft tokens to the wrong target ids")
+            "d2t would map draft tokens to the wrong target ids", "vocab_size")
     ids = aux_layer_ids(drafter)
     layers = target.get("num_hidden_layers")
     if ids is not None and isinstance(layers, int):
         outside = [i for i in ids if not 0 <= i < layers]
         compare("aux layer ids", ids, f"{layers} layers", not outside,
-                f"ids {outside} are outside the target's layers 0..{layers - 1}")
+                f"ids {outside} are outside the target's layers 0..{layers - 1}",
+                "aux_layer_ids")
     pos, t_pos = drafter.get("max_position_embeddings"), target.get("max_position_embeddings")
     if isinstance(pos, int) and isinstance(t_pos, int):
         compare("max_position_embeddings", pos, t_pos, pos >= t_pos,
                 f"SGLang refuses to start unless {OVERWRITE_ENV}=1 or --context-length ≤ {pos}; "
-                f"set the drafter's max_position_embeddings to {t_pos}")
-    return problems, passed
+                f"set the drafter's max_position_embeddings to {t_pos}",
+                "max_position_embeddings")
+    return problems, passed, checks
 
 
 def target_compat_claim(profile: Profile) -> ClaimResult:
@@ -123,8 +134,12 @@ def target_compat_claim(profile: Profile) -> ClaimResult:
     if isinstance(loaded, ClaimResult):
         return loaded
     folder, target_path, drafter, target = loaded
-    problems, ok = target_compat_problems(drafter, target)
-    details = {"problems": problems, "passed": ok}
+    try:
+        problems, ok, checks = target_compat_problems(drafter, target)
+    except CheckpointError as exc:  # a garbled field, e.g. aux layer ids that are not integers
+        return claims.broken(cid, PHASE, f"{folder / 'config.json'}: {exc}")
+    details = {"problems": problems, "passed": ok, "checks": checks,
+               "mismatched": [code for code, (_, _, good) in checks.items() if not good]}
     if problems:
         return claims.failed(cid, PHASE, f"{folder} vs target {target_path}: "
                              + "; ".join(problems), observed=len(problems), expected=0,
@@ -132,6 +147,6 @@ def target_compat_claim(profile: Profile) -> ClaimResult:
     if not ok:
         return claims.broken(cid, PHASE, f"{target_path}: config has none of hidden_size, "
                              "vocab_size, num_hidden_layers, max_position_embeddings; is it a "
-                             "model config.json?")
+                             "model config.json?", reason="not_a_model_config")
     return claims.passed(cid, PHASE, f"{folder} fits target {target_path}: " + ", ".join(ok),
                          observed=0, expected=0, unit="mismatches", details=details)

@@ -101,7 +101,9 @@ def counts_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                     f"{_listing(empty)} (check the chat template / assistant masking)")
     return claims.judged(not empty and masked > 0, cid, PHASE, message, observed=masked,
                          expected="> 0 in every sample", unit="tokens",
-                         details={"samples": n_samples, "tokens": tokens, "loss_masked": masked})
+                         fail_reason="nothing_to_learn",
+                         details={"samples": n_samples, "tokens": tokens, "loss_masked": masked,
+                                  **({"empty": empty[:50]} if empty else {})})
 
 
 def _aux_width(ctx: DataContext) -> tuple[int | None, str]:
@@ -127,16 +129,22 @@ def shapes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     if width is None:
         width = ctx.dump.samples[0].aux.shape[-1]
     problems = []
+    found: list[list[Any]] = []  # [file, tensor, shape, expected shape]
+
+    def wrong(file: str, tensor: str, shape: tuple[int, ...], expected: list[Any]) -> None:
+        problems.append(f"{file}: {tensor} {list(shape)}, expected "
+                        f"[{', '.join(map(str, expected))}]")
+        found.append([file, tensor, list(shape), expected])
+
     for s in ctx.dump.samples:
         t = s.input_ids.shape[0] if len(s.input_ids.shape) == 1 else None
         if t is None:
-            problems.append(f"{s.file.name}: input_ids {list(s.input_ids.shape)}, expected [T]")
+            wrong(s.file.name, "input_ids", s.input_ids.shape, ["T"])
             continue
         if s.aux.shape != (t, width):
-            problems.append(f"{s.file.name}: {s.aux.name} {list(s.aux.shape)}, expected "
-                            f"[{t}, {width}]")
+            wrong(s.file.name, s.aux.name, s.aux.shape, [t, width])
         if s.loss_mask is not None and s.loss_mask.shape != (t,):
-            problems.append(f"{s.file.name}: loss_mask {list(s.loss_mask.shape)}, expected [{t}]")
+            wrong(s.file.name, "loss_mask", s.loss_mask.shape, [t])
     ok = not problems
     message = (f"{ctx.dump.path}: every sample has input_ids [T], aux states [T, {width}] "
                f"({source}) and loss_mask [T]" if ok else
@@ -144,7 +152,8 @@ def shapes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                f"width {width} comes from {source}: the data was captured from another target "
                "or with another number of aux layers than the drafter expects")
     return claims.judged(ok, cid, PHASE, message, observed=len(problems), expected="= 0",
-                         unit="problems", details={"aux_width": width, "problems": problems[:50]})
+                         unit="problems", details={"aux_width": width, "problems": problems[:50],
+                                                   "shapes": found[:50]})
 
 
 @_claim("data.dtypes")
@@ -171,7 +180,8 @@ def dtypes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                f"{len(ctx.dump.samples)} samples, loss_mask integer/bool" if ok else
                f"{ctx.dump.path}: {_listing(problems)}")
     return claims.judged(ok, cid, PHASE, message, observed=dtype, expected="one of BF16/F16/F32",
-                         details={"aux_dtypes": dict(aux_dtypes)})
+                         fail_reason="mixed_dtypes" if len(aux_dtypes) > 1 else "wrong_dtype",
+                         details={"aux_dtypes": dict(aux_dtypes), "problems": problems[:50]})
 
 
 @_claim("data.finite")
@@ -179,6 +189,7 @@ def finite_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.finite: no NaN or Inf in any aux hidden state (read in bounded blocks)."""
     cid = "data.finite"
     bad: list[str] = []
+    where: dict[str, list[int | None]] = {}  # file → [non-finite values, first row]
     values = 0
     for s in ctx.dump.samples:
         if s.aux.dtype not in FLOAT_DTYPES or s.aux.dtype not in DTYPES:
@@ -187,13 +198,15 @@ def finite_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
         values += s.aux.numel
         if nonfinite:
             bad.append(f"{s.file.name}: {nonfinite} non-finite value(s), first in row {first}")
+            if len(where) < 50:
+                where[s.file.name] = [nonfinite, first]
     ok = not bad
     message = (f"{ctx.dump.path}: all {values} aux values are finite" if ok else
                f"{ctx.dump.path}: {len(bad)} sample(s) hold NaN/Inf: {_listing(bad)}; training "
                "on them turns the loss NaN: drop or re-capture these samples (fp16 capture "
                "overflows on large activations: capture in bf16)")
     return claims.judged(ok, cid, PHASE, message, observed=len(bad), expected="= 0",
-                         unit="samples", details={"bad": bad[:50]})
+                         unit="samples", details={"bad": bad[:50], "nonfinite": where})
 
 
 def _count_nonfinite(file: Path, start: int, dtype: str,
@@ -254,11 +267,12 @@ def capture_layers_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     if not isinstance(recorded, list) or not all(isinstance(i, int) for i in recorded):
         return claims.skipped(cid, PHASE, f"{ctx.dump.path}/metadata.json records no "
                               "aux_hidden_state_layer_ids: record the capture layers with the "
-                              "dataset so this can be checked")
+                              "dataset so this can be checked", reason="no_capture_metadata")
     ids = (ctx.drafter.config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(ids, list):
         return claims.skipped(cid, PHASE, f"{ctx.drafter.path}/config.json has no eagle_config."
-                              "eagle_aux_hidden_state_layer_ids (SGLang captures its default)")
+                              "eagle_aux_hidden_state_layer_ids (SGLang captures its default)",
+                              reason="no_drafter_layer_ids")
     family = target_family(profile, ctx)
     data_layers = capture_layers(recorded, family)
     drafter_layers = capture_layers([int(i) for i in ids], family)
@@ -273,7 +287,9 @@ def capture_layers_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
         message += (": the drafter would be trained on other layers' states than SGLang feeds it"
                     " at serving time; re-capture or fix eagle_aux_hidden_state_layer_ids")
     return claims.judged(ok, cid, PHASE, message, observed=data_layers,
-                         expected=drafter_layers, details={"family": family})
+                         expected=drafter_layers, fail_reason="other_layers",
+                         details={"family": family, "recorded_ids": recorded,
+                                  "drafter_ids": ids})
 
 
 def vocab_map_from_data(dump: HiddenStateDump, draft_vocab_size: int,
@@ -331,10 +347,10 @@ def vocab_map_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                     " this dataset rarely trains and misses ones it does; rebuild the map from "
                     "this dataset (SpecForge's vocab mapping) before training")
     return claims.judged(ok, cid, PHASE, message, observed=consistent, expected=f">= {need}",
-                         unit="tokens", details={"shared_tokens": cmp.shared_tokens,
-                                                 "d2t_positional_matches":
-                                                     cmp.d2t_positional_matches,
-                                                 "distinct_masked_tokens": len(counts)},
+                         unit="tokens", fail_reason="other_data",
+                         details={"shared_tokens": cmp.shared_tokens,
+                                  "d2t_positional_matches": cmp.d2t_positional_matches,
+                                  "distinct_masked_tokens": len(counts)},
                          attachments=(Attachment("data vocab map vs drafter", table.getvalue(),
                                                  "csv"),))
 

@@ -48,7 +48,9 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
         not problems, cid, PHASE, message, observed=len(parity.matched), expected=f"= {total}",
         unit="tensors", details={"skipped": list(parity.frozen), "missing": list(parity.missing),
                                  "mismatched": [list(m) for m in parity.mismatched],
-                                 "fresh": list(parity.extra)})
+                                 "fresh": list(parity.extra), "compared": total,
+                                 "names_normalised": True},
+        fail_reason="shape_mismatch" if parity.mismatched else "missing_tensor")
 
 
 def vocab_alignment_claim(profile: Profile) -> ClaimResult:
@@ -80,9 +82,12 @@ def vocab_alignment_claim(profile: Profile) -> ClaimResult:
                    f"move those rows to the data's positions, then fine-tune from NEW")
     return claims.judged(
         ok, cid, PHASE, message, observed=matches, expected=f">= {need}", unit="positions",
+        fail_reason="size_differs" if not same_size else "misaligned",
         details={"shared_tokens": cmp.shared_tokens, "draft_vocab_size": vd,
                  "init_draft_vocab_size": cmp.draft_vocab_size,
-                 "first_mismatch": cmp.first_mismatch},
+                 "first_mismatch": cmp.first_mismatch,
+                 "remap": ["specgate", "remap-vocab", "--from", str(init_path), "--to",
+                           str(map_path)]},
         attachments=(Attachment("vocab alignment", cmp.table_csv(), "csv"),))
 
 
@@ -126,14 +131,17 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
     cid = "finetune.initial_loss"
     row = log.first_loss()
     if row is None or row.loss is None:
-        return claims.broken(cid, PHASE, f"{log.path}: no record carries a loss")
+        return claims.broken(cid, PHASE, f"{log.path}: no record carries a loss",
+                             reason="no_loss")
     random_loss = math.log(vd)
     limit = LOSS_MARGIN * random_loss
     where = f"{log.path}:{row.line} (epoch {row.epoch:g}, step {row.step})"
     finite = math.isfinite(row.loss)
     ok = finite and row.loss < limit
+    why = "nonfinite_loss" if not finite else ("worse_than_random" if row.loss > random_loss
+                                              else "near_random")
+    label = "NaN" if math.isnan(row.loss) else ("Inf" if row.loss > 0 else "-Inf")
     if not finite:
-        label = "NaN" if math.isnan(row.loss) else ("Inf" if row.loss > 0 else "-Inf")
         tail = (f"the loss is {label}: training diverged or "
                 "the log is corrupt; check the learning rate and the data at that step, or the "
                 "line itself")
@@ -153,9 +161,11 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
                f"{random_loss:.3f} (needs < {limit:.3f}); {tail}")
     # A float NaN in `observed` would make verdict.json invalid JSON (and NaN != NaN in history).
     return claims.judged(ok, cid, PHASE, message, observed=round(row.loss, 4) if finite else None,
-                         expected=f"< {limit:.4f}", unit="nats",
+                         expected=f"< {limit:.4f}", unit="nats", fail_reason=why,
                          details={"random_loss": round(random_loss, 4), "draft_vocab_size": vd,
-                                  "draft_vocab_size_from": vd_source})
+                                  "draft_vocab_size_from": vd_source, "line": row.line,
+                                  "epoch": row.epoch, "step": row.step,
+                                  "loss": round(row.loss, 4) if finite else label})
 
 
 def progress_claim(profile: Profile) -> ClaimResult:
@@ -174,11 +184,14 @@ def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
     mine, theirs = log.accuracy_by_epoch(), ref.accuracy_by_epoch()
     for which, acc in ((log.path, mine), (ref.path, theirs)):
         if not acc:
-            return claims.broken(cid, PHASE, f"{which}: no record carries an accuracy")
+            return claims.broken(cid, PHASE, f"{which}: no record carries an accuracy",
+                                 reason="no_accuracy", details={"log": str(which)})
     shared = sorted(set(mine) & set(theirs))
     if not shared:
         return claims.skipped(cid, PHASE, f"the logs share no epoch yet ({log.path}: epochs "
-                              f"{sorted(mine)}; {ref.path}: epochs {sorted(theirs)})")
+                              f"{sorted(mine)}; {ref.path}: epochs {sorted(theirs)})",
+                              reason="no_shared_epoch",
+                              details={"epochs": sorted(mine), "reference_epochs": sorted(theirs)})
     done_mine, done_theirs = log.finished_epochs(), ref.finished_epochs()
     epochs = [e for e in shared if e in done_mine and e in done_theirs]
     left_out = {e: [str(p) for p, done in ((log.path, done_mine), (ref.path, done_theirs))
@@ -190,7 +203,9 @@ def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
         return claims.skipped(cid, PHASE, f"the logs share no finished epoch yet (shared epochs "
                               f"{shared}; {omitted}). An epoch counts as finished once a later "
                               "one is logged, or, for the last, once it spans as many steps as "
-                              "the epoch before it")
+                              "the epoch before it", reason="no_finished_epoch",
+                              details={"epochs": [], "shared": shared,
+                                       "left_out": {str(e): w for e, w in left_out.items()}})
     compared = (f"compared epochs {_ranges(epochs)}, finished in both logs"
                 + (f"; {omitted}" if omitted else ""))
     table = io.StringIO()
@@ -209,15 +224,19 @@ def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
                    f"({compared})")
         observed = round(mine[worst], 4)
         expected = f">= {theirs[worst]:.4f}"
+        judged_epoch = worst
     else:
         message = (f"{log.path}: the fine-tune's accuracy is at or above the from-scratch "
                    f"reference's at all {len(epochs)} shared epochs (epoch {last}: "
                    f"{mine[last]:.1%} vs {theirs[last]:.1%}; {compared})")
         observed = round(mine[last], 4)
         expected = f">= {theirs[last]:.4f}"
+        judged_epoch = last
     return claims.judged(not behind, cid, PHASE, message, observed=observed, expected=expected,
-                         unit="accuracy",
-                         details={"epochs": epochs, "behind": behind,
+                         unit="accuracy", fail_reason="behind_reference",
+                         details={"epochs": epochs, "behind": behind, "epoch": judged_epoch,
+                                  "last": {"epoch": last, "accuracy": round(mine[last], 4),
+                                           "reference_accuracy": round(theirs[last], 4)},
                                   "left_out": {str(e): w for e, w in left_out.items()}},
                          attachments=(Attachment("accuracy by epoch", table.getvalue(), "csv"),))
 

@@ -30,7 +30,7 @@ def _listing(problems: list[str]) -> str:
 
 def layout_problems(drafter: Drafter) -> tuple[list[str], list[str]]:
     """Mismatches against the config's implied layout, and tensors the config does not explain."""
-    layout = expected_layout(drafter.config)
+    layout = expected_layout(drafter.config, max_tensors=len(drafter.tensors))
     present = drafter.by_canonical()
     problems = []
     for name, want in layout.items():

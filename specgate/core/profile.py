@@ -6,6 +6,7 @@ import difflib
 import os
 import re
 import shlex
+import stat
 import sys
 import tomllib
 import types
@@ -18,6 +19,8 @@ from specgate.core.errors import ProfileError
 
 PROFILE_ENV = "SPECGATE_PROFILE"
 CACHE_ENV = "SPECGATE_CACHE"
+# A profile is a few KB; a bound keeps a wrong file (a 34 MB log) from taking a minute to parse.
+MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
 SIMULATOR_MODULE = "specgate.testing.simulator"
 
@@ -325,6 +328,13 @@ def load_profile(path: Path | str) -> Profile:
                            f"{PROFILE_ENV}; shipped profiles, by name: "
                            f"{', '.join(shipped_profile_names())})")
     try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"{path}: is not a regular file; a profile is a TOML file")
+        if st.st_size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"{path}: {st.st_size} bytes, over the {MAX_PROFILE_BYTES}-byte "
+                               "limit for a profile (the shipped ones are a few KB); is this "
+                               "the right file?")
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None

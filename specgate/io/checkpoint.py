@@ -76,6 +76,10 @@ def read_config(path: Path | str) -> dict[str, Any]:
         raise CheckpointError(f"{path}: {exc.strerror or exc}; check the path in the profile "
                               "or on the command line") from None
     file = path / "config.json" if path.is_dir() else path
+    if file is path and path.suffix != ".json":
+        # e.g. model.safetensors given as the drafter: not "config.json is not valid JSON".
+        raise CheckpointError(f"{path}: is a file, not a folder; give the model folder that "
+                              "holds config.json and the *.safetensors weights")
     if not file.is_file():
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
                               "and its *.safetensors weights")
@@ -147,8 +151,8 @@ def _open(folder: Path) -> Drafter:
         raise CheckpointError(f"{folder}: drafter folder not found; check [drafter] path or "
                               "--drafter")
     if not folder.is_dir():
-        raise CheckpointError(f"{folder}: is a file; a drafter is a folder with config.json and "
-                              "*.safetensors")
+        raise CheckpointError(f"{folder}: is a file, not a folder; a drafter is a folder with "
+                              "config.json and *.safetensors")
     try:
         names = sorted(p.name for p in folder.iterdir())
     except OSError as exc:
@@ -231,12 +235,25 @@ def head_dim(config: dict[str, Any]) -> int:
 
 
 def aux_layer_ids(config: dict[str, Any]) -> list[int] | None:
+    """eagle_config.eagle_aux_hidden_state_layer_ids, checked to be integers (a CheckpointError
+    naming the key otherwise; the caller adds the file)."""
     eagle = config.get("eagle_config")
     if isinstance(eagle, dict):
         ids = eagle.get("eagle_aux_hidden_state_layer_ids")
         if isinstance(ids, list):
-            return [int(i) for i in ids]
+            bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+            if bad:
+                raise CheckpointError(
+                    f"eagle_config.eagle_aux_hidden_state_layer_ids is {_short(ids)}: "
+                    f"{_short(bad[0])} is not an integer layer id; list the target layers whose "
+                    "hidden states the drafter reads, e.g. [1, 29, 57]")
+            return list(ids)
     return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def num_aux_states(config: dict[str, Any]) -> int:
@@ -247,8 +264,14 @@ def num_aux_states(config: dict[str, Any]) -> int:
     return len(ids) if ids else 3
 
 
-def expected_layout(config: dict[str, Any]) -> dict[str, ExpectedTensor]:
-    """The tensors (normalized names) an EAGLE-3 drafter with this config must carry."""
+def expected_layout(config: dict[str, Any],
+                    max_tensors: int | None = None) -> dict[str, ExpectedTensor]:
+    """The tensors (normalized names) an EAGLE-3 drafter with this config must carry.
+
+    max_tensors (the checkpoint's tensor count) bounds the work: a config implying more
+    tensors than the files hold is refused before they are listed, so the time does not grow
+    with a number in config.json.
+    """
     try:
         h = int(config["hidden_size"])
         heads = int(config["num_attention_heads"])
@@ -294,6 +317,11 @@ def expected_layout(config: dict[str, Any]) -> dict[str, ExpectedTensor]:
         layout["layers.0.self_attn.k_proj.bias"] = ExpectedTensor((kv * d,), None)
         layout["layers.0.self_attn.v_proj.bias"] = ExpectedTensor((kv * d,), None)
     if config.get("fc_norm") or config.get("use_aux_norm"):
+        if max_tensors is not None and n_aux > max_tensors:
+            raise CheckpointError(
+                f"config.json: {n_aux} aux hidden states with fc_norm imply {n_aux} fc_norm "
+                f"tensors, more than the {max_tensors} tensors in the checkpoint; fix "
+                "num_aux_hidden_states or eagle_aux_hidden_state_layer_ids")
         for i in range(n_aux):
             layout[f"fc_norm.{i}.weight"] = ExpectedTensor((th,), None)
     return layout

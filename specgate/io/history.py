@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specgate.io import jsonl
+
 HISTORY_FILE = "verdicts.jsonl"
 
 
@@ -117,12 +119,13 @@ def read_history(path: Path) -> list[RunRecord]:
     if not path.exists():
         return []
     records: list[RunRecord] = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                records.append(RunRecord.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-                continue
+    # A line a killed run tore (not UTF-8, not JSON) is skipped with a warning naming the file
+    # and line; a line of another schema is skipped quietly.
+    for _, doc in jsonl.lenient_lines(path):
+        try:
+            records.append(RunRecord.from_json(doc))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            continue
     return records
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from specgate.core.errors import DataError
+from specgate.io import jsonl
 
 FIELDS = ("epoch", "step", "loss", "accuracy")
 
@@ -94,20 +94,7 @@ def read_metrics(path: Path | str) -> MetricsLog:
 
 
 def _jsonl_records(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: not valid JSON ({exc.msg}); a JSONL metrics log "
-                            "holds one JSON object per line") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{path}:{number}: holds JSON {type(record).__name__}, expected an "
-                            f"object with {', '.join(FIELDS)}")
-        out.append((number, record))
-    return out
+    return list(jsonl.objects(text, str(path), f"an object with {', '.join(FIELDS)}"))
 
 
 def _csv_records(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:

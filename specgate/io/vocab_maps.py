@@ -105,7 +105,7 @@ def required_count(fraction: float, n: int) -> int:
 
 def check_invariants(vmap: VocabMap, draft_vocab_size: int | None,
                      vocab_size: int | None) -> dict[str, str]:
-    """Every way the map breaks SPEC's vocab.invariants: problem code → one sentence (empty:
+    """Every way the map breaks the vocab.invariants claim: problem code → one sentence (empty:
     sound). Codes: d2t_dtype, d2t_shape, t2d_missing, t2d_dtype, t2d_shape, not_increasing,
     out_of_range, t2d_disagrees."""
     problems: dict[str, str] = {}
@@ -237,6 +237,8 @@ def map_of(drafter: Drafter) -> VocabMap:
     vd = drafter.config.get("draft_vocab_size") or vocab
     full: int | None = (vocab if isinstance(vocab, int) and not isinstance(vocab, bool)
                         and vocab > 0 and vd == vocab else None)
+    if full is not None and (d2t_info is None or t2d is None):
+        _check_implied_size(drafter, full)
     implied = t2d is None and full is not None
     if full is not None and t2d is None:
         t2d = np.ones(full, dtype=bool)
@@ -249,6 +251,37 @@ def map_of(drafter: Drafter) -> VocabMap:
                               "Export d2t/t2d with the drafter")
     return VocabMap(read_array(d2t_info.file, d2t_info), t2d, str(drafter.path),
                     implied=("t2d",) if implied else ())
+
+
+# Token ids are int32 in SGLang (and in the tokenizers' vocabularies): no vocab is larger.
+MAX_VOCAB = 2**31 - 1
+# Without a tensor to confirm the size, the identity map is built up to this many entries
+# (the largest real vocabularies are a few hundred thousand tokens).
+MAX_UNCONFIRMED_VOCAB = 2**24
+
+
+def _check_implied_size(drafter: Drafter, vocab: int) -> None:
+    """Refuse to build an identity map the checkpoint cannot back: a vocab beyond int32, one
+    that disagrees with the rows of lm_head or embed_tokens, or, with neither tensor, one beyond
+    MAX_UNCONFIRMED_VOCAB (so a number in config.json cannot make specgate allocate gigabytes)."""
+    where = f"{drafter.path / 'config.json'}: vocab_size = draft_vocab_size = {vocab}"
+    if vocab > MAX_VOCAB:
+        raise CheckpointError(f"{where}, beyond the int32 token ids SGLang uses (at most "
+                              f"{MAX_VOCAB}); fix vocab_size in config.json")
+    for name in ("lm_head.weight", "embed_tokens.weight"):
+        info = drafter.find(name)
+        if info is not None and info.shape:
+            if info.shape[0] != vocab:
+                raise CheckpointError(
+                    f"{where}, but {info.name} has {info.shape[0]} rows (shape "
+                    f"{list(info.shape)}); the identity map stands in only for a drafter whose "
+                    "head covers the whole vocabulary: fix config.json or export d2t/t2d")
+            return
+    if vocab > MAX_UNCONFIRMED_VOCAB:
+        raise CheckpointError(f"{where} with no d2t/t2d and no lm_head or embed_tokens to "
+                              f"confirm it; specgate builds an implied identity map only up to "
+                              f"{MAX_UNCONFIRMED_VOCAB} entries: export d2t/t2d or fix "
+                              "vocab_size")
 
 
 def _load_torch_map(path: Path) -> VocabMap:

@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from specgate.core.errors import DataError, ProfileError
+from specgate.io import jsonl
 
 BUILTIN = "builtin"
 
@@ -75,17 +75,7 @@ def load_jsonl(path: Path) -> list[Prompt]:
 def _parse_jsonl(text: str, label: str) -> list[Prompt]:
     prompts: list[Prompt] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{label} line {lineno}: not valid JSON ({exc.msg}); each line must "
-                            "be an object like {\"prompt\": \"...\"}") from None
-        if not isinstance(obj, dict):
-            raise DataError(f"{label} line {lineno}: expected a JSON object, found "
-                            f"{type(obj).__name__}")
+    for lineno, obj in jsonl.objects(text, label, 'an object like {"prompt": "..."}'):
         body = obj.get("prompt", obj.get("text"))
         if not isinstance(body, str) or not body.strip():
             raise DataError(f"{label} line {lineno}: needs a non-empty string field \"prompt\" "

@@ -21,7 +21,8 @@ from specgate.core.redact import redact_urls
 if TYPE_CHECKING:
     from specgate.core.profile import Profile
 
-# Values of keys like these never reach a report, whoever passes them in (SPEC: secrets).
+# Values of keys like these never reach a report, whoever passes them in: an API key or token
+# shown in the Allure environment or an attachment would leak to everyone the report is sent to.
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
 REDACTED = "<redacted>"
 

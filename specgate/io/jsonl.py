@@ -1,0 +1,56 @@
+"""JSON Lines: one JSON object per line, read strictly (a bad line is an error naming the file and
+line) or leniently (a bad line is skipped with a warning naming them)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from specgate.core.errors import DataError
+
+
+def objects(text: str, label: str, expected: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of text; a line that is not a JSON object
+    raises DataError naming label (the file) and the line, and saying what each line should be
+    (expected, e.g. 'an object like {"prompt": "..."}')."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise DataError(f"{label}:{number}: not valid JSON ({why}); each line must be "
+                            f"{expected}") from None
+        except ValueError as exc:  # an integer beyond Python's digit limit
+            raise DataError(f"{label}:{number}: not readable JSON ({exc}); each line must be "
+                            f"{expected}") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{label}:{number}: holds JSON {type(record).__name__}, expected "
+                            f"{expected}")
+        yield number, record
+
+
+class SkippedLine(UserWarning):
+    """A line of a JSON Lines store that could not be read and was skipped."""
+
+
+def lenient_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of every line of a file appended to by many runs; a torn line
+    (not UTF-8, not JSON: a run killed mid-write) is skipped with a SkippedLine warning naming
+    the file and line, never an exception."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                warnings.warn(SkippedLine(f"{path}:{number}: not UTF-8 ({exc.reason} at byte "
+                                          f"{exc.start}); line skipped"), stacklevel=2)
+            except (ValueError, RecursionError) as exc:
+                warnings.warn(SkippedLine(f"{path}:{number}: not valid JSON "
+                                          f"({str(exc)[:80]}); line skipped"), stacklevel=2)
