@@ -73,3 +73,27 @@ def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
     snippet = tomllib.loads(paths["snippet"].read_text())
     assert SpeculativeSection(**snippet["speculative"]).num_steps == best
     assert f"s{best}-k1-d{best + 1}" in paths["table"].read_text()
+
+
+def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
+    # A bounded run (timeout --signal=INT, Ctrl-C) stopped at its second launch: the first
+    # launch's figures are in the result and its table, not lost (as happened on real SGLang).
+    from specgate.measure.live import ConfigRun
+    from specgate.report import tune_report
+
+    profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
+                                                         "profiles/demo.toml"))
+    launched = []
+
+    def runner(prof, config, reports_dir, **kw):
+        launched.append(prof.speculative.num_steps)
+        if len(launched) == 2:
+            raise KeyboardInterrupt
+        return ConfigRun(config, measurement=_m([[1, 2, 3, 4]] * 6))
+
+    result = tune.run_tune(profile, tmp_path, use_baseline=False, runner=runner)
+    assert result.stop_reason == "interrupted after 1 launches"
+    assert [t.candidate.steps for t in result.trials] == [max(profile.tune.steps)]
+    assert (tmp_path / "tune" / tune.RESULT_FILE).exists()
+    table = tune_report.write_outputs(result, tmp_path)["table"].read_text()
+    assert f"s{max(profile.tune.steps)}-k1" in table

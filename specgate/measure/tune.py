@@ -361,11 +361,12 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
         trials.append(trial)
         if trial.status == "best":
             best = trial
+        m = trial.measurement
+        measured = (f"{_tps(m):.1f} tok/s, accept length {m.stats['accept_len'].mean:.3f}"
+                    if m is not None and "accept_len" in m.stats else "not measured")
+        say(f"launch {trial.launch}: {trial.candidate.key}: {measured}; {trial.status}: "
+            f"{trial.note}")
 
-    first = max(cands)
-    record(launch(first, None))
-    if best is None:
-        stop = "the first launch failed: " + trials[-1].note
     acceptance: list[float] = []
     fit: CycleFit | None = None
     preds: dict[str, Prediction] = {}
@@ -382,25 +383,34 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
             fit = fit_cycle(points, prior)
             preds = {c.key: predict_one(c, acceptance, fit) for c in cands}
 
-    while best is not None and not stop:
-        refit()
-        tried = {tr.candidate for tr in trials}
-        left = [c for c in cands if c not in tried and c.key in preds]
-        if not left:
-            stop = "every configuration was measured"
-            break
-        if len(trials) >= t.max_launches:
-            stop = f"[tune] max_launches = {t.max_launches} reached"
-            break
-        top = max(left, key=lambda c: preds[c.key].tps)
-        assert best.measurement is not None
-        best_tps = _tps(best.measurement)
-        if preds[top.key].tps < best_tps * (1.0 - t.margin):
-            stop = (f"no configuration left is predicted within {t.margin:.0%} of the best "
-                    f"measured ({best.candidate.key}, {best_tps:.1f} tok/s); the most "
-                    f"promising, {top.key}, is predicted at {preds[top.key].tps:.1f} tok/s")
-            break
-        record(launch(top, preds[top.key]))
+    def race() -> str:
+        """Launch the largest chain, then the most promising others; the reason it stopped."""
+        record(launch(max(cands), None))
+        if best is None:
+            return "the first launch failed: " + trials[-1].note
+        while True:
+            refit()
+            tried = {tr.candidate for tr in trials}
+            left = [c for c in cands if c not in tried and c.key in preds]
+            if not left:
+                return "every configuration was measured"
+            if len(trials) >= t.max_launches:
+                return f"[tune] max_launches = {t.max_launches} reached"
+            top = max(left, key=lambda c: preds[c.key].tps)
+            assert best is not None
+            assert best.measurement is not None
+            best_tps = _tps(best.measurement)
+            if preds[top.key].tps < best_tps * (1.0 - t.margin):
+                return (f"no configuration left is predicted within {t.margin:.0%} of the "
+                        f"best measured ({best.candidate.key}, {best_tps:.1f} tok/s); the most "
+                        f"promising, {top.key}, is predicted at {preds[top.key].tps:.1f} tok/s")
+            record(launch(top, preds[top.key]))
+
+    try:
+        stop = race()
+    except KeyboardInterrupt:
+        # A bounded run (timeout, Ctrl-C) keeps what it measured: the table is written anyway.
+        stop = f"interrupted after {len(trials)} launches"
     refit()
     if stored is not None and baseline is not None:
         # The stored baseline is rechecked against a speculative server of this run.
