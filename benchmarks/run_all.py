@@ -71,6 +71,30 @@ def _rows6(result: dict[str, Any]) -> list[list[str]]:
     return tune_bench.rows(result)
 
 
+def _bench8(work: Path, quick: bool) -> dict[str, Any]:
+    import paired_design
+
+    return paired_design.run(trials=50 if quick else 400)
+
+
+def _rows8(result: dict[str, Any]) -> list[list[str]]:
+    import paired_design
+
+    return paired_design.rows(result)
+
+
+def _bench9(work: Path, quick: bool) -> dict[str, Any]:
+    import accuracy
+
+    return accuracy.run(work)
+
+
+def _rows9(result: dict[str, Any]) -> list[list[str]]:
+    import accuracy
+
+    return accuracy.bench_rows(result)
+
+
 def _bench7(work: Path, quick: bool) -> dict[str, Any]:
     return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
 
@@ -90,6 +114,8 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "5": ("launches", _bench5, launches.rows),
     "6": ("fewer_launches", _bench6, _rows6),
     "7": ("safetensors_oracle", _bench7, oracle.rows),
+    "8": ("paired_design", _bench8, _rows8),
+    "9": ("accuracy", _bench9, _rows9),
 }
 
 
