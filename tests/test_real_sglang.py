@@ -474,3 +474,24 @@ def _live(base: object, spec: object) -> LiveResults:
     return LiveResults("t", False, ConfigRun("baseline", measurement=base),  # type: ignore[arg-type]
                        ConfigRun("speculative", measurement=spec,  # type: ignore[arg-type]
                                  server_info={"speculative_algorithm": "EAGLE3"}))
+
+
+# -- the harness's figures against the simulator's own clock, in every mode -----------------------
+
+@pytest.mark.parametrize("mode", ["merged first message (default)", "one token per message",
+                                  "three steps merged", "buffering proxy"])
+def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import accuracy
+
+    row = accuracy.simulator_mode(tmp_path, mode, accuracy.MODES[mode], max_new_tokens=128,
+                                  per_category=2)
+    assert row["requests"] == 14
+    assert row["accept_len"] == pytest.approx(row["true_accept_len"], rel=1e-12)  # exact counts
+    if mode == "buffering proxy":
+        # Every stream arrived in one burst: its tok/s is the buffer's, and the claims refuse it.
+        assert row["bursts"] == 14
+        assert row["tps"] > 20 * row["true_tps"]
+    else:
+        assert row["bursts"] == 0
+        assert row["tps"] == pytest.approx(row["true_tps"], rel=0.005)
