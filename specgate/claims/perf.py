@@ -12,9 +12,10 @@ from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
+from specgate.io.jsonl import json_safe
 from specgate.measure import bench, stats
 from specgate.measure.bench import Measurement
-from specgate.measure.live import ConfigRun, LiveResults, json_safe
+from specgate.measure.live import ConfigRun, LiveResults
 from specgate.report import live_plots
 
 PHASE = "phase0"

@@ -54,3 +54,14 @@ def lenient_lines(path: Path) -> Iterator[tuple[int, Any]]:
             except (ValueError, RecursionError) as exc:
                 warnings.warn(SkippedLine(f"{path}:{number}: not valid JSON "
                                           f"({str(exc)[:80]}); line skipped"), stacklevel=2)
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null (json.dumps would write invalid NaN)."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

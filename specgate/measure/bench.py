@@ -133,14 +133,8 @@ class Totals:
 
     @classmethod
     def of(cls, samples: Sequence[RequestSample]) -> Totals:
-        verifies = [s.verify_ct for s in samples]
-        return cls(requests=len(samples),
-                   completion_tokens=sum(s.completion_tokens for s in samples),
-                   decode_tokens=sum(s.decode_tokens for s in samples),
-                   decode_s=math.fsum(s.decode_s for s in samples),
-                   verify_ct=None if any(v is None for v in verifies)
-                   else sum(v or 0 for v in verifies),
-                   ttft_s=math.fsum(s.ttft_s for s in samples))
+        return _pooled([cls(1, s.completion_tokens, s.decode_tokens, s.decode_s, s.verify_ct,
+                            s.ttft_s) for s in samples])
 
 
 def _pooled(units: Sequence[Totals]) -> Totals:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
 from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
+from specgate.io.jsonl import json_safe
 from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config
@@ -154,17 +155,6 @@ class LiveResults:
     @classmethod
     def read(cls, path: Path) -> LiveResults:
         return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
-
-
-def json_safe(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become null (json.dumps would write invalid NaN)."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def _now() -> str:

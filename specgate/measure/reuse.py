@@ -31,6 +31,7 @@ from typing import Any
 
 from specgate.core.profile import Profile
 from specgate.core.redact import is_secret_name
+from specgate.io.jsonl import json_safe
 
 STORE_DIR = "baselines"
 SCHEMA = 1
@@ -183,19 +184,11 @@ def save(reports_dir: Path, fp: Fingerprint, run: dict[str, Any], *,
     tmp = path.with_suffix(".tmp")
     from specgate.core.redact import redact_urls
 
-    tmp.write_text(redact_urls(json.dumps(_json_safe(doc), indent=1)) + "\n", encoding="utf-8")
+    tmp.write_text(redact_urls(json.dumps(json_safe(doc), indent=1)) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def find(reports_dir: Path, fp: Fingerprint, max_age_h: float, *,

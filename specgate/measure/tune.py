@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from specgate.core.profile import Profile
+from specgate.io.jsonl import json_safe
 from specgate.measure import bench, reuse, stats
-from specgate.measure.live import ConfigRun, Progress, json_safe, run_config
+from specgate.measure.live import ConfigRun, Progress, run_config
 from specgate.measure.stats import Summary
 from specgate.model import predict
 
