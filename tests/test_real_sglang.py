@@ -495,3 +495,47 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
     else:
         assert row["bursts"] == 0
         assert row["tps"] == pytest.approx(row["true_tps"], rel=0.005)
+
+
+# -- review findings: one-token answers, unpaired prompts, untimed decode ---------------------------
+
+def test_a_one_token_baseline_answer_is_not_a_speculative_baseline() -> None:
+    rows = [_row(prompt=f"p{i}", completion=40, verify=None) for i in range(4)]
+    rows.append(dataclasses.replace(_row(prompt="p9", completion=1, verify=None)))
+    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=BenchSection(),
+                             samples=rows)
+    result = perf_claims.baseline_tps_claim(_profile(), _live(base, None))
+    assert result.status is Status.PASSED, result.message
+
+
+def test_all_one_token_speculative_answers_give_a_reason_not_a_crash() -> None:
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+                             samples=[_row(prompt=f"p{i}", completion=1, verify=None)
+                                      for i in range(3)])
+    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    assert result.status is Status.BROKEN
+    assert "no verify pass ran" in result.message
+
+
+def test_decode_without_tokens_gives_no_cycle_time_instead_of_a_crash() -> None:
+    # Every final message repeats the first message's count: time passed, no tokens after it.
+    rows = [dataclasses.replace(_row(prompt=f"p{i}", completion=5, verify=2), first_tokens=5)
+            for i in range(3)]
+    m = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+                          samples=rows)
+    assert "cycle_ms" not in m.stats
+    assert "tps" not in m.stats
+    assert m.stats["accept_len"].mean == pytest.approx(2.5)
+
+
+def test_speedup_without_shared_prompts_is_broken_with_the_reason() -> None:
+    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=BenchSection(),
+                             samples=[_row(prompt=f"b{i}", completion=40, verify=None)
+                                      for i in range(3)])
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+                             samples=[_row(prompt=f"s{i}", completion=40, verify=20, tps=150.0)
+                                      for i in range(3)])
+    for claim in (perf_claims.speedup_claim, perf_claims.breakeven_claim):
+        result = claim(_profile(), _live(base, spec))
+        assert result.status is Status.BROKEN, (claim, result.message)
+        assert "0 prompt(s) were timed on both servers" in result.message

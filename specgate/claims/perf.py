@@ -158,7 +158,8 @@ def targets_table(cycle_ms: float, baseline_tps: float, measured_accept: float,
 
 def _baseline_is_speculative(run: ConfigRun) -> str | None:
     m = run.measurement
-    with_spec = (len(m.samples) - m.spec_fields_missing) if m else 0
+    # The raw field: a one-token answer counts zero verifies without carrying spec fields.
+    with_spec = sum(1 for s in m.samples if s.spec_verify_ct is not None) if m else 0
     algo = run.server_info.get("speculative_algorithm")
     if algo not in (None, "", "None", "none"):
         return f"/server_info reports speculative_algorithm = {algo!r}"
@@ -333,17 +334,34 @@ def _breakeven(live: LiveResults, spec: Measurement) -> BreakEven | None:
     if base is None or base.stat("tps") is None or tau is None or cycle is None:
         return None
     ratio = bench.speedup(spec, base)
-    if not math.isfinite(ratio.mean) or ratio.mean <= 0:
+    if _unpaired(ratio, spec, base) or ratio.mean <= 0:
         return None
     return BreakEven(ratio, tau.mean, cycle.mean, base.stats["tps"].mean)
 
 
-def _targets_attachment(profile: Profile, live: LiveResults, spec: Measurement) -> Attachment:
+def _unpaired(ratio: stats.Summary, spec: Measurement, base: Measurement) -> str | None:
+    """Why the paired speed-up cannot be judged: fewer than two prompts timed on both servers
+    (no interval: a gate does not pass on a bare point estimate), or a ratio that is not finite."""
+    if ratio.n >= 2 and math.isfinite(ratio.mean):
+        return None
+    shared = sorted({s.prompt_id for s in spec.samples} & {s.prompt_id for s in base.samples})
+    return (f"the speed-up pairs each prompt's speculative and baseline requests, and "
+            f"{len(shared)} prompt(s) were timed on both servers ({ratio.n} usable): at least two "
+            "are needed for an interval; run the same prompts on both (the [bench] prompt "
+            "selection) with answers longer than one token")
+
+
+def _targets_attachment(profile: Profile, live: LiveResults,
+                        spec: Measurement) -> tuple[Attachment, ...]:
+    """The targets table, when the cycle time was measured (none without timed decode)."""
     base = live.baseline.measurement
     base_tps = base.stats["tps"].mean if base and "tps" in base.stats else math.nan
-    text = targets_table(spec.stats["cycle_ms"].mean, base_tps, spec.stats["accept_len"].mean,
+    cycle, accept = spec.stat("cycle_ms"), spec.stat("accept_len")
+    if cycle is None or accept is None:
+        return ()
+    text = targets_table(cycle.mean, base_tps, accept.mean,
                          list(profile.thresholds.tps_targets), _steps(profile, live.speculative))
-    return Attachment("required accept length for tok/s targets", text, "text")
+    return (Attachment("required accept length for tok/s targets", text, "text"),)
 
 
 def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
@@ -352,10 +370,15 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     got = _spec_measurement(cid, live, timed=profile.thresholds.accept_len_min == "breakeven")
     if isinstance(got, ClaimResult):
         return got
-    accept = got.stats["accept_len"]
+    accept = got.stat("accept_len")
+    if accept is None:
+        return _broken(cid, live, f"no verify pass ran in {len(got.samples)} speculative answers "
+                       "(every one ended at its first token), so there is no accept length; "
+                       "raise [bench] max_new_tokens or use prompts that get longer answers",
+                       attachments=_attachments(live, live.speculative))
     tau = got.stat("tau_decode")
     attachments = (*_attachments(live, live.speculative, live.baseline),
-                   _targets_attachment(profile, live, got),
+                   *_targets_attachment(profile, live, got),
                    *live_plots.present(live_plots.per_prompt(got), live_plots.per_category(got),
                                        live_plots.per_position(got)))
     per_cat = ", ".join(f"{c} {v:.2f}" for c, v in sorted(got.per_category_accept_len.items()))
@@ -381,15 +404,18 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                            + (live.baseline.failure.text() if live.baseline.failure else "?"),
                            attachments=attachments)
         threshold, label = be.breakeven, f"the measured break-even {be.breakeven:.3f}"
-        # Judged as spec.breakeven is: on the paired speed-up's interval against 1.
+        # Judged as spec.breakeven is: on the paired speed-up's interval against 1, and
+        # recorded like it, in decode-only accept length (what break-even is computed from).
         ok, how = _judge(be.ratio, 1.0, strict=True)
+        observed = be.tau
     else:
         threshold, label = float(configured), f"the minimum {float(configured):g}"
         ok, how = _judge(accept, threshold)
+        observed = accept.mean
     word = "reaches" if ok else "does not reach"
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} {label} — {how}. "
                          f"Per category: {per_cat}",
-                         observed=round(accept.mean, 3), expected=f">= {threshold:.3f}",
+                         observed=round(observed, 3), expected=f">= {threshold:.3f}",
                          unit="tokens/verify", details=details, attachments=attachments)
 
 
@@ -409,8 +435,9 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         return base
     be = _breakeven(live, got)
     if be is None:
-        return _broken(cid, live, "the break-even needs the baseline tok/s and the speculative "
-                       "cycle time; one of them was not measured")
+        why = (_unpaired(bench.speedup(got, base), got, base)
+               or "the baseline tok/s or the speculative cycle time was not measured")
+        return _broken(cid, live, f"the break-even cannot be judged: {why}")
     # Decode tok/s = tokens per verify over decode ÷ cycle time, so the accept length that
     # break-even compares with excludes the token prefill produced (SPEC's Σcompletion/Σverify
     # counts it, and reads a little high: 2.02 for a drafter whose cycles yield 2.00).
@@ -432,7 +459,7 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         tail = "not shown to beat the baseline"
     how = how.replace("clears 1", "clears break-even").replace("below 1", "below break-even")
     attachments = (*_attachments(live, live.speculative, live.baseline),
-                   _targets_attachment(profile, live, got),
+                   *_targets_attachment(profile, live, got),
                    Attachment("break-even.json", json.dumps(json_safe(be.to_json()), indent=1),
                               "json"),
                    live_plots.breakeven(be.cycle_ms, be.baseline_tps, got,
@@ -465,6 +492,9 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     if spec.stat("tps") is None or base.stat("tps") is None:
         return _broken(cid, live, "a pass produced no decode tokens to time")
     ratio = bench.speedup(spec, base)
+    unpaired = _unpaired(ratio, spec, base)
+    if unpaired:
+        return _broken(cid, live, unpaired)
     threshold = profile.thresholds.speedup_min
     ok, how = _judge(ratio, threshold, strict=True)
     pct = stats.percent(ratio.confidence)

@@ -149,7 +149,8 @@ def _pooled(units: Sequence[Totals]) -> Totals:
 
 
 def _tps(t: Totals) -> float:
-    return t.decode_tokens / t.decode_s if t.decode_s > 0 else math.nan
+    """Decode tok/s; undefined (nan) when no token arrived after a first message to time."""
+    return t.decode_tokens / t.decode_s if t.decode_s > 0 and t.decode_tokens > 0 else math.nan
 
 
 def _per_verify(tokens: int, t: Totals) -> float:
@@ -166,7 +167,9 @@ def metric_of(name: str, units: Sequence[Totals]) -> float:
     if name == "tau_decode":
         return _per_verify(t.completion_tokens - t.requests, t)
     if name == "cycle_ms":
-        return 1000.0 * _per_verify(t.completion_tokens - t.requests, t) / _tps(t)
+        tps = _tps(t)
+        return 1000.0 * _per_verify(t.completion_tokens - t.requests, t) / tps if tps > 0 \
+            else math.nan
     if name == "ttft_ms":
         return 1000.0 * t.ttft_s / t.requests if t.requests else math.nan
     raise KeyError(name)

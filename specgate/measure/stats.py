@@ -171,8 +171,11 @@ def jackknife(units: Sequence[U], statistic: Callable[[Sequence[U]], float],
     that is not finite) ci_low/ci_high are nan.
     """
     n = len(units)
-    full = statistic(units)
     nan = math.nan
+    try:
+        full = statistic(units)
+    except ZeroDivisionError:
+        full = nan
     if n < 2 or not math.isfinite(full):
         return Summary(n, full, nan, nan, nan, nan, confidence)
     pseudo = []

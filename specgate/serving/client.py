@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
-from urllib3.exceptions import ProtocolError, ReadTimeoutError
+from urllib3.exceptions import HTTPError, ReadTimeoutError
 
 from specgate.core.errors import ServerError
 
@@ -187,7 +187,7 @@ def _read_stream(url: str, resp: requests.Response, start: float,
                           "data within the read timeout while the connection stayed open (a hung "
                           "server, e.g. a stuck collective); [bench] request_timeout_s sets the "
                           "limit") from None
-    except (ProtocolError, OSError, requests.RequestException) as exc:
+    except (HTTPError, OSError, requests.RequestException) as exc:
         raise ServerError(f"POST {url}: the stream was cut after {len(arrivals)} messages "
                           f"({_short(exc)}); the server closed the connection or died") from None
     if last is None or first is None:
@@ -264,12 +264,14 @@ def _raise_for_status(method: str, url: str, resp: requests.Response) -> None:
 
 
 def _object(resp: requests.Response, url: str) -> dict[str, Any]:
+    method = resp.request.method or "GET" if resp.request is not None else "GET"
     try:
         body = resp.json()
     except ValueError:
-        raise ServerError(f"GET {url}: answer is not JSON: {resp.text[:200]!r}") from None
+        raise ServerError(f"{method} {url}: answer is not JSON: {resp.text[:200]!r}") from None
     if not isinstance(body, dict):
-        raise ServerError(f"GET {url}: expected a JSON object, found {type(body).__name__}")
+        raise ServerError(f"{method} {url}: expected a JSON object, found "
+                          f"{type(body).__name__}")
     return body
 
 
