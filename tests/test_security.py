@@ -84,7 +84,14 @@ def test_api_key_and_tokens_never_reach_anything_written(tmp_path: Path, assets:
 
 def _assert_evaluated(run: fh.ProbeRun) -> None:
     claims = run.claims()
-    broken = {cid: c["message"] for cid, c in claims.items() if c["status"] == "broken"}
+    # The fault profile measures one prompt, and the paired speed-up needs two prompts for an
+    # interval: spec.speedup and spec.breakeven are broken for that reason and no other.
+    unpaired = ("spec.speedup", "spec.breakeven")
+    for cid in unpaired:
+        assert claims[cid]["status"] == "broken", claims[cid]
+        assert "timed on both servers" in claims[cid]["message"], claims[cid]
+    broken = {cid: c["message"] for cid, c in claims.items()
+              if c["status"] == "broken" and cid not in unpaired}
     assert not broken, broken
     # "Evaluated" is the point here (the API key reached the server, the figures came back), so
     # the simulator's drafter meeting its threshold is part of it: no outcome but passed.
