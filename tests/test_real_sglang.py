@@ -497,7 +497,7 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
         assert row["tps"] == pytest.approx(row["true_tps"], rel=0.005)
 
 
-# -- review findings: one-token answers, unpaired prompts, untimed decode ---------------------------
+# -- review findings: one-token answers, unpaired prompts, untimed decode
 
 def test_a_one_token_baseline_answer_is_not_a_speculative_baseline() -> None:
     rows = [_row(prompt=f"p{i}", completion=40, verify=None) for i in range(4)]
