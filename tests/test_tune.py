@@ -97,3 +97,14 @@ def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
     assert (tmp_path / "tune" / tune.RESULT_FILE).exists()
     table = tune_report.write_outputs(result, tmp_path)["table"].read_text()
     assert f"s{max(profile.tune.steps)}-k1" in table
+
+
+@pytest.mark.parametrize("argv", [["--steps", "x"], ["--steps", "0"], ["--steps", ","],
+                                  ["--max-launches", "0"]])
+def test_bad_tune_options_are_usage_errors(argv, capsys):
+    from specgate.report.tune_report import main_tune
+
+    with pytest.raises(SystemExit) as exc:
+        main_tune(argv)
+    assert exc.value.code == 2
+    assert "--" in capsys.readouterr().err

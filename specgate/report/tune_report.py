@@ -215,12 +215,29 @@ def main_tune(argv: list[str]) -> int:
 
         ensure_assets(profile.demo_assets(), profile.demo.kind)
     update: dict[str, Any] = {}
-    if args.steps:
-        update["steps"] = sorted({int(s) for s in args.steps.split(",") if s.strip()})
-    if args.max_launches:
+    if args.steps is not None:
+        try:
+            update["steps"] = sorted({int(s) for s in args.steps.split(",") if s.strip()})
+        except ValueError:
+            parser.error(f"--steps {args.steps!r}: give whole numbers separated by commas, "
+                         "e.g. --steps 1,2,3,4")
+    if args.max_launches is not None:
         update["max_launches"] = args.max_launches
     if update:
-        profile = profile.model_copy(update={"tune": profile.tune.model_copy(update=update)})
+        from pydantic import ValidationError
+
+        from specgate.core.profile import TuneSection
+
+        try:  # validated as a [tune] section in a profile would be
+            tune = TuneSection.model_validate({**profile.tune.model_dump(), **update})
+        except ValidationError as exc:
+            parser.error("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: "
+                                   f"{e['msg']}" for e in exc.errors()))
+        profile = profile.model_copy(update={"tune": tune})
+    # SIGTERM (a plain `timeout`) ends the run as Ctrl-C does: servers stopped, results written.
+    from specgate.serving.server import install_signal_handlers
+
+    install_signal_handlers()
 
     def say(message: str) -> None:
         print(f"[specgate tune] {message}", file=sys.stderr, flush=True)
@@ -230,6 +247,8 @@ def main_tune(argv: list[str]) -> int:
     print(summary_text(result))
     print(snippet(result, profile.speculative.algorithm))
     print("written: " + ", ".join(str(paths[k]) for k in ("table", "plot", "snippet", "json")))
+    if result.stop_reason.startswith("interrupted"):
+        return 130  # what it measured is written, but the run did not finish
     return 0 if result.best is not None else 1
 
 
