@@ -105,3 +105,15 @@ def test_run_live_reuses_then_remeasures_on_drift(tmp_path, monkeypatch):
     calls.clear()
     live.run_live(_profile(tmp_path, max_age=None), tmp_path / "reports")
     assert calls == ["baseline", "speculative"]  # the policy is off: always fresh
+
+
+def test_a_baseline_stored_by_another_specgate_is_measured_again(tmp_path):
+    fp = reuse.fingerprint(_profile(tmp_path))
+    run = {"config": "baseline", "measurement": {"x": 1}, "failure": None}
+    path = reuse.save(tmp_path / "reports", fp, run, now=1000.0)
+    doc = json.loads(path.read_text())
+    doc["schema"] = reuse.SCHEMA + 1
+    path.write_text(json.dumps(doc))
+    found = reuse.find(tmp_path / "reports", fp, 24.0, now=1000.0 + 3600)
+    assert isinstance(found, str)
+    assert "another specgate" in found

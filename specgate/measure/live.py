@@ -444,8 +444,14 @@ def _baseline_and_speculative(profile: Profile, reports_dir: Path,
     found: reuse.Stored | str = why_fresh
     if max_age is not None and fp is not None:
         found = reuse.find(reports_dir, fp, max_age)
+    stored: ConfigRun | None = None
     if isinstance(found, reuse.Stored):
-        stored = ConfigRun.from_json(found.run)
+        try:
+            stored = ConfigRun.from_json(found.run)
+        except (TypeError, KeyError, ValueError) as exc:
+            found = (f"the stored baseline {found.path} cannot be read "
+                     f"({type(exc).__name__}: {exc})")
+    if isinstance(found, reuse.Stored) and stored is not None:
         say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
             f"(fingerprint {found.fingerprint}); no baseline launch")
         speculative = run_config(profile, "speculative", reports_dir,
@@ -459,7 +465,7 @@ def _baseline_and_speculative(profile: Profile, reports_dir: Path,
         say(f"baseline: measuring it again: {why_fresh}")
         baseline = run_config(profile, "baseline", reports_dir, progress=say)
     else:
-        why_fresh = found
+        why_fresh = found if isinstance(found, str) else why_fresh
         baseline = run_config(profile, "baseline", reports_dir, progress=say)
         speculative = run_config(profile, "speculative", reports_dir,
                                  baseline=baseline.measurement, progress=say)

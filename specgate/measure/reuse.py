@@ -207,6 +207,9 @@ def find(reports_dir: Path, fp: Fingerprint, max_age_h: float, *,
         run = dict(doc["run"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"the stored baseline {path} cannot be read ({exc})"
+    if doc.get("schema") != SCHEMA:
+        return (f"the stored baseline {path} was written by another specgate (schema "
+                f"{doc.get('schema')!r}, this one reads {SCHEMA})")
     if doc.get("components") != json.loads(json.dumps(fp.components, default=str)):
         return f"the stored baseline {path} has other fingerprint components (hash collision?)"
     age_h = ((time.time() if now is None else now) - measured) / 3600.0

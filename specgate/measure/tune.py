@@ -277,9 +277,15 @@ def _baseline(profile: Profile, reports_dir: Path, say: Progress,
     if max_age is not None and fp is not None:
         found = reuse.find(reports_dir, fp, max_age)
         if isinstance(found, reuse.Stored):
-            say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
-                f"(fingerprint {found.fingerprint})")
-            return ConfigRun.from_json(found.run), "", found
+            try:
+                run = ConfigRun.from_json(found.run)
+            except (TypeError, KeyError, ValueError) as exc:
+                found = (f"the stored baseline {found.path} cannot be read "
+                         f"({type(exc).__name__}: {exc})")
+            else:
+                say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
+                    f"(fingerprint {found.fingerprint})")
+                return run, "", found
         why = found
     say(f"baseline: launching it ({why})")
     t = profile.tune
