@@ -150,6 +150,9 @@ def test_readme_commands_from_an_empty_folder(installed: dict[str, object],
     clash = run("clash", ["pytest", "-m", "probe and not live", "--profile", "my.toml"])
     assert clash.returncode == 4
     assert "--specgate-profile my.toml" in clash.stderr, clash.stderr
+    named = run("clash-named", ["pytest", "-m", "probe and not live", "--profile", "demo"])
+    assert named.returncode == 4
+    assert "--specgate-profile demo" in named.stderr, named.stderr
 
     live = run("live", ["pytest", "-m", "probe", "--specgate-profile=my.toml"])
     assert live.returncode == 0, live.stdout[-3000:] + live.stderr[-3000:]
