@@ -117,3 +117,19 @@ def test_a_baseline_stored_by_another_specgate_is_measured_again(tmp_path):
     found = reuse.find(tmp_path / "reports", fp, 24.0, now=1000.0 + 3600)
     assert isinstance(found, str)
     assert "another specgate" in found
+
+
+def test_a_reused_baseline_is_judged_at_the_reusing_runs_confidence():
+    from specgate.core.profile import BenchSection
+    from specgate.measure import bench
+    from specgate.measure.prompts import template_named
+
+    samples = [bench.RequestSample(1, f"p{i}", "c", 5, 40 + i, None, 0.01, 0.01 + (39 + i) / (
+        200.0 + 7 * i), None, "stop", 40) for i in range(6)]
+    stored = bench.build_measurement(config="baseline", url="x", bench=BenchSection(
+        repeats=3, max_repeats=3), template=template_named("plain", "t"), samples=samples)
+    now = bench.restated(stored, BenchSection(repeats=2, max_repeats=6))
+    assert stored.confidence == 0.95
+    assert now.confidence == bench.judged_confidence(BenchSection(repeats=2, max_repeats=6))
+    assert now.stats["tps"].mean == stored.stats["tps"].mean
+    assert now.stats["tps"].half_width > stored.stats["tps"].half_width

@@ -310,6 +310,24 @@ def judged_confidence(bench: BenchSection) -> float:
     return 1.0 - (1.0 - bench.confidence) / looks
 
 
+def _summaries(samples: Sequence[RequestSample], confidence: float) -> dict[str, Summary]:
+    units = list(per_prompt(samples).values())
+    stats: dict[str, Summary] = {}
+    for name in METRICS:
+        summary = jackknife(units, functools.partial(metric_of, name), confidence)
+        if math.isfinite(summary.mean):
+            stats[name] = summary
+    return stats
+
+
+def restated(m: Measurement, bench: BenchSection) -> Measurement:
+    """A stored measurement's statistics recomputed at this run's [bench] confidence (a reused
+    baseline is judged at the level of the run that reuses it)."""
+    confidence = judged_confidence(bench)
+    return dataclasses.replace(m, confidence=confidence,
+                               stats=_summaries(m.samples, confidence))
+
+
 def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: BenchSection,
                       samples: Sequence[RequestSample], stop_reason: str = "",
                       simulated: bool = False,
@@ -317,12 +335,7 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: B
     """Reduce samples to per-pass rates and summarize each metric over passes."""
     repeats = sorted({s.repeat for s in samples})
     passes = tuple(PassResult.of(r, [s for s in samples if s.repeat == r]) for r in repeats)
-    units = list(per_prompt(samples).values())
-    stats: dict[str, Summary] = {}
-    for name in METRICS:
-        summary = jackknife(units, functools.partial(metric_of, name), judged_confidence(bench))
-        if math.isfinite(summary.mean):
-            stats[name] = summary
+    stats = _summaries(samples, judged_confidence(bench))
     per_category: dict[str, float] = {}
     for category in sorted({s.category for s in samples}):
         value = metric_of("accept_len", [Totals.of([s for s in samples

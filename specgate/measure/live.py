@@ -448,6 +448,9 @@ def _baseline_and_speculative(profile: Profile, reports_dir: Path,
     if isinstance(found, reuse.Stored):
         try:
             stored = ConfigRun.from_json(found.run)
+            if stored.measurement is not None:
+                stored = dataclasses.replace(
+                    stored, measurement=bench.restated(stored.measurement, profile.bench))
         except (TypeError, KeyError, ValueError) as exc:
             found = (f"the stored baseline {found.path} cannot be read "
                      f"({type(exc).__name__}: {exc})")

@@ -36,7 +36,8 @@ from specgate.io.jsonl import json_safe
 STORE_DIR = "baselines"
 SCHEMA = 1
 RECHECK_KEYS = ("model_path", "version", "tp_size")
-_TARGET_FILES = ("config.json", "specgate_sim.json")
+# tokenizer_config.json holds the chat template the prompts are sent through.
+_TARGET_FILES = ("config.json", "tokenizer_config.json", "specgate_sim.json")
 _SIM_ENV_PREFIX = "SPECGATE_SIM_"
 _SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH",)  # where the log goes, not what is measured
 
@@ -157,12 +158,23 @@ def fingerprint(profile: Profile) -> Fingerprint:
                   "prompts_per_category": b.prompts_per_category,
                   "chat_template": b.chat_template, "max_new_tokens": b.max_new_tokens,
                   "temperature": b.temperature, "warmup": b.warmup},
+        # The built-in prompt set and the measurement code ship with specgate.
+        "specgate": _specgate_version(),
     }
     if profile.is_simulated:
         components["simulator_env"] = {k: v for k, v in sorted(os.environ.items())
                                        if k.startswith(_SIM_ENV_PREFIX)
                                        and k not in _SIM_ENV_IGNORED}
     return Fingerprint(components)
+
+
+def _specgate_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specgate")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def store_dir(reports_dir: Path) -> Path:
