@@ -216,7 +216,10 @@ def test_burst_stream_is_recognised(replay: type[Replay]) -> None:
     burst = _sample(_generate(replay(_burst(RECORDED["stream"])).url))
     real = _sample(_generate(replay(RECORDED["stream"].pieces()).url), prompt="p2")
     assert burst.burst
-    assert burst.decode_tokens / burst.decode_s > 20 * (real.decode_tokens / real.decode_s)
+    assert burst.median_gap_s is not None
+    assert real.median_gap_s is not None
+    # Messages a buffer released together sit microseconds apart; decoded ones a decode step.
+    assert burst.median_gap_s < bench.BURST_GAP_S < real.median_gap_s
     assert not real.burst
 
 
