@@ -117,6 +117,30 @@ def test_chain_matches_reference_at_every_step(monkeypatch: pytest.MonkeyPatch,
         torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-9)
 
 
+def test_packed_chain_equals_each_sequence_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training packs sequences: attention and positions stay within each segment."""
+    monkeypatch.setattr(eagle_model, "ATTENTION_BLOCK", 4)
+    m = _model(seed=4)
+    g = torch.Generator().manual_seed(5)
+    emb = Embeddings(torch.randn(V, H, generator=g, dtype=torch.float64))
+    lengths = [7, 5, 9]
+    ids = [torch.randint(0, V, (n,), generator=g) for n in lengths]
+    aux = [torch.randn(n, 3 * H, generator=g, dtype=torch.float64) for n in lengths]
+    segments = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
+    packed = m.chain(emb, torch.cat(ids), torch.cat(aux), steps=3, segments=segments)
+    start = 0
+    for one_ids, one_aux, n in zip(ids, aux, lengths, strict=True):
+        alone = m.chain(emb, one_ids, one_aux, steps=3)
+        for k in range(3):
+            # rows whose fed token t + 1 + k stays inside the sequence
+            rows = n - 1 - k
+            torch.testing.assert_close(packed[k][start:start + rows], alone[k][:rows],
+                                       rtol=1e-9, atol=1e-9)
+        start += n
+    with pytest.raises(ValueError, match="non-decreasing"):
+        m.chain(emb, torch.cat(ids), torch.cat(aux), steps=1, segments=segments.flip(0))
+
+
 def test_decode_with_cache_equals_step_zero_of_chain() -> None:
     m = _model(seed=2)
     g = torch.Generator().manual_seed(3)

@@ -188,11 +188,14 @@ class EagleDrafter:
         return x * cos + rotated * sin
 
     def layer(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-              cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+              cache: list[tuple[torch.Tensor, torch.Tensor]],
+              segments: torch.Tensor | None = None) -> torch.Tensor:
         """One draft step for T positions in parallel; appends this step's keys/values to cache.
 
         cache[0] holds the step-0 keys/values of every position (causal); cache[j > 0] those of
-        step j, which a later step's query at position t sees only at t.
+        step j, which a later step's query at position t sees only at t. With `segments` (one
+        id per position, non-decreasing), a query sees step-0 keys of its own segment only:
+        several sequences packed into one.
         """
         s, p = self.shape, "layers.0"
         w = self.w
@@ -205,7 +208,7 @@ class EagleDrafter:
         v = self._linear(x, f"{p}.self_attn.v_proj").view(n, s.num_kv_heads, s.head_dim)
         q, k = self._rope(q, positions), self._rope(k, positions)
         cache.append((k, v))
-        attn = self._attention(q, cache).reshape(n, s.num_heads * s.head_dim)
+        attn = self._attention(q, cache, segments).reshape(n, s.num_heads * s.head_dim)
         hidden = residual + self._linear(attn, f"{p}.self_attn.o_proj")
         residual = hidden
         x = self.rms_norm(hidden, w[f"{p}.post_attention_layernorm.weight"])
@@ -251,8 +254,8 @@ class EagleDrafter:
         return residual + self._linear(gate * self._linear(x, f"{p}.mlp.up_proj"),
                                        f"{p}.mlp.down_proj")
 
-    def _attention(self, q: torch.Tensor,
-                   cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def _attention(self, q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]],
+                   segments: torch.Tensor | None = None) -> torch.Tensor:
         s = self.shape
         groups = s.num_heads // s.num_kv_heads
         scale = 1.0 / math.sqrt(s.head_dim)
@@ -271,6 +274,8 @@ class EagleDrafter:
             scores = torch.einsum("qhd,khd->hqk", qb, k0.to(self.acc)) * scale
             mask = torch.arange(n, device=q.device)[None, :] > torch.arange(
                 start, stop, device=q.device)[:, None]
+            if segments is not None:
+                mask = mask | (segments[None, :] != segments[start:stop, None])
             scores = scores.masked_fill(mask[None], float("-inf"))
             extra = [((qb * kj[start:stop].to(self.acc)).sum(-1) * scale).T[:, :, None]
                      for kj, _ in diag]
@@ -290,20 +295,33 @@ class EagleDrafter:
         return self.hot_ids[draft_ids]
 
     def chain(self, embed: Embeddings, input_ids: torch.Tensor, aux: torch.Tensor,
-              steps: int) -> list[torch.Tensor]:
+              steps: int, segments: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Pre-norm outputs of draft steps 0..steps-1 at every position (teacher-forced tokens).
 
         Step k at position t is fed the embedding of input_ids[t + 1 + k] and predicts
         input_ids[t + 2 + k]; past the end the last id is repeated (those rows are never scored).
+        `segments` packs several sequences into one (see `layer`): attention stays within a
+        segment and positions restart at 0 in each; a row whose token t + 1 + k lies in the next
+        segment is fed that token, so a caller scores only predictions inside one segment.
         """
         n = input_ids.shape[0]
         ids = input_ids.to(self.device)
         hidden = self.project(aux)
         base = torch.arange(n, device=self.device)
+        local = base
+        seg = None
+        if segments is not None:
+            seg = segments.to(self.device)
+            if seg.shape != (n,) or bool((seg[1:] < seg[:-1]).any()):
+                raise ValueError("segments must hold one non-decreasing id per position")
+            starts = torch.ones(n, dtype=torch.bool, device=self.device)
+            starts[1:] = seg[1:] != seg[:-1]
+            first = torch.cummax(torch.where(starts, base, torch.zeros_like(base)), 0).values
+            local = base - first
         cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         outs = []
         for k in range(steps):
             tokens = ids[(base + 1 + k).clamp(max=n - 1)]
-            hidden = self.layer(embed(tokens).to(self.dtype), hidden, base + k, cache)
+            hidden = self.layer(embed(tokens).to(self.dtype), hidden, local + k, cache, seg)
             outs.append(hidden)
         return outs
