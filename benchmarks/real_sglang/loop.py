@@ -34,14 +34,17 @@ sys.path.insert(0, str(HERE))
 
 import suite  # noqa: E402  (the real-SGLang suite's profile writer and server flags)
 
-SERVED = "steps3_topk1_draft4"
-
 
 def log(message: str) -> None:
     print(f"[loop {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int) -> dict[str, Any]:
+def served_key(steps: int) -> str:
+    return f"steps{steps}_topk1_draft{steps + 1}"
+
+
+def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
+            steps: int = 3) -> dict[str, Any]:
     return {
         "name": "real-sglang-0.5.17-trained" + ("-sim" if sim else ""),
         "description": "tiny Llama target served by SGLang with a drafter trained by specgate",
@@ -50,8 +53,8 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int) ->
         "server": {"launcher": launcher, "host": "127.0.0.1", "port": 0, "tp": 1,
                    "startup_timeout_s": 480.0, "stop_timeout_s": 30.0,
                    "args": suite.server_flags(sim)},
-        "speculative": {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
-                        "num_draft_tokens": 4},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": steps, "eagle_topk": 1,
+                        "num_draft_tokens": steps + 1},
         # All 42 built-in prompts, as the held-out dump the prediction was made on.
         "bench": {"prompts": "builtin", "prompts_per_category": 6,
                   "max_new_tokens": max_new_tokens, "temperature": 0.0, "warmup": 1,
@@ -90,7 +93,7 @@ def claims(reports: Path) -> list[dict[str, Any]]:
             for c in doc.get("claims", [])]
 
 
-def compare(model: Path, reports: Path) -> dict[str, Any]:
+def compare(model: Path, reports: Path, steps: int) -> dict[str, Any]:
     """Predicted (offline, teacher-forced on the held-out dump) against measured (live) accept
     length, in SGLang's per-request form Σcompletion/Σverify, overall and per category."""
     try:
@@ -108,11 +111,11 @@ def compare(model: Path, reports: Path) -> dict[str, Any]:
         comp = sum(int(s.get("completion_tokens") or 0) for s in chosen)
         verify = sum(int(s.get("spec_verify_ct") or 0) for s in chosen)
         group = (pred.get("groups") or {}).get(name) or {}
-        predicted = (group.get("predicted_per_request") or {}).get(SERVED)
+        predicted = (group.get("predicted_per_request") or {}).get(served_key(steps))
         out["groups"][name] = {
             "requests": len(chosen), "measured_accept_len": comp / verify if verify else None,
             "predicted_accept_len": predicted,
-            "predicted_per_verify": (group.get("predicted") or {}).get(SERVED)}
+            "predicted_per_verify": (group.get("predicted") or {}).get(served_key(steps))}
     return out
 
 
@@ -126,6 +129,11 @@ def main() -> int:
     ap.add_argument("--sim", action="store_true")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--train-args", default="")
+    ap.add_argument("--steps", type=int, default=3,
+                    help="served chain: --speculative-num-steps N, topk 1, N + 1 draft tokens")
+    ap.add_argument("--skip-phase1", action="store_true",
+                    help="judge only the probe (the Phase 1/2 claims ran in an earlier call)")
+    ap.add_argument("--tag", default="", help="suffix of the summary's file names")
     args = ap.parse_args()
     py = sys.executable
     work, out = args.work, args.out
@@ -139,7 +147,7 @@ def main() -> int:
 
     if not (model / "prediction.json").exists():
         code, took = run([py, str(HERE / "train_drafter.py"), str(model),
-                          "--heldout-tokens", str(args.max_new_tokens),
+                          "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
                           *shlex.split(args.train_args)],
                          work / "train.log", min(left() - 240, 300), args.root)
         summary["steps"]["train"] = {"exit": code, "seconds": round(took, 1)}
@@ -147,23 +155,27 @@ def main() -> int:
         path = model / name
         if path.exists():
             summary[f"train_{name}"] = json.loads(path.read_text())
-    prof = work / "trained.toml"
+    tag = args.tag
+    prof = work / f"trained{tag}.toml"
     prof.write_text(suite.toml(profile(model, shlex.split(args.launcher), args.sim,
-                                       args.max_new_tokens)))
-    reports = work / "reports"
+                                       args.max_new_tokens, args.steps)))
+    reports = work / f"reports{tag}"
     code, took = run([py, "-m", "pytest", "-m", "probe", f"--profile={prof}",
                       f"--reports={reports}", "-p", "no:cacheprovider"],
-                     work / "probe.log", left() - 40, args.root)
+                     work / f"probe{tag}.log", left() - 40, args.root)
     summary["steps"]["probe"] = {"exit": code, "seconds": round(took, 1),
                                  "claims": claims(reports)}
     reports1 = work / "reports-phase1"
-    code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
-                      f"--reports={reports1}", "-p", "no:cacheprovider"],
-                     work / "phase1.log", left() - 10, args.root)
-    summary["steps"]["phase1"] = {"exit": code, "seconds": round(took, 1),
-                                  "claims": claims(reports1)}
-    summary["predicted_vs_measured"] = compare(model, reports)
-    (out / "loop_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if not args.skip_phase1:
+        code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
+                          f"--reports={reports1}", "-p", "no:cacheprovider"],
+                         work / "phase1.log", left() - 10, args.root)
+        summary["steps"]["phase1"] = {"exit": code, "seconds": round(took, 1),
+                                      "claims": claims(reports1)}
+    summary["served"] = {"steps": args.steps, "topk": 1, "draft_tokens": args.steps + 1,
+                         "server_args": suite.server_flags(args.sim)}
+    summary["predicted_vs_measured"] = compare(model, reports, args.steps)
+    (out / f"loop_summary{tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["# Closing the loop on real SGLang" + (" (simulator dry run)" if args.sim else ""),
              ""]
     for step, info in summary["steps"].items():
@@ -171,13 +183,14 @@ def main() -> int:
         for c in info.get("claims", []):
             lines.append(f"- {c['id']}: **{c['status']}** — {str(c['message'])[:300]}")
         lines.append("")
-    lines.append("## predicted vs measured accept length (served: steps 3, topk 1, 4 drafts)")
+    lines.append(f"## predicted vs measured accept length (served: steps {args.steps}, topk 1, "
+                 f"{args.steps + 1} drafts)")
     for name, g in (summary["predicted_vs_measured"].get("groups") or {}).items():
         lines.append(f"- {name}: measured {g['measured_accept_len']}, predicted "
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
-    (out / "loop_summary.md").write_text("\n".join(lines) + "\n")
-    with tarfile.open(out / "loop.tar.gz", "w:gz") as tar:
-        for path in (prof, work / "train.log", work / "probe.log", work / "phase1.log",
+    (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
+    with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
+        for path in (prof, work / "train.log", work / f"probe{tag}.log", work / "phase1.log",
                      reports / "verdict.json", reports / "live", reports1 / "verdict.json",
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):

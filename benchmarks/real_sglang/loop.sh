@@ -4,7 +4,11 @@
 # set the predicted accept length against the measured one. See loop.py.
 #
 # On the GPU machine, after bundle A is in /tmp/site (see README.md):
-#   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
+#   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."] [--steps N]
+#        [--tag T] [--skip-phase1]
+# A second call on the same warm machine finds the trained model in $RS_WORK/model and only
+# serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1). RS_CUDA_GRAPHS=1 runs decode in
+# CUDA graphs on both servers (see suite.py).
 # Dry run here, against specgate's simulator:
 #   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/loop.sh --train-args "--size tiny --device cpu"
 #
@@ -20,10 +24,13 @@ SIM=${RS_SIM:-0}
 PY=${RS_PYTHON:-python3}
 BUDGET=570
 TRAIN_ARGS=
+EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
     --train-args) TRAIN_ARGS=$2; shift 2 ;;
+    --steps|--tag) EXTRA+=("$1" "$2"); shift 2 ;;
+    --skip-phase1) EXTRA+=("$1"); shift ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done
@@ -36,7 +43,7 @@ echo "setup done in $(( $(date +%s) - T0 )) s"
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG=--sim
 "$PY" "$HERE/loop.py" --work "$WORK" --out "$OUT" --root "$ROOT" --launcher "$LAUNCHER" \
-  --deadline $(( T0 + BUDGET )) --train-args "$TRAIN_ARGS" $SIMFLAG
+  --deadline $(( T0 + BUDGET )) --train-args "$TRAIN_ARGS" $SIMFLAG "${EXTRA[@]}"
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, loop exit $RC"
 exit $RC

@@ -62,7 +62,10 @@ SERVER_FLAGS = [
 # Flags the simulator does not know (it exits 2 on them, as SGLang's argparse does), with the
 # number of values each takes: dropped for the dry run.
 SIM_UNKNOWN_FLAGS = {"--grammar-backend": 1, "--cuda-graph-backend-decode": 1,
-                     "--cuda-graph-backend-prefill": 1}
+                     "--cuda-graph-backend-prefill": 1, "--cuda-graph-max-bs-decode": 1}
+# RS_CUDA_GRAPHS=1: decode runs in CUDA graphs (SGLang's default backend) for batch sizes up to
+# this, as a deployment would; prefill stays eager. Both servers of a probe get the same flags.
+CUDA_GRAPH_MAX_BS = "4"
 WRONG_FLAG = ["--speculative-num-stepz", "3"]  # a typo neither SGLang nor its abbreviations know
 SERVER_ENV = {"SPECGATE_SUITE": "real-sglang"}  # exercised by env.server_env
 
@@ -120,11 +123,17 @@ def toml(doc: dict[str, Any]) -> str:
 SUBTABLES = {"expect"}  # written as [drafter.expect]; other dicts (env) are inline tables
 
 
-def server_flags(sim: bool) -> list[str]:
+def server_flags(sim: bool, cuda_graphs: bool | None = None) -> list[str]:
+    if cuda_graphs is None:
+        cuda_graphs = os.environ.get("RS_CUDA_GRAPHS") == "1"
+    flags = list(SERVER_FLAGS)
+    if cuda_graphs:
+        at = flags.index("--cuda-graph-backend-decode")
+        flags[at:at + 2] = ["--cuda-graph-max-bs-decode", CUDA_GRAPH_MAX_BS]
     if not sim:
-        return list(SERVER_FLAGS)
+        return flags
     out, skip = [], 0
-    for flag in SERVER_FLAGS:
+    for flag in flags:
         if skip:
             skip -= 1
             continue

@@ -274,9 +274,9 @@ def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
 
 
 def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_tokens: int,
-                 device: str) -> tuple[list[dict[str, Any]], dict[str, float]]:
+                 device: str, batch: int = 64) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Generate, recompute unpadded, keep each sample up to its first generation/argmax split."""
-    conts = greedy(model, [p for _, _, p in prompts], new_tokens, device)
+    conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
     samples, agree, total, worst = [], 0, 0, 0.0
     for (name, category, prompt), cont in zip(prompts, conts, strict=True):
         ids = prompt + cont
@@ -305,22 +305,32 @@ def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_toke
                      "hook_vs_hidden_states_max_abs": worst}
 
 
-def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int) -> list[tuple[str, str,
-                                                                                 list[int]]]:
-    """Varied prompts: sentences, stdlib code lines, and random token strings (a third each)."""
+QUESTIONS = ["Explain what this line does: {}", "Summarize in one sentence: {}",
+             "Translate to French: {}", "What is wrong with this? {}", "Rewrite politely: {}",
+             "List the nouns in: {}", "Continue the story: {}", "Why would someone write: {}"]
+
+
+def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int,
+                  template: Any = None) -> list[tuple[str, str, list[int]]]:
+    """Varied prompts, a quarter each: sentences, stdlib code lines, random token strings, and
+    questions rendered with the chat template the probe uses (none of the probe's own texts)."""
     code_lines = [ln.strip() for t in _stdlib_texts(60) for ln in t.splitlines()
                   if 20 < len(ln.strip()) < 120]
     sentences = _sentences(rng, 400)
     out = []
     for i in range(n):
-        kind = i % 3
+        kind = i % 4 if template is not None else i % 3
         if kind == 0:
             ids = tok.encode(" ".join(rng.sample(sentences, 2))).ids
         elif kind == 1:
             ids = tok.encode(rng.choice(code_lines)).ids
+        elif kind == 2:
+            ids = [rng.randrange(3, vocab) for _ in range(rng.randrange(6, 24))]
         else:
-            ids = [rng.randrange(3, vocab) for _ in range(rng.randrange(4, 24))]
-        out.append((f"train_{i:05d}", ("sentence", "code", "random")[kind], ids[:48] or [BOS]))
+            body = rng.choice(QUESTIONS).format(rng.choice(sentences + code_lines))
+            ids = tok.encode(template.render(body)).ids[-64:]
+        out.append((f"train_{i:05d}", ("sentence", "code", "random", "chat")[kind],
+                    ids[:64] or [BOS]))
     return out
 
 
@@ -403,13 +413,16 @@ def step_losses(model: EagleDrafter, embed: Embeddings, sample: dict[str, torch.
                                                               list[int]]:
     """Per-step summed CE, hit count and scored count over one sample (teacher-forced chain)."""
     ids, aux, mask = sample["input_ids"], sample["aux"], sample["loss_mask"]
+    seg = sample.get("segments")
     n = ids.shape[0]
-    outs = model.chain(embed, ids, aux, steps)
+    outs = model.chain(embed, ids, aux, steps, segments=seg)
     losses, hits, counts = [], [], []
     for k, hidden in enumerate(outs):
         tpos = torch.arange(n, device=ids.device) + 2 + k
         valid = tpos < n
         valid[valid.clone()] &= mask[tpos[valid]]
+        if seg is not None:  # packed: a prediction counts only inside its own sequence
+            valid[valid.clone()] &= seg[tpos[valid]] == seg[valid.nonzero()[:, 0]]
         truth = t2d_index[ids[tpos[valid]]]
         rows = valid.nonzero()[:, 0]
         known = truth >= 0
@@ -425,11 +438,38 @@ def step_losses(model: EagleDrafter, embed: Embeddings, sample: dict[str, torch.
     return losses, hits, counts
 
 
+def pack(data: list[dict[str, torch.Tensor]], order: list[int],
+         tokens: int) -> list[dict[str, torch.Tensor]]:
+    """Samples in `order`, concatenated into sequences of about `tokens` tokens with segment ids."""
+    out, group, length = [], [], 0
+
+    def flush() -> None:
+        if group:
+            out.append({key: torch.cat([data[i][key] for i in group])
+                        for key in ("input_ids", "aux", "loss_mask")}
+                       | {"segments": torch.cat([
+                           torch.full_like(data[i]["input_ids"], j)
+                           for j, i in enumerate(group)])})
+
+    for i in order:
+        group.append(i)
+        length += int(data[i]["input_ids"].shape[0])
+        if length >= tokens:
+            flush()
+            group, length = [], 0
+    flush()
+    return out
+
+
 def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
           embed: Embeddings, data: list[dict[str, torch.Tensor]], *, seconds: float,
           max_epochs: int, min_epochs: int, ttt: int, lr: float, log_path: Path,
-          seed: int) -> dict[str, Any]:
-    """Train in place for `seconds` (whole epochs, at least min_epochs); one JSON line per epoch."""
+          seed: int, pack_tokens: int = 0) -> dict[str, Any]:
+    """Train in place for `seconds` (whole epochs, at least min_epochs); one JSON line per epoch.
+
+    pack_tokens > 0: each update sees shuffled samples packed into one sequence of about that
+    many tokens (attention kept within each sample), instead of one sample per update.
+    """
     model = make_model(size, weights, d2t)
     params = list(weights.values())
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -456,7 +496,8 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
     log_path.write_text("")
     with torch.no_grad():  # epoch 0: the untrained model, before any update
         tot, hit, cnt = [0.0] * ttt, [0] * ttt, [0] * ttt
-        for s in data:
+        everything = list(range(len(data)))
+        for s in (pack(data, everything, pack_tokens) if pack_tokens > 0 else data):
             losses, hits, counts = step_losses(model, embed, s, t2d_index, ttt)
             for k in range(ttt):
                 tot[k] += float(losses[k])
@@ -468,14 +509,15 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
     for epoch in range(1, max_epochs + 1):
         order = list(range(len(data)))
         rng.shuffle(order)
+        batches = pack(data, order, pack_tokens) if pack_tokens > 0 else [data[i] for i in order]
         tot, hit, cnt = [0.0] * ttt, [0] * ttt, [0] * ttt
-        for index in order:
+        for batch in batches:
             frac = min(1.0, (time.perf_counter() - started) / max(seconds, 1e-9))
             lr_now = lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(
                 math.pi * frac)))
             for group in opt.param_groups:
                 group["lr"] = lr_now
-            losses, hits, counts = step_losses(model, embed, data[index], t2d_index, ttt)
+            losses, hits, counts = step_losses(model, embed, batch, t2d_index, ttt)
             denom = max(counts[0], 1)
             loss = sum(w * x for w, x in zip(weights_k, losses, strict=True)) / denom
             opt.zero_grad(set_to_none=True)
@@ -576,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs", type=int, default=1000)
     parser.add_argument("--min-epochs", type=int, default=1)
     parser.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training")
+    parser.add_argument("--pack-tokens", type=int, default=2048,
+                        help="tokens per update, samples packed (0: one sample per update)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--finetune-lr", type=float, default=1e-3)
     parser.add_argument("--train-prompts", type=int, help="override the size's prompt count")
@@ -585,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-vocab", type=int, help="draft_vocab_size (<= 1024)")
     parser.add_argument("--max-steps", type=int, default=5, help="deepest config predicted")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--gen-batch", type=int, default=64,
+                        help="prompts per batch of the greedy generation")
     args = parser.parse_args(argv)
     size = dataclasses.replace(
         SIZES[args.size],
@@ -616,10 +662,14 @@ def main(argv: list[str] | None = None) -> int:
     log(f"target: {target_dir} ({sum(p.numel() for p in target.parameters())} parameters, "
         f"tokenizer {tok.get_vocab_size()} tokens)")
 
-    train_p = train_prompts(tok, size.train_prompts, rng, size.vocab)
-    train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device)
     held_p, template = heldout_prompts(tok, target_dir, size.heldout_prompts)
-    held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device)
+    from specgate.measure import prompts as probe_prompts
+    train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
+                            probe_prompts.choose_template(None, target_dir))
+    train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device,
+                                              args.gen_batch)
+    held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device,
+                                            args.gen_batch)
     lap("generate+capture")
     embed_w = target.model.embed_tokens.weight.detach()
     meta = {"format": "specgate.hidden_states", "version": 1,
@@ -661,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch = train(size, weights, d2t, t2d, embed, data, seconds=args.scratch_seconds,
                     max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.lr,
-                    log_path=out / "logs" / "scratch.jsonl", seed=args.seed)
+                    log_path=out / "logs" / "scratch.jsonl", seed=args.seed,
+                    pack_tokens=args.pack_tokens)
     save_drafter(out / "scratch", size, weights, d2t, t2d, target_dir)
     log(f"scratch: {scratch['epochs']} epochs / {scratch['steps']} steps in "
         f"{scratch['seconds']} s; step-0 loss {scratch['initial_loss']:.3f} -> "
@@ -674,7 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         finetune = train(size, weights, d2t, t2d, embed, data, seconds=args.finetune_seconds,
                          max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.finetune_lr,
-                         log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1)
+                         log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1,
+                         pack_tokens=args.pack_tokens)
         save_drafter(out / "drafter", size, weights, d2t, t2d, target_dir)
         log(f"finetune: {finetune['epochs']} epochs / {finetune['steps']} steps in "
             f"{finetune['seconds']} s; step-0 loss {finetune['initial_loss']:.3f} -> "

@@ -13,7 +13,13 @@
 # the first ~2-3 min (kernel compilation), the others ~50-60 s; TUNE_BUDGET (default 400 s)
 # bounds `specgate tune` itself.
 # Environment: OUT (default /tmp/rs-out), RS_WORK (/tmp/rs), RS_SITE (/tmp/site), RS_SIM,
-# RS_PYTHON (python3), RS_LAUNCHER, TUNE_MARGIN, TUNE_BUDGET.
+# RS_PYTHON (python3), RS_LAUNCHER, TUNE_MARGIN, TUNE_BUDGET, RS_CUDA_GRAPHS (suite.py), and:
+#   TUNE_MODEL=DIR   tune the drafter loop.sh trained (DIR/target, DIR/drafter; the loop's
+#                    profile: its 42 prompts are cut to TUNE_PROMPTS per category) instead of
+#                    make_tiny.py's random one
+#   TUNE_STEPS=1,2,3,4  the chains considered; TUNE_LAUNCHES (4) the most launched
+#   TUNE_BASELINE=1  launch the baseline too (speed-ups in the table; one more start)
+#   TUNE_PROMPTS (1) prompts per category, TUNE_TOKENS (48) max_new_tokens
 # Writes OUT/tune-run.log, OUT/tune.md, OUT/tune.png, OUT/recommended.toml, OUT/tune.json,
 # OUT/tune-profile.toml. Exit codes: 0 a recommendation, 1 none, 3-6 setup as run_suite.sh.
 set -u
@@ -35,34 +41,44 @@ cd "$ROOT" || exit 4
 . "$HERE/env.sh" || exit $?
 "$PY" -c 'import specgate.measure.tune' || exit 5
 export PYTHONUNBUFFERED=1
-if [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
+if [ -z "${TUNE_MODEL:-}" ] && [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
 
 # The suite's profile (SERVER_FLAGS, the tiny model), with few prompts and short answers.
 PROFILE="$OUT/tune-profile.toml"
 "$PY" - "$HERE" "$WORK" "$OUT" "$ROOT" "$PY" "$LAUNCHER" "$SIM" "$MARGIN" "$PROFILE" <<'PYEOF' || exit 6
-import shlex, sys, time
+import os, shlex, sys, time
 from pathlib import Path
 here, work, out, root, py, launcher, sim, margin, profile = sys.argv[1:]
 sys.path.insert(0, here)
 import suite
-ctx = suite.Ctx(work=Path(work), out=Path(out), tiny=Path(work) / "tiny", root=Path(root),
-                python=py, launcher=shlex.split(launcher), sim=sim == "1",
-                deadline=time.time() + 600)
-doc = suite.profile_doc(ctx)
+model = os.environ.get("TUNE_MODEL")
+steps = [int(x) for x in os.environ.get("TUNE_STEPS", "1,2,3,4").split(",")]
+tokens = int(os.environ.get("TUNE_TOKENS", "48"))
+if model:
+    import loop
+    doc = loop.profile(Path(model), shlex.split(launcher), sim == "1", tokens, max(steps))
+else:
+    ctx = suite.Ctx(work=Path(work), out=Path(out), tiny=Path(work) / "tiny", root=Path(root),
+                    python=py, launcher=shlex.split(launcher), sim=sim == "1",
+                    deadline=time.time() + 600)
+    doc = suite.profile_doc(ctx)
 doc["name"] += "-tune"
-doc["bench"].update({"prompts_per_category": 1, "max_new_tokens": 48, "warmup": 1,
+doc["bench"].update({"prompts_per_category": int(os.environ.get("TUNE_PROMPTS", "1")),
+                     "max_new_tokens": tokens, "warmup": 1,
                      "repeats": 1, "max_repeats": 3, "request_timeout_s": 60.0})
-doc["tune"] = {"steps": [1, 2, 3, 4], "max_launches": 4, "margin": float(margin),
-               "repeats": 1}
+doc["tune"] = {"steps": steps, "max_launches": int(os.environ.get("TUNE_LAUNCHES", "4")),
+               "margin": float(margin), "repeats": 1}
 Path(profile).write_text(suite.toml(doc), encoding="utf-8")
 print("profile written:", profile)
 PYEOF
 echo "setup done in $(( $(date +%s) - T0 )) s"
 
+NOBASE=--no-baseline
+[ "${TUNE_BASELINE:-0}" = 1 ] && NOBASE=
 timeout --signal=INT "$BUDGET" "$PY" -m specgate.cli tune --profile "$PROFILE" \
-  --reports "$WORK/tune-reports" --no-baseline
+  --reports "$WORK/tune-reports" $NOBASE
 RC=$?
 for f in tune.md tune.png recommended.toml tune.json; do
   cp "$WORK/tune-reports/tune/$f" "$OUT/$f" 2>/dev/null || echo "no $f"
