@@ -14,7 +14,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from specgate.io.checkpoint import open_drafter
 from specgate.io.dump import (
     EMBED_FILE,
     META_FILE,
+    DumpSample,
     HiddenStateDump,
     encode,
     open_dump,
@@ -147,17 +148,82 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                    steps: int, drafter_label: str = "", embedding_source: str = "",
                    ) -> EvalReport:
     """Teacher-forced accuracy, loss and chain acceptance of an in-memory drafter on a dump."""
+    started = time.perf_counter()
+    total = _Tally.empty(steps)
+    for _sample, tally in _sample_tallies(model, dump, embed, steps):
+        total = total + tally
+    return total.report(model, dump, drafter_label, embedding_source,
+                        time.perf_counter() - started)
+
+
+def evaluate_groups(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings, *,
+                    steps: int, groups: Mapping[str, Collection[str]],
+                    drafter_label: str = "", embedding_source: str = "",
+                    ) -> tuple[EvalReport, dict[str, EvalReport]]:
+    """One pass over the dump: the report over every sample, and one per group of sample file
+    stems (each sample is evaluated once, whatever the number of groups it is in)."""
+    started = time.perf_counter()
+    total = _Tally.empty(steps)
+    parts = {name: _Tally.empty(steps) for name in groups}
+    members = {name: frozenset(stems) for name, stems in groups.items()}
+    for sample, tally in _sample_tallies(model, dump, embed, steps):
+        total = total + tally
+        for name, stems in members.items():
+            if sample.file.stem in stems:
+                parts[name] = parts[name] + tally
+    seconds = time.perf_counter() - started
+    return (total.report(model, dump, drafter_label, embedding_source, seconds),
+            {name: part.report(model, dump, drafter_label, embedding_source, seconds)
+             for name, part in parts.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tally:
+    """Counts of some samples, per draft step; they add up over samples."""
+
+    samples: int
+    tokens: int
+    scored: np.ndarray[Any, Any]
+    correct: np.ndarray[Any, Any]
+    in_vocab: np.ndarray[Any, Any]
+    loss_sum: np.ndarray[Any, Any]
+    chain_hist: np.ndarray[Any, Any]  # positions whose leading k steps were all right
+
+    @classmethod
+    def empty(cls, steps: int) -> _Tally:
+        return cls(0, 0, np.zeros(steps, np.int64), np.zeros(steps, np.int64),
+                   np.zeros(steps, np.int64), np.zeros(steps, np.float64),
+                   np.zeros(steps + 1, np.int64))
+
+    def __add__(self, other: _Tally) -> _Tally:
+        return _Tally(self.samples + other.samples, self.tokens + other.tokens,
+                      self.scored + other.scored, self.correct + other.correct,
+                      self.in_vocab + other.in_vocab, self.loss_sum + other.loss_sum,
+                      self.chain_hist + other.chain_hist)
+
+    def report(self, model: EagleDrafter, dump: HiddenStateDump, drafter_label: str,
+               embedding_source: str, seconds: float) -> EvalReport:
+        steps = self.scored.shape[0]
+        stats = tuple(StepStats(k, int(self.scored[k]), int(self.correct[k]),
+                                int(self.in_vocab[k]),
+                                float(self.loss_sum[k] / self.in_vocab[k]) if self.in_vocab[k]
+                                else float("nan"))
+                      for k in range(steps))
+        total = int(self.chain_hist.sum())
+        accept = tuple(float(self.chain_hist[k + 1:].sum() / total) if total else 0.0
+                       for k in range(steps))
+        return EvalReport(drafter_label, str(dump.path), self.samples, self.tokens,
+                          model.shape.draft_vocab_size, stats, total, accept, embedding_source,
+                          seconds)
+
+
+def _sample_tallies(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings,
+                    steps: int) -> Iterator[tuple[DumpSample, _Tally]]:
+    """Each sample's teacher-forced counts, one sample at a time."""
     import torch
 
     vd = model.shape.draft_vocab_size
     hot = model.hot_ids
-    scored = np.zeros(steps, np.int64)
-    correct = np.zeros(steps, np.int64)
-    in_vocab = np.zeros(steps, np.int64)
-    loss_sum = np.zeros(steps, np.float64)
-    chain_hist = np.zeros(steps + 1, np.int64)
-    tokens = 0
-    started = time.perf_counter()
     with torch.no_grad():
         for sample in dump.samples:
             ids_np, aux_np, mask_np = read_sample(sample)
@@ -168,8 +234,9 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                                 f"{model.shape.target_hidden_size} = {width}: the dump comes "
                                 "from another target or capture setting (see data.shapes)")
             n = ids_np.shape[0]
-            tokens += n
+            tally = dataclasses.replace(_Tally.empty(steps), samples=1, tokens=n)
             if n < 3:
+                yield sample, tally
                 continue
             ids = torch.from_numpy(ids_np).to(model.device)
             outs = model.chain(embed, ids, torch.from_numpy(aux_np), steps)
@@ -189,25 +256,17 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                 present = hot[draft_idx] == truth
                 ce = torch.logsumexp(logits, -1) - logits.gather(1, draft_idx[:, None])[:, 0]
                 hit = (pred == truth).cpu().numpy()
-                scored[k] += int(valid.sum())
-                correct[k] += int(hit.sum())
-                in_vocab[k] += int(present.sum())
-                loss_sum[k] += float(ce[present].double().sum())
+                tally.scored[k] += int(valid.sum())
+                tally.correct[k] += int(hit.sum())
+                tally.in_vocab[k] += int(present.sum())
+                tally.loss_sum[k] += float(ce[present].double().sum())
                 ok_rows[k, valid] = hit
                 valid_rows[k] = valid
             chain = valid_rows.all(axis=0)
             if chain.any():
                 leading = np.cumprod(ok_rows[:, chain], axis=0).sum(axis=0)
-                chain_hist += np.bincount(leading, minlength=steps + 1)
-    seconds = time.perf_counter() - started
-    stats = tuple(StepStats(k, int(scored[k]), int(correct[k]), int(in_vocab[k]),
-                            float(loss_sum[k] / in_vocab[k]) if in_vocab[k] else float("nan"))
-                  for k in range(steps))
-    total = int(chain_hist.sum())
-    accept = tuple(float(chain_hist[k + 1:].sum() / total) if total else 0.0
-                   for k in range(steps))
-    return EvalReport(drafter_label, str(dump.path), len(dump.samples), tokens, vd, stats,
-                      total, accept, embedding_source, seconds)
+                tally.chain_hist[:] += np.bincount(leading, minlength=steps + 1)
+            yield sample, tally
 
 
 def resolve_embeddings(model: EagleDrafter, dump: HiddenStateDump,
