@@ -356,11 +356,13 @@ def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Mea
                               attachments=attachments)
     interval = (f"{pct} % CI [{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.has_interval
                 else "no interval (one prompt)")
-    figures = (f"offline prediction {pred:.3f} tokens per verify as SGLang counts them "
-               f"({prediction.overall.per_verify:.3f} per verify pass, {prediction.steps} "
-               f"draft steps, {prediction.overall.positions} scored positions; per request at "
-               f"the measured mean of {whole.completion_mean:.1f} completion tokens) vs "
-               f"measured {m.mean:.3f}, {interval} over {whole.requests} requests")
+    steps = f"{prediction.steps} draft step{'s' if prediction.steps != 1 else ''}"
+    figures = (f"offline prediction {pred:.3f} vs measured {m.mean:.3f}, {interval} over "
+               f"{whole.requests} requests (accept length as SGLang counts it, completion "
+               f"tokens / verify passes; the prediction is {prediction.overall.per_verify:.3f} "
+               f"tokens per verify pass of {steps} over {prediction.overall.positions} scored "
+               f"positions, at the measured mean of {whole.completion_mean:.1f} completion "
+               "tokens per request)")
     err = whole.relative_error or 0.0
     widened = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
     verdict = whole.verdict
