@@ -281,6 +281,9 @@ def test_categories_side_by_side_and_small_ones_not_judged(
     assert float(parsed["chat"]["predicted_per_request"]) == pytest.approx(chat, abs=1e-4)
     assert float(parsed["chat"]["measured_accept_len"]) == pytest.approx(chat, rel=2e-3)
     assert parsed["math"]["verdict"] == "optimistic"
+    math_ = prediction.categories["math"].per_request(COMPLETION)
+    assert float(parsed["math"]["predicted_per_request"]) == pytest.approx(math_, abs=1e-4)
+    assert float(parsed["math"]["measured_accept_len"]) == pytest.approx(1.2, rel=2e-3)
 
 
 def test_a_category_with_one_request_is_not_judged(known: dict[str, Path],
