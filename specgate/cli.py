@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from specgate.core.errors import SpecgateError
+
+if TYPE_CHECKING:
+    from specgate.core.profile import Profile
 
 USAGE = """specgate COMMAND [options]
 
@@ -13,7 +17,8 @@ commands:
   report       build the Allure HTML report from reports/allure-results (with history)
   generate     write a drafter checkpoint (any shape; sparse full-size Kimi presets)
   remap-vocab  move a drafter's lm_head rows to another vocab map (--from OLD --to MAP --out NEW)
-  eval         offline teacher-forced evaluation of a drafter on a hidden-state dump
+  eval         offline teacher-forced evaluation of a drafter on a hidden-state dump, and the
+               accept length it predicts for the served chain (--served-steps, --profile)
   preflight    check the launch commands of a profile with the installed SGLang's own parser
   tune         find the fastest --speculative-num-steps chain from few launches (table, plot,
                a [speculative] snippet in reports/tune/)
@@ -46,7 +51,21 @@ def _remap(argv: Sequence[str]) -> int:
 def _eval(argv: Sequence[str]) -> int:
     from specgate.model.evaluate import main_eval
 
-    return main_eval(list(argv))
+    return main_eval(list(argv), probe_names=_probe_prompt_categories)
+
+
+def _probe_prompt_categories(profile: Profile | None) -> dict[str, str]:
+    """The probe's prompt ids and their categories: the profile's [bench] prompts (all of them,
+    before any category selection), else the builtin set."""
+    from specgate.measure import prompts
+
+    chosen = profile.bench.prompts if profile is not None else prompts.BUILTIN
+    if chosen == prompts.BUILTIN or profile is None:
+        found = prompts.load_builtin()
+    else:
+        path = profile.resolve(chosen)
+        found = prompts.load_jsonl(path) if path is not None else []
+    return {p.id: p.category for p in found}
 
 
 def _preflight(argv: Sequence[str]) -> int:

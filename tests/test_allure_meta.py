@@ -31,6 +31,8 @@ CASES = [
     ("failed", "Failed: spec.breakeven: accept length 1.90 is below break-even 2.46",
      "Below break-even"),
     ("failed", "Failed: spec.speedup: 0.73x, CI [0.70, 0.76]", "Below break-even"),
+    ("failed", "Failed: eval.live_agreement: offline prediction 1.569 vs measured 1.195",
+     "Offline prediction off"),
     ("failed", "Failed: regress.accept_len: accept length 2.1 against 2.6",
      "Regressed since last pass"),
     ("broken", "specgate.core.errors.ServerError: GET http://127.0.0.1:30000/health: no answer",
@@ -68,6 +70,7 @@ def test_categories_json_puts_each_message_in_exactly_one_category(
 def test_failed_claims_of_other_families_fall_to_the_default_category() -> None:
     assert _allure2_matches("failed", "Failed: perf.baseline_tps: 61.0 tok/s < 82") == []
     assert _allure2_matches("failed", "Failed: env.gpu_clean: pid 4242 holds GPU 0") == []
+    assert _allure2_matches("failed", "Failed: eval.teacher_forced: step-0 loss 18.7") == []
 
 
 @given(st.text(max_size=200))
@@ -102,6 +105,8 @@ def test_awesome_categories_match_the_claim_label_even_without_the_id_in_the_mes
     assert _awesome_category("failed", "Failed: 252 of 32000", "vocab.d2t_match") == (
         "Checkpoint incompatible")
     assert _awesome_category("failed", "AssertionError", "spec.accept_len") == "Below break-even"
+    assert _awesome_category("failed", "Failed: off", "eval.live_agreement") == (
+        "Offline prediction off")
     assert _awesome_category("failed", "Failed: slow", "perf.baseline_tps") is None
 
 

@@ -159,3 +159,12 @@ def test_keys_of_free_form_tables_are_kept() -> None:
     with pytest.raises(ProfileError) as err:
         parse_profile({"name": "x", "server": {"env": {"NCCL_PROTO": 1}}})
     assert "key 'server.env.NCCL_PROTO'" in str(err.value)
+
+
+def test_eval_section_defaults_and_bounds() -> None:
+    section = parse_profile({"name": "t"}).eval
+    assert (section.hidden_states, section.tolerance, section.min_tokens) == (None, 0.10, 200)
+    with pytest.raises(ProfileError, match=r"key 'eval\.tolerance'.*found 1\.5"):
+        parse_profile({"name": "t", "eval": {"tolerance": 1.5}})
+    with pytest.raises(ProfileError, match=r"unknown key 'eval\.dump' in \[eval\]"):
+        parse_profile({"name": "t", "eval": {"dump": "x"}})

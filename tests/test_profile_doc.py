@@ -23,8 +23,9 @@ def test_every_key_is_listed_with_its_default() -> None:
         assert f"| `{key.rsplit('.', 1)[-1]}` |" in text
     assert "| `startup_timeout_s` | number | `1800.0` |" in text
     assert "| `accept_len_min` | number or \"breakeven\" | — |" in text
+    assert "| `tolerance` | number | `0.1` |" in text
     sections = ("target", "drafter", "server", "speculative", "bench", "thresholds", "tune",
-                "finetune", "data")
+                "finetune", "eval", "data")
     # name, description, simulated; every section's keys; [demo] (optional) has assets and kind.
     assert len(profile_doc.keys()) == 3 + 2 + sum(
         len(Profile.model_fields[s].annotation.model_fields) for s in sections)

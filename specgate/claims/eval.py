@@ -1,16 +1,35 @@
-"""Phase 1 eval.teacher_forced: the fine-tune's init predicts the dump clearly above chance."""
+"""The offline evaluation's claims: eval.teacher_forced (Phase 1: the fine-tune's init predicts
+the dump clearly above chance) and eval.live_agreement (the probe: the accept length that
+evaluation predicts for the served chain is the one measured)."""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import functools
+import io
 import json
 import math
+from collections.abc import Sequence
 
-from specgate.claims import inputs
+from specgate.claims import inputs, perf
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
-from specgate.model.evaluate import DEFAULT_STEPS, compare_table, teacher_forced
+from specgate.measure import bench, stats
+from specgate.measure.bench import Measurement, RequestSample
+from specgate.measure.live import LiveResults
+from specgate.model.evaluate import (
+    ALL,
+    DEFAULT_STEPS,
+    GroupPrediction,
+    ServedPrediction,
+    compare_table,
+    predict_served,
+    served_table,
+    teacher_forced,
+)
 
 PHASE = "phase1"
 # "Clearly below random": the initial loss must beat the uniform guess by 10 %.
@@ -67,3 +86,303 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
         attachments=(Attachment("teacher-forced comparison", compare_table(reports), "csv"),
                      Attachment("teacher-forced report",
                                 json.dumps([r.to_json() for r in reports], indent=2), "json")))
+
+
+# -- eval.live_agreement: the offline prediction against the live measurement -----------------
+
+LIVE_PHASE = "phase0"
+LIVE_AGREEMENT = "eval.live_agreement"
+# A category's measured figure needs at least this many requests to be compared.
+MIN_REQUESTS = 2
+SIMULATED_NOTE = ("; this server is specgate's simulator, whose acceptance is synthetic (set "
+                  "per draft position in the drafter's specgate_sim.json), so no hidden-state "
+                  "dump predicts it and the claim is left to real deployments")
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """One group's predicted and measured accept length (Σ completion / Σ verify), compared."""
+
+    group: str
+    predicted: GroupPrediction | None  # None: no dump sample in this category
+    requests: int
+    prompts: int
+    completion_mean: float | None  # mean completion tokens of the measured requests
+    measured: stats.Summary | None  # None: nothing measured in this category
+    tolerance: float
+
+    @property
+    def per_request(self) -> float | None:
+        """The prediction as SGLang counts it, at the measured mean completion count."""
+        if self.predicted is None or self.completion_mean is None or self.completion_mean <= 1:
+            return None
+        return self.predicted.per_request(self.completion_mean)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The measured interval (the mean twice when there is none)."""
+        m = self.measured
+        if m is None or not math.isfinite(m.mean):
+            return None
+        return (m.ci_low, m.ci_high) if m.has_interval else (m.mean, m.mean)
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """The measured interval widened by the tolerance: [lo·(1 − tol), hi·(1 + tol)]."""
+        found = self.interval
+        if found is None:
+            return None
+        return found[0] * (1.0 - self.tolerance), found[1] * (1.0 + self.tolerance)
+
+    @property
+    def why_not_judged(self) -> str:
+        if self.predicted is None:
+            return "no dump sample of this category"
+        if not self.predicted.judged:
+            return self.predicted.note
+        if self.requests < MIN_REQUESTS:
+            return f"too few requests ({self.requests} < {MIN_REQUESTS})"
+        if self.per_request is None or self.bounds is None:
+            return "no verify pass measured"
+        return ""
+
+    @property
+    def relative_error(self) -> float | None:
+        """prediction ÷ measured mean − 1: > 0 when the offline evaluation is optimistic."""
+        pred, m = self.per_request, self.measured
+        if pred is None or m is None or not m.mean > 0:
+            return None
+        return pred / m.mean - 1.0
+
+    @property
+    def verdict(self) -> str:
+        """agrees, optimistic or pessimistic; or why the group is not judged."""
+        why = self.why_not_judged
+        if why:
+            return why
+        pred, bounds = self.per_request, self.bounds
+        if pred is None or bounds is None:  # why_not_judged says so; kept for the types
+            return "no verify pass measured"
+        if pred > bounds[1]:
+            return "optimistic"
+        if pred < bounds[0]:
+            return "pessimistic"
+        return "agrees"
+
+    @property
+    def judged(self) -> bool:
+        return not self.why_not_judged
+
+    def short(self) -> str:
+        """`chat 1.52 vs 1.40 [1.31, 1.49] optimistic +8.6 %` (for the message)."""
+        pred, interval, err = self.per_request, self.interval, self.relative_error
+        if pred is None or interval is None or self.measured is None:
+            return f"{self.group}: {self.why_not_judged}"
+        figures = (f"{self.group} {pred:.2f} vs {self.measured.mean:.2f} "
+                   f"[{interval[0]:.2f}, {interval[1]:.2f}]")
+        if not self.judged:
+            return f"{figures}, not judged: {self.why_not_judged}"
+        return f"{figures} {self.verdict}" + (f" {err:+.1%}" if err is not None else "")
+
+    def to_json(self) -> dict[str, object]:
+        bounds = self.bounds
+        return {"group": self.group,
+                "dump_samples": self.predicted.samples if self.predicted else 0,
+                "dump_positions": self.predicted.positions if self.predicted else 0,
+                "predicted_per_verify": _r(self.predicted.per_verify if self.predicted
+                                           else None),
+                "predicted_per_request": _r(self.per_request),
+                "measured": self.measured.to_json() if self.measured else None,
+                "widened": [_r(bounds[0]), _r(bounds[1])] if bounds else None,
+                "requests": self.requests, "prompts": self.prompts,
+                "completion_tokens_mean": _r(self.completion_mean),
+                "relative_error": _r(self.relative_error), "judged": self.judged,
+                "verdict": self.verdict}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 4)
+
+
+def _measured(samples: Sequence[RequestSample], confidence: float) -> stats.Summary | None:
+    """Σ completion / Σ verify of some requests, with the jackknife interval over prompts."""
+    if not samples:
+        return None
+    units = list(bench.per_prompt(samples).values())
+    return stats.jackknife(units, functools.partial(bench.metric_of, "accept_len"), confidence)
+
+
+def agreements(prediction: ServedPrediction, spec: Measurement, tolerance: float,
+               overall: stats.Summary) -> tuple[Agreement, list[Agreement]]:
+    """The overall comparison (against the measurement's own accept length) and one per
+    category that the dump or the live run has, in name order."""
+    def group(name: str, predicted: GroupPrediction | None, samples: Sequence[RequestSample],
+              measured: stats.Summary | None) -> Agreement:
+        n = len(samples)
+        mean = sum(s.completion_tokens for s in samples) / n if n else None
+        return Agreement(name, predicted, n, len({s.prompt_id for s in samples}), mean,
+                         measured, tolerance)
+
+    whole = group(ALL, prediction.overall, spec.samples, overall)
+    names = sorted({s.category for s in spec.samples} | set(prediction.categories))
+    per_category = []
+    for name in names:
+        chosen = [s for s in spec.samples if s.category == name]
+        per_category.append(group(name, prediction.categories.get(name), chosen,
+                                  _measured(chosen, spec.confidence)))
+    return whole, per_category
+
+
+def agreement_csv(rows: Sequence[Agreement]) -> str:
+    """Predicted and measured side by side, one row per group."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["group", "predicted_per_request", "measured_accept_len", "ci_low",
+                     "ci_high", "widened_low", "widened_high", "relative_error", "verdict",
+                     "predicted_per_verify", "dump_samples", "dump_positions", "requests",
+                     "prompts", "completion_tokens_mean"])
+
+    def num(value: float | None, digits: int = 4) -> str:
+        return "" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+    for a in rows:
+        interval, bounds = a.interval, a.bounds
+        writer.writerow([
+            a.group, num(a.per_request), num(a.measured.mean if a.measured else None),
+            num(interval[0] if interval else None), num(interval[1] if interval else None),
+            num(bounds[0] if bounds else None), num(bounds[1] if bounds else None),
+            num(a.relative_error), a.verdict,
+            num(a.predicted.per_verify if a.predicted else None),
+            a.predicted.samples if a.predicted else 0,
+            a.predicted.positions if a.predicted else 0, a.requests, a.prompts,
+            num(a.completion_mean, 2)])
+    return out.getvalue()
+
+
+def _served_chain(profile: Profile, live: LiveResults) -> tuple[int | None, int | None]:
+    """(draft steps, topk) of the served config: the profile's, else the server's own."""
+    info = live.speculative.server_info
+
+    def number(value: object) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    steps = profile.speculative.num_steps or number(info.get("speculative_num_steps"))
+    topk = profile.speculative.eagle_topk or number(info.get("speculative_eagle_topk"))
+    return steps, topk
+
+
+def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
+    """eval.live_agreement: the accept length the offline evaluation predicts for the served
+    chain lies within the measured interval, widened by [eval] tolerance."""
+    cid = LIVE_AGREEMENT
+    sim = "[simulated server] " if live.simulated else ""
+    simulated = live.simulated or profile.is_simulated
+    dump = profile.resolve(profile.eval.hidden_states)
+    if dump is None:
+        return claims.skipped(cid, LIVE_PHASE, sim + "no [eval] hidden_states in the profile (a "
+                              "hidden-state dump of the served target on the probe's prompts), "
+                              "so there is no offline prediction to compare"
+                              + (SIMULATED_NOTE if simulated else ""),
+                              details={"missing_input": "eval.hidden_states"})
+    steps, topk = _served_chain(profile, live)
+    if topk is not None and topk > 1:
+        return claims.skipped(cid, LIVE_PHASE, sim + f"the served config is a tree (eagle_topk = "
+                              f"{topk}): the offline chain model predicts topk 1 only, since a "
+                              "chain's acceptance cannot tell how often a second-ranked draft "
+                              "token would have been right", reason="tree_not_modelled",
+                              details={"eagle_topk": topk})
+    drafter = profile.resolve(profile.drafter.path)
+    if drafter is None:
+        return claims.skipped(cid, LIVE_PHASE, sim + "no drafter given ([drafter] path or "
+                              "--drafter) to evaluate on the dump",
+                              details={"missing_input": "drafter"})
+    spec = perf.spec_measurement(cid, live, timed=False)
+    if isinstance(spec, ClaimResult):
+        return spec
+    measured = spec.stat("accept_len")
+    if measured is None:
+        return claims.broken(cid, LIVE_PHASE, sim + f"no verify pass ran in {len(spec.samples)} "
+                             "speculative answers (every one ended at its first token), so "
+                             "there is no measured accept length to compare with")
+    if steps is None or topk is None:
+        return claims.skipped(cid, LIVE_PHASE, sim + "the served chain is not known: neither "
+                              "[speculative] num_steps / eagle_topk nor the server's "
+                              "/server_info give them; set them in the profile")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return claims.broken(cid, LIVE_PHASE, "the offline evaluation needs torch: pip install "
+                             "'specgate[eval]' (or torch) in this environment",
+                             reason="missing_dependency")
+    tolerance = profile.eval.tolerance
+    names = {s.prompt_id: s.category for s in spec.samples}
+    try:
+        prediction = predict_served(drafter, dump, steps=steps,
+                                    target_path=profile.resolve(profile.target.path),
+                                    names=names, min_tokens=profile.eval.min_tokens)
+    except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
+        return claims.broken(cid, LIVE_PHASE, f"the offline prediction could not be made from "
+                             f"[eval] hidden_states {dump} and the drafter {drafter}: {exc}")
+    whole, per_category = agreements(prediction, spec, tolerance, measured)
+    return _judge_agreement(cid, sim, prediction, spec, whole, per_category, tolerance)
+
+
+def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Measurement,
+                     whole: Agreement, per_category: Sequence[Agreement],
+                     tolerance: float) -> ClaimResult:
+    pct = stats.percent(spec.confidence)
+    rows = [whole, *per_category]
+    details: dict[str, object] = {
+        "steps": prediction.steps, "tolerance": tolerance, "confidence": spec.confidence,
+        "overall": whole.to_json(), "per_category": {a.group: a.to_json() for a in per_category},
+        "prediction": prediction.to_json()}
+    attachments = (
+        Attachment("predicted vs measured.csv", agreement_csv(rows), "csv"),
+        Attachment("offline prediction", served_table(prediction), "text"),
+        Attachment("offline prediction.json", json.dumps(prediction.to_json(), indent=2),
+                   "json"))
+    categories = "; ".join(a.short() for a in per_category)
+    tail = (f". Per category (predicted vs measured [{pct} % CI]): {categories}"
+            if categories else "")
+    notes = "".join(f"; note: {n}" for n in prediction.notes)
+    pred, bounds, m = whole.per_request, whole.bounds, whole.measured
+    if not whole.judged or pred is None or bounds is None or m is None:
+        shown = f"predicted {pred:.3f} per request; " if pred is not None else ""
+        return claims.skipped(cid, LIVE_PHASE, sim + f"{shown}not judged: "
+                              f"{whole.why_not_judged} in [eval] hidden_states "
+                              f"{prediction.dump} (raise the dump's size or lower [eval] "
+                              f"min_tokens){tail}{notes}", reason="too_few_tokens",
+                              observed=_r(pred), unit="tokens/verify", details=details,
+                              attachments=attachments)
+    interval = (f"{pct} % CI [{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.has_interval
+                else "no interval (one prompt)")
+    steps = f"{prediction.steps} draft step{'s' if prediction.steps != 1 else ''}"
+    figures = (f"offline prediction {pred:.3f} vs measured {m.mean:.3f}, {interval} over "
+               f"{whole.requests} requests (accept length as SGLang counts it, completion "
+               f"tokens / verify passes; the prediction is {prediction.overall.per_verify:.3f} "
+               f"tokens per verify pass of {steps} over {prediction.overall.positions} scored "
+               f"positions, at the measured mean of {whole.completion_mean:.1f} completion "
+               "tokens per request)")
+    err = whole.relative_error or 0.0
+    widened = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
+    verdict = whole.verdict
+    if verdict == "agrees":
+        how = (f"the offline evaluation agrees with serving: the prediction lies within the "
+               f"measured interval widened by {tolerance:.0%}, {widened} (it is {err:+.1%} off "
+               "the measured mean)")
+    else:
+        side = "above" if verdict == "optimistic" else "below"
+        hint = ("the dump is easier than what the server answered (other prompts, another chat "
+                "template or target), or serving loses acceptance that teacher forcing cannot "
+                "see (sampling at temperature > 0, precision, the server's own answers "
+                "differing from the dump's text)" if verdict == "optimistic" else
+                "the live answers are easier to draft than the dump's text (other prompts, "
+                "repetitive answers), or the dump comes from another target")
+        how = (f"the offline evaluation is {verdict}: it predicts {abs(err):.1%} "
+               f"{'more' if err > 0 else 'less'} than measured, {side} the measured interval "
+               f"widened by {tolerance:.0%}, {widened}; {hint}. Capture the dump from the "
+               "served target on the probe's prompts with its chat template")
+    return claims.judged(verdict == "agrees", cid, LIVE_PHASE,
+                         sim + f"{figures}: {how}{tail}{notes}", fail_reason=verdict,
+                         observed=round(pred, 3), expected=f"within {widened}",
+                         unit="tokens/verify", details=details, attachments=attachments)

@@ -276,8 +276,10 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
 
 # -- speculative -----------------------------------------------------------------------------
 
-def _spec_measurement(cid: str, live: LiveResults, *,
-                      timed: bool = True) -> Measurement | ClaimResult:
+def spec_measurement(cid: str, live: LiveResults, *,
+                     timed: bool = True) -> Measurement | ClaimResult:
+    """The speculative measurement, or the broken claim every live claim that reads it gives:
+    the server's failure with its log tail, bursts (when timed), or missing spec fields."""
     got = _need(live.speculative, cid, live, timed=timed)
     if isinstance(got, ClaimResult):
         return got
@@ -367,7 +369,7 @@ def _targets_attachment(profile: Profile, live: LiveResults,
 def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.accept_len: Σ completion_tokens / Σ spec_verify_ct ≥ accept_len_min (or break-even)."""
     cid = "spec.accept_len"
-    got = _spec_measurement(cid, live, timed=profile.thresholds.accept_len_min == "breakeven")
+    got = spec_measurement(cid, live, timed=profile.thresholds.accept_len_min == "breakeven")
     if isinstance(got, ClaimResult):
         return got
     accept = got.stat("accept_len")
@@ -427,7 +429,7 @@ def _expected(profile: Profile) -> str | None:
 def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.breakeven: measured accept length ≥ cycle time × baseline tok/s."""
     cid = "spec.breakeven"
-    got = _spec_measurement(cid, live)
+    got = spec_measurement(cid, live)
     if isinstance(got, ClaimResult):
         return got
     base = _need(live.baseline, cid, live)

@@ -179,6 +179,19 @@ class FinetuneSection(_Section):
     hidden_states: str | None = None
 
 
+# eval.live_agreement judges a group only from this many scored chain positions up.
+EVAL_MIN_TOKENS = 200
+
+
+class EvalSection(_Section):
+    """`eval.live_agreement`: the offline prediction of the served accept length against the
+    one the probe measures."""
+
+    hidden_states: str | None = None
+    tolerance: float = Field(default=0.10, ge=0.0, lt=1.0)
+    min_tokens: int = Field(default=EVAL_MIN_TOKENS, ge=1)
+
+
 class DataSection(_Section):
     path: str | None = None
 
@@ -207,6 +220,7 @@ class Profile(_Section):
     thresholds: ThresholdsSection = Field(default_factory=ThresholdsSection)
     tune: TuneSection = Field(default_factory=TuneSection)
     finetune: FinetuneSection = Field(default_factory=FinetuneSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
     data: DataSection = Field(default_factory=DataSection)
     demo: DemoSection | None = None
     # Where the profile came from; paths in it are relative to that file's folder.

@@ -108,6 +108,15 @@ DESCRIPTIONS: dict[str, str] = {
                     "`finetune.progress`)",
     "finetune.reference_log": "a reference run's JSONL log to compare progress with",
     "finetune.hidden_states": "a hidden-state dump for `eval.teacher_forced`",
+    "eval.hidden_states": "a hidden-state dump of the served target on the probe's prompts "
+                          "(sample files named by prompt id, or categories in its "
+                          "metadata.json): `eval.live_agreement` compares the accept length "
+                          "the offline evaluation predicts from it with the measured one; "
+                          "unset: that claim is skipped",
+    "eval.tolerance": "`eval.live_agreement` passes when the prediction lies within the "
+                      "measured interval widened by this fraction on each side",
+    "eval.min_tokens": "`eval.live_agreement` judges a group (all, or one category) only when "
+                       "the dump scores at least this many chain positions in it",
     "data.path": "a dataset folder checked by the `data.*` claims",
     "demo.assets": "folder for the generated assets; relative: under $SPECGATE_CACHE, else "
                    "`.specgate/` in the working directory",

@@ -14,17 +14,19 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specgate.core.errors import CheckpointError, DataError
-from specgate.io.checkpoint import open_drafter
+from specgate.core.errors import CheckpointError, DataError, SpecgateError
+from specgate.core.profile import EVAL_MIN_TOKENS, Profile
+from specgate.io.checkpoint import Drafter, open_drafter
 from specgate.io.dump import (
     EMBED_FILE,
     META_FILE,
+    DumpSample,
     HiddenStateDump,
     encode,
     open_dump,
@@ -33,6 +35,7 @@ from specgate.io.dump import (
 )
 from specgate.io.safetensors_io import TensorInfo, TensorSpec, read_array, read_header
 from specgate.io.safetensors_io import write_sparse as _write
+from specgate.model.predict import accept_length, conditional_from_chain, request_accept_length
 
 if TYPE_CHECKING:
     from specgate.model.eagle import EagleDrafter, Embeddings
@@ -134,11 +137,8 @@ def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
     embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
     report = evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
                             embedding_source=source)
-    params = drafter.config.get("rope_parameters")
-    rope_type = params.get("rope_type") if isinstance(params, dict) else None
-    if drafter.config.get("rope_scaling") or rope_type not in (None, "default"):
-        note = (f"{drafter.path}/config.json asks for RoPE scaling, which this evaluation does "
-                "not apply (plain RoPE with rope_theta): figures are approximate")
+    note = _rope_note(drafter)
+    if note:
         report = dataclasses.replace(report, notes=(*report.notes, note))
     return report
 
@@ -147,17 +147,82 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                    steps: int, drafter_label: str = "", embedding_source: str = "",
                    ) -> EvalReport:
     """Teacher-forced accuracy, loss and chain acceptance of an in-memory drafter on a dump."""
+    started = time.perf_counter()
+    total = _Tally.empty(steps)
+    for _sample, tally in _sample_tallies(model, dump, embed, steps):
+        total = total + tally
+    return total.report(model, dump, drafter_label, embedding_source,
+                        time.perf_counter() - started)
+
+
+def evaluate_groups(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings, *,
+                    steps: int, groups: Mapping[str, Collection[str]],
+                    drafter_label: str = "", embedding_source: str = "",
+                    ) -> tuple[EvalReport, dict[str, EvalReport]]:
+    """One pass over the dump: the report over every sample, and one per group of sample file
+    stems (each sample is evaluated once, whatever the number of groups it is in)."""
+    started = time.perf_counter()
+    total = _Tally.empty(steps)
+    parts = {name: _Tally.empty(steps) for name in groups}
+    members = {name: frozenset(stems) for name, stems in groups.items()}
+    for sample, tally in _sample_tallies(model, dump, embed, steps):
+        total = total + tally
+        for name, stems in members.items():
+            if sample.file.stem in stems:
+                parts[name] = parts[name] + tally
+    seconds = time.perf_counter() - started
+    return (total.report(model, dump, drafter_label, embedding_source, seconds),
+            {name: part.report(model, dump, drafter_label, embedding_source, seconds)
+             for name, part in parts.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tally:
+    """Counts of some samples, per draft step; they add up over samples."""
+
+    samples: int
+    tokens: int
+    scored: np.ndarray[Any, Any]
+    correct: np.ndarray[Any, Any]
+    in_vocab: np.ndarray[Any, Any]
+    loss_sum: np.ndarray[Any, Any]
+    chain_hist: np.ndarray[Any, Any]  # positions whose leading k steps were all right
+
+    @classmethod
+    def empty(cls, steps: int) -> _Tally:
+        return cls(0, 0, np.zeros(steps, np.int64), np.zeros(steps, np.int64),
+                   np.zeros(steps, np.int64), np.zeros(steps, np.float64),
+                   np.zeros(steps + 1, np.int64))
+
+    def __add__(self, other: _Tally) -> _Tally:
+        return _Tally(self.samples + other.samples, self.tokens + other.tokens,
+                      self.scored + other.scored, self.correct + other.correct,
+                      self.in_vocab + other.in_vocab, self.loss_sum + other.loss_sum,
+                      self.chain_hist + other.chain_hist)
+
+    def report(self, model: EagleDrafter, dump: HiddenStateDump, drafter_label: str,
+               embedding_source: str, seconds: float) -> EvalReport:
+        steps = self.scored.shape[0]
+        stats = tuple(StepStats(k, int(self.scored[k]), int(self.correct[k]),
+                                int(self.in_vocab[k]),
+                                float(self.loss_sum[k] / self.in_vocab[k]) if self.in_vocab[k]
+                                else float("nan"))
+                      for k in range(steps))
+        total = int(self.chain_hist.sum())
+        accept = tuple(float(self.chain_hist[k + 1:].sum() / total) if total else 0.0
+                       for k in range(steps))
+        return EvalReport(drafter_label, str(dump.path), self.samples, self.tokens,
+                          model.shape.draft_vocab_size, stats, total, accept, embedding_source,
+                          seconds)
+
+
+def _sample_tallies(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings,
+                    steps: int) -> Iterator[tuple[DumpSample, _Tally]]:
+    """Each sample's teacher-forced counts, one sample at a time."""
     import torch
 
     vd = model.shape.draft_vocab_size
     hot = model.hot_ids
-    scored = np.zeros(steps, np.int64)
-    correct = np.zeros(steps, np.int64)
-    in_vocab = np.zeros(steps, np.int64)
-    loss_sum = np.zeros(steps, np.float64)
-    chain_hist = np.zeros(steps + 1, np.int64)
-    tokens = 0
-    started = time.perf_counter()
     with torch.no_grad():
         for sample in dump.samples:
             ids_np, aux_np, mask_np = read_sample(sample)
@@ -168,8 +233,9 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                                 f"{model.shape.target_hidden_size} = {width}: the dump comes "
                                 "from another target or capture setting (see data.shapes)")
             n = ids_np.shape[0]
-            tokens += n
+            tally = dataclasses.replace(_Tally.empty(steps), samples=1, tokens=n)
             if n < 3:
+                yield sample, tally
                 continue
             ids = torch.from_numpy(ids_np).to(model.device)
             outs = model.chain(embed, ids, torch.from_numpy(aux_np), steps)
@@ -189,25 +255,17 @@ def evaluate_model(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings
                 present = hot[draft_idx] == truth
                 ce = torch.logsumexp(logits, -1) - logits.gather(1, draft_idx[:, None])[:, 0]
                 hit = (pred == truth).cpu().numpy()
-                scored[k] += int(valid.sum())
-                correct[k] += int(hit.sum())
-                in_vocab[k] += int(present.sum())
-                loss_sum[k] += float(ce[present].double().sum())
+                tally.scored[k] += int(valid.sum())
+                tally.correct[k] += int(hit.sum())
+                tally.in_vocab[k] += int(present.sum())
+                tally.loss_sum[k] += float(ce[present].double().sum())
                 ok_rows[k, valid] = hit
                 valid_rows[k] = valid
             chain = valid_rows.all(axis=0)
             if chain.any():
                 leading = np.cumprod(ok_rows[:, chain], axis=0).sum(axis=0)
-                chain_hist += np.bincount(leading, minlength=steps + 1)
-    seconds = time.perf_counter() - started
-    stats = tuple(StepStats(k, int(scored[k]), int(correct[k]), int(in_vocab[k]),
-                            float(loss_sum[k] / in_vocab[k]) if in_vocab[k] else float("nan"))
-                  for k in range(steps))
-    total = int(chain_hist.sum())
-    accept = tuple(float(chain_hist[k + 1:].sum() / total) if total else 0.0
-                   for k in range(steps))
-    return EvalReport(drafter_label, str(dump.path), len(dump.samples), tokens, vd, stats,
-                      total, accept, embedding_source, seconds)
+                tally.chain_hist[:] += np.bincount(leading, minlength=steps + 1)
+            yield sample, tally
 
 
 def resolve_embeddings(model: EagleDrafter, dump: HiddenStateDump,
@@ -270,6 +328,192 @@ def _target_embedding(folder: Path) -> TensorInfo | None:
     return min(candidates, key=lambda i: len(i.name)) if candidates else None
 
 
+# --- the served chain's accept length, overall and per category ---------------------------
+
+ALL = "all"
+MIN_TOKENS = EVAL_MIN_TOKENS
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPrediction:
+    """The chain model's accept length for one group of dump samples (all, or one category)."""
+
+    name: str
+    samples: int
+    tokens: int  # tokens of the group's samples
+    positions: int  # scored chain positions: where every draft step's target is loss-masked
+    conditional: tuple[float, ...]  # p_j, P(step j right | steps before it right)
+    per_verify: float  # tau: tokens one verify pass yields
+    min_tokens: int
+
+    @property
+    def judged(self) -> bool:
+        """Enough scored positions for the figure to be judged (else reported only)."""
+        return self.positions >= self.min_tokens
+
+    @property
+    def note(self) -> str:
+        return "" if self.judged else (f"too few tokens ({self.positions} scored positions < "
+                                       f"{self.min_tokens})")
+
+    def per_request(self, completion_tokens: float) -> float:
+        """SGLang's Σ completion / Σ verify at this mean completion count (prefill token
+        counted)."""
+        return request_accept_length(self.per_verify, completion_tokens)
+
+    def to_json(self, completion_tokens: float | None = None) -> dict[str, object]:
+        out: dict[str, object] = {
+            "samples": self.samples, "tokens": self.tokens, "positions": self.positions,
+            "conditional_acceptance": [round(c, 4) for c in self.conditional],
+            "per_verify": round(self.per_verify, 4), "judged": self.judged}
+        if completion_tokens is not None:
+            out["per_request"] = round(self.per_request(completion_tokens), 4)
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedPrediction:
+    """The accept length a served chain (topk 1, `steps` draft tokens) should show, predicted
+    by the teacher-forced evaluation of its drafter on a dump of its target."""
+
+    drafter: str
+    dump: str
+    steps: int
+    embedding_source: str
+    category_source: str
+    overall: GroupPrediction
+    categories: dict[str, GroupPrediction]
+    completion_tokens: float | None = None
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def groups(self) -> tuple[GroupPrediction, ...]:
+        return (self.overall, *(self.categories[c] for c in sorted(self.categories)))
+
+    def to_json(self) -> dict[str, object]:
+        n = self.completion_tokens
+        return {"drafter": self.drafter, "dump": self.dump, "steps": self.steps, "topk": 1,
+                "draft_tokens": self.steps + 1, "embedding_source": self.embedding_source,
+                "category_source": self.category_source,
+                "min_tokens": self.overall.min_tokens,
+                "completion_tokens": None if n is None else round(n, 3),
+                "overall": self.overall.to_json(n),
+                "categories": {c: g.to_json(n) for c, g in sorted(self.categories.items())},
+                "notes": list(self.notes), "seconds": round(self.seconds, 3)}
+
+
+def group_prediction(name: str, report: EvalReport, steps: int,
+                     min_tokens: int = MIN_TOKENS) -> GroupPrediction:
+    """tau of a `steps`-deep chain from one group's teacher-forced chain acceptance."""
+    conditional = conditional_from_chain(report.chain_accept)
+    return GroupPrediction(name, report.samples, report.tokens, report.chain_positions,
+                           tuple(conditional), accept_length(conditional, steps), min_tokens)
+
+
+def sample_categories(dump: HiddenStateDump,
+                      names: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """Each sample's category by file stem, and where the categories came from.
+
+    metadata.json's `"samples": {"<stem>": {"category": "..."}}` first; else `names` (the probe's
+    prompt ids → category: a sample named after a prompt id takes that prompt's category); a
+    sample with neither has none and counts only in "all".
+    """
+    meta_file = dump.path / META_FILE
+    listed = dump.metadata.get("samples")
+    if listed is not None and not isinstance(listed, dict):
+        raise DataError(f"{meta_file}: \"samples\" is {type(listed).__name__}, expected an "
+                        "object {\"<sample file stem>\": {\"category\": \"...\"}}")
+    listed = listed or {}
+    found: dict[str, str] = {}
+    sources: set[str] = set()
+    for sample in dump.samples:
+        stem = sample.file.stem
+        entry = listed.get(stem)
+        category = entry.get("category") if isinstance(entry, dict) else None
+        if entry is not None and not isinstance(entry, dict):
+            raise DataError(f"{meta_file}: samples.{stem} is {type(entry).__name__}, expected "
+                            "an object with a \"category\"")
+        if category is not None and not isinstance(category, str):
+            raise DataError(f"{meta_file}: samples.{stem}.category is "
+                            f"{type(category).__name__}, expected a string")
+        if category:
+            found[stem] = category
+            sources.add(f"{META_FILE} samples")
+        elif names is not None and stem in names:
+            found[stem] = names[stem]
+            sources.add("sample names = probe prompt ids")
+    return found, " and ".join(sorted(sources)) or "none (every sample counts in all only)"
+
+
+def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: int,
+                   target_path: Path | str | None = None,
+                   names: Mapping[str, str] | None = None,
+                   completion_tokens: float | None = None, min_tokens: int = MIN_TOKENS,
+                   device: str = "cpu", dtype: str = "float32") -> ServedPrediction:
+    """Predicted accept length of a served chain (topk 1, `steps` draft steps), overall and per
+    category (see sample_categories for `names`), per verify pass and, at a mean completion
+    count, per request as SGLang counts it. Needs torch; raises DataError / CheckpointError
+    naming the file for a bad dump or drafter."""
+    import torch
+
+    from specgate.model.eagle import EagleDrafter
+
+    if steps < 1:
+        raise ValueError(f"a served chain has at least 1 draft step, got {steps}")
+    if completion_tokens is not None and not completion_tokens > 1.0:
+        raise ValueError(f"completion tokens per request must be > 1 (a verify pass follows "
+                         f"the prefill token), got {completion_tokens}")
+    drafter = open_drafter(drafter_path)
+    model = EagleDrafter.from_checkpoint(drafter, device=device, dtype=getattr(torch, dtype))
+    dump = open_dump(dump_path)
+    embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
+    categories, category_source = sample_categories(dump, names)
+    groups = {c: {stem for stem, cat in categories.items() if cat == c}
+              for c in sorted(set(categories.values()))}
+    started = time.perf_counter()
+    total, parts = evaluate_groups(model, dump, embed, steps=steps, groups=groups,
+                                   drafter_label=str(drafter.path), embedding_source=source)
+    note = _rope_note(drafter)
+    return ServedPrediction(
+        drafter=str(drafter.path), dump=str(dump.path), steps=steps, embedding_source=source,
+        category_source=category_source,
+        overall=group_prediction(ALL, total, steps, min_tokens),
+        categories={c: group_prediction(c, r, steps, min_tokens) for c, r in parts.items()},
+        completion_tokens=completion_tokens, notes=(note,) if note else (),
+        seconds=time.perf_counter() - started)
+
+
+def served_table(prediction: ServedPrediction) -> str:
+    """The prediction as a text table, one row per group."""
+    n = prediction.completion_tokens
+    lines = [f"{prediction.drafter} on {prediction.dump}: served chain of {prediction.steps} "
+             f"draft steps, topk 1 ({prediction.steps + 1} draft tokens); categories from "
+             f"{prediction.category_source}",
+             f"{'group':<16}{'samples':>8}{'tokens':>9}{'positions':>10}{'per verify':>11}"
+             + (f"{'per request':>12}" if n is not None else "") + "  note"]
+    for g in prediction.groups:
+        row = (f"{g.name:<16}{g.samples:>8}{g.tokens:>9}{g.positions:>10}{g.per_verify:>11.3f}"
+               + (f"{g.per_request(n):>12.3f}" if n is not None else ""))
+        lines.append(f"{row}  {g.note}".rstrip())
+    if n is not None:
+        lines.append(f"per request: Σ completion / Σ verify at {n:g} completion tokens per "
+                     "request (the first token comes from prefill, not from a verify pass)")
+    lines += [f"note: {text}" for text in prediction.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _rope_note(drafter: Drafter) -> str:
+    params = drafter.config.get("rope_parameters")
+    rope_type = params.get("rope_type") if isinstance(params, dict) else None
+    if drafter.config.get("rope_scaling") or rope_type not in (None, "default"):
+        return (f"{drafter.path}/config.json asks for RoPE scaling, which this evaluation does "
+                "not apply (plain RoPE with rope_theta): figures are approximate")
+    return ""
+
+
 # --- the table and the command --------------------------------------------------
 
 def compare_table(reports: Sequence[EvalReport]) -> str:
@@ -286,36 +530,129 @@ def compare_table(reports: Sequence[EvalReport]) -> str:
     return out.getvalue()
 
 
-def main_eval(argv: Sequence[str] | None = None) -> int:
-    """`specgate eval --drafter D [--drafter D2 ...] --hidden-states H [--vocab-map M]`."""
+# The probe's prompt ids → category for a profile (None: the builtin prompts); `specgate eval`
+# gets it from the command layer, which may read the prompt sets.
+ProbeNames = Callable[[Profile | None], Mapping[str, str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _EvalPlan:
+    """What `specgate eval` was asked, after the profile filled in what the options left out."""
+
+    drafters: list[str]
+    hidden_states: str
+    target: str | None
+    served_steps: int | None
+    min_tokens: int
+    profile: Profile | None
+
+
+def _plan(args: argparse.Namespace) -> _EvalPlan | str:
+    """The evaluation to run, or why it cannot be (one sentence naming the option or key)."""
+    from specgate.core.profile import choose_profile_path, load_profile
+
+    profile = load_profile(choose_profile_path(args.profile)) if args.profile else None
+
+    def from_profile(value: str | None) -> str | None:
+        path = profile.resolve(value) if profile is not None else None
+        return str(path) if path is not None else None
+
+    drafters = list(args.drafter or [])
+    if not drafters and profile is not None and profile.drafter.path:
+        drafters = [str(profile.resolve(profile.drafter.path))]
+    if not drafters:
+        return "give --drafter (or --profile with a [drafter] path)"
+    hidden = args.hidden_states or (from_profile(profile.eval.hidden_states)
+                                    or from_profile(profile.finetune.hidden_states)
+                                    if profile is not None else None)
+    if not hidden:
+        return ("give --hidden-states (or --profile with [eval] hidden_states or [finetune] "
+                "hidden_states)")
+    served = args.served_steps
+    spec = profile.speculative if profile is not None else None
+    if served is None and spec is not None and spec.num_steps is not None:
+        if spec.eagle_topk is not None and spec.eagle_topk > 1:
+            return (f"{profile.source if profile else 'the profile'}: [speculative] eagle_topk = "
+                    f"{spec.eagle_topk} serves a tree; the chain model predicts topk 1 only "
+                    "(a chain's acceptance cannot tell how often a second-ranked draft would "
+                    "have been right). Give --served-steps N to predict a chain of N steps")
+        served = spec.num_steps
+    if served is None and args.by_category:
+        served = args.steps
+    if served is not None and served < 1:
+        return f"--served-steps must be at least 1, got {served}"
+    min_tokens = args.min_tokens or (profile.eval.min_tokens if profile else MIN_TOKENS)
+    target = args.target_model or (from_profile(profile.target.path) if profile else None)
+    return _EvalPlan(drafters, hidden, target, served, min_tokens, profile)
+
+
+def main_eval(argv: Sequence[str] | None = None, *, probe_names: ProbeNames | None = None) -> int:
+    """`specgate eval --drafter D [--drafter D2 ...] --hidden-states H [--vocab-map M]`, and the
+    served chain's predicted accept length (`--served-steps N` or `--profile P`,
+    `--by-category`, `--completion-tokens N`)."""
     parser = argparse.ArgumentParser(prog="specgate eval", description="Teacher-forced offline "
                                      "evaluation of EAGLE-3 drafters on a hidden-state dump.")
-    parser.add_argument("--drafter", required=True, action="append",
+    parser.add_argument("--drafter", action="append",
                         help="drafter folder (repeat to compare several on the same dump)")
-    parser.add_argument("--hidden-states", required=True, help="hidden-state dump folder")
+    parser.add_argument("--hidden-states", help="hidden-state dump folder")
     parser.add_argument("--target-model", help="target model folder (for its embed_tokens)")
     parser.add_argument("--vocab-map", help="read the first drafter's lm_head through this map "
                         "(a fine-tune init as training will see it)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="draft chain depth")
+    parser.add_argument("--profile", help="a profile (file or shipped name): its [drafter] path, "
+                        "[target] path and [eval] hidden_states stand in for options not "
+                        "given, and its [speculative] chain is predicted as served")
+    parser.add_argument("--served-steps", type=int, help="predict the accept length of a served "
+                        "chain of this many draft steps (topk 1, steps + 1 draft tokens)")
+    parser.add_argument("--by-category", action="store_true", help="the served prediction per "
+                        "category too (from the dump's metadata.json samples, else sample files "
+                        "named after the probe's prompt ids)")
+    parser.add_argument("--completion-tokens", type=float, help="also the per-request figure "
+                        "SGLang reports (completion tokens / verify passes) at this mean number "
+                        "of completion tokens per request")
+    parser.add_argument("--min-tokens", type=int, help="scored positions below which a group "
+                        f"is marked too few tokens (default [eval] min_tokens, {MIN_TOKENS})")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     try:
-        reports = [teacher_forced(d, args.hidden_states, steps=args.steps,
-                                  target_path=args.target_model, device=args.device,
+        plan = _plan(args)
+        if isinstance(plan, str):
+            print(f"specgate eval: {plan}", file=sys.stderr)
+            return 2
+        reports = [teacher_forced(d, plan.hidden_states, steps=args.steps,
+                                  target_path=plan.target, device=args.device,
                                   dtype=args.dtype, vocab_map=args.vocab_map if i == 0 else None)
-                   for i, d in enumerate(args.drafter)]
-    except (DataError, CheckpointError, KeyError, ValueError) as exc:
+                   for i, d in enumerate(plan.drafters)]
+        served: list[ServedPrediction] = []
+        if plan.served_steps is not None:
+            names = (probe_names(plan.profile) if probe_names is not None and args.by_category
+                     else None)
+            for d in plan.drafters:
+                pred = predict_served(d, plan.hidden_states, steps=plan.served_steps,
+                                      target_path=plan.target, names=names,
+                                      completion_tokens=args.completion_tokens,
+                                      min_tokens=plan.min_tokens, device=args.device,
+                                      dtype=args.dtype)
+                served.append(pred if args.by_category
+                              else dataclasses.replace(pred, categories={}))
+    except (SpecgateError, KeyError, ValueError) as exc:
         print(f"specgate eval: {exc}", file=sys.stderr)
         return 2
     except ImportError:
         print("specgate eval: needs torch (pip install 'specgate[eval]')", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps([r.to_json() for r in reports], indent=2))
+        docs = [r.to_json() for r in reports]
+        for doc, pred in zip(docs, served, strict=False):
+            doc["served"] = pred.to_json()
+        print(json.dumps(docs, indent=2))
     else:
         print(compare_table(reports), end="")
+        for pred in served:
+            print()
+            print(served_table(pred), end="")
     return 0
 
 

@@ -9,7 +9,9 @@ step), the expected number of tokens one verify pass yields is
 
 SGLang reports per request `spec_accept_length = completion_tokens / spec_verify_ct`; the first
 completion token comes from prefill, not from a verify pass, so over n tokens that figure is about
-tau · n / (n − 1) (`request_accept_length`).
+tau · n / (n − 1) (`request_accept_length`). Pooled over requests (Σ completion / Σ verify, what
+specgate measures), n is the mean completion count: Σ(n_i − 1) / tau verify passes for Σ n_i
+tokens gives tau · n̄ / (n̄ − 1) exactly.
 """
 
 from __future__ import annotations
@@ -50,10 +52,14 @@ def conditional_from_chain(chain_accept: Sequence[float]) -> list[float]:
     return [float(x) for x in out]
 
 
-def request_accept_length(tau: float, completion_tokens: int) -> float:
-    """SGLang's per-request figure completion_tokens / verify passes, for a per-verify tau."""
+def request_accept_length(tau: float, completion_tokens: float) -> float:
+    """SGLang's per-request figure completion_tokens / verify passes, for a per-verify tau.
+
+    completion_tokens may be a mean over requests (see the module's docstring).
+    """
     if tau < 1.0:
         raise ValueError(f"an accept length counts the bonus token, so it is >= 1; got {tau}")
-    if completion_tokens < 2:
-        raise ValueError("a request of fewer than 2 tokens has no verify pass")
+    if not completion_tokens > 1.0:
+        raise ValueError("a request of at most 1 token has no verify pass "
+                         f"(completion tokens {completion_tokens})")
     return tau * completion_tokens / (completion_tokens - 1)

@@ -64,6 +64,14 @@ CATEGORIES: tuple[Category, ...] = (
         claims=r"spec\.[\w.-]+",
     ),
     Category(
+        "Offline prediction off",
+        "The accept length the teacher-forced evaluation predicts for the served chain lies "
+        "outside the measured interval widened by [eval] tolerance: the offline evaluation "
+        "does not predict this deployment (see eval.live_agreement's message for which way).",
+        ("failed",),
+        claims=r"eval\.live_agreement",
+    ),
+    Category(
         "Regressed since last pass",
         "A key figure dropped by more than its measured noise against the last passing run of "
         "the same profile (reports/history/verdicts.jsonl).",

@@ -1,0 +1,356 @@
+"""eval.live_agreement and the library under it: the accept length the offline evaluation predicts
+for the served chain (overall and per category) against live samples constructed to a known
+accept length."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from test_evaluate import sharp_drafter
+
+from specgate.claims import eval as eval_claims
+from specgate.claims.result import ClaimResult, Status
+from specgate.core.errors import DataError
+from specgate.core.profile import BenchSection, Profile, parse_profile
+from specgate.measure.bench import RequestSample, build_measurement
+from specgate.measure.live import ConfigRun, Failure, LiveResults
+from specgate.measure.prompts import template_named
+from specgate.model.evaluate import (
+    ALL,
+    ServedPrediction,
+    generate_dump,
+    main_eval,
+    open_dump,
+    predict_served,
+    sample_categories,
+    teacher_forced,
+)
+
+TOKENS, PROMPT_TOKENS = 120, 8  # 112 scored positions per sample at one draft step
+COMPLETION = 1001  # completion tokens of each constructed live request
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A drafter and one dump of its target: two clean samples named after probe prompt ids
+    (chat-1, chat-2), two noisy ones that metadata.json files under math, and one clean sample
+    metadata.json files under tiny (too few positions alone)."""
+    root = tmp_path_factory.mktemp("agree")
+    drafter = sharp_drafter(root / "drafter")
+    # The same seed gives both dumps the same embedding table, so their samples mix.
+    clean = generate_dump(root / "clean", drafter, samples=3, tokens=TOKENS,
+                          prompt_tokens=PROMPT_TOKENS, seed=1)
+    noisy = generate_dump(root / "noisy", drafter, samples=2, tokens=TOKENS,
+                          prompt_tokens=PROMPT_TOKENS, noise=0.6, seed=1)
+    assert (clean / "embeddings.safetensors").read_bytes() == (
+        noisy / "embeddings.safetensors").read_bytes()
+    dump = root / "dump"
+    dump.mkdir()
+    for src, name in ((clean / "sample_00000", "chat-1"), (clean / "sample_00001", "chat-2"),
+                      (clean / "sample_00002", "x-1"), (noisy / "sample_00000", "math-1"),
+                      (noisy / "sample_00001", "math-2")):
+        shutil.copy(f"{src}.safetensors", dump / f"{name}.safetensors")
+    shutil.copy(clean / "embeddings.safetensors", dump / "embeddings.safetensors")
+    meta = json.loads((clean / "metadata.json").read_text())
+    meta["samples"] = {"math-1": {"category": "math"}, "math-2": {"category": "math"},
+                       "x-1": {"category": "tiny"}}
+    (dump / "metadata.json").write_text(json.dumps(meta))
+    return {"root": root, "drafter": drafter, "dump": dump, "noisy": noisy}
+
+
+PROBE_NAMES = {"chat-1": "chat", "chat-2": "chat", "chat-3": "chat", "math-1": "coding"}
+
+
+@pytest.fixture(scope="module")
+def prediction(known: dict[str, Path]) -> ServedPrediction:
+    return predict_served(known["drafter"], known["dump"], steps=1, names=PROBE_NAMES,
+                          completion_tokens=COMPLETION)
+
+
+# -- the library ---------------------------------------------------------------------------------
+
+def test_prediction_per_group_is_the_chain_model_of_each_groups_samples(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    chat, math_, tiny = (prediction.categories[c] for c in ("chat", "math", "tiny"))
+    # The clean samples are the drafter's own predictions: every step-0 draft is accepted.
+    assert chat.per_verify == tiny.per_verify == 2.0
+    assert (chat.samples, chat.positions) == (2, 2 * (TOKENS - PROMPT_TOKENS))
+    assert chat.tokens == 2 * TOKENS
+    noisy = teacher_forced(known["drafter"], known["noisy"], steps=1)
+    assert math_.per_verify == pytest.approx(1.0 + noisy.steps[0].accuracy)
+    assert math_.per_verify < 1.8  # the noise is seen
+    overall = prediction.overall
+    assert (overall.name, overall.samples, overall.positions) == (ALL, 5, 5 * 112)
+    hits = 3 * 112 + noisy.steps[0].correct
+    assert overall.per_verify == pytest.approx(1.0 + hits / (5 * 112))
+
+
+def test_per_request_figure_counts_the_prefill_token(prediction: ServedPrediction) -> None:
+    chat = prediction.categories["chat"]
+    # 1001 tokens: 1 from prefill, 1000 from verify passes of 2 tokens each -> 1001 / 500
+    assert chat.per_request(COMPLETION) == pytest.approx(COMPLETION / 500)
+    doc = prediction.to_json()
+    assert doc["categories"]["chat"]["per_request"] == pytest.approx(2.002)
+    assert doc["completion_tokens"] == COMPLETION
+
+
+def test_metadata_categories_win_over_prompt_ids_and_the_rest_count_in_all_only(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    # math-1 is a probe prompt id of category coding, but metadata.json says math.
+    assert set(prediction.categories) == {"chat", "math", "tiny"}
+    assert prediction.categories["math"].samples == 2
+    assert "metadata.json" in prediction.category_source
+    assert "prompt ids" in prediction.category_source
+    found, _source = sample_categories(open_dump(known["dump"]), None)
+    assert found == {"math-1": "math", "math-2": "math", "x-1": "tiny"}
+    bare = dataclasses.replace(open_dump(known["dump"]), metadata={})
+    assert sample_categories(bare, None) == ({}, "none (every sample counts in all only)")
+    bad = dataclasses.replace(bare, metadata={"samples": {"chat-1": {"category": 3}}})
+    with pytest.raises(DataError, match=r"metadata\.json: samples\.chat-1\.category"):
+        sample_categories(bad, None)
+
+
+def test_a_group_with_too_few_positions_is_reported_but_not_judged(
+        prediction: ServedPrediction) -> None:
+    tiny = prediction.categories["tiny"]
+    assert tiny.positions == 112 < 200
+    assert not tiny.judged
+    assert tiny.note == "too few tokens (112 scored positions < 200)"
+    assert prediction.to_json()["categories"]["tiny"]["judged"] is False
+    assert prediction.categories["chat"].judged  # 224 positions
+
+
+def test_specgate_eval_prints_the_served_prediction(known: dict[str, Path],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--drafter", str(known["drafter"]), "--hidden-states", str(known["dump"]),
+            "--steps", "1", "--served-steps", "1", "--by-category", "--completion-tokens",
+            str(COMPLETION), "--json"]
+    assert main_eval(argv, probe_names=lambda _profile: PROBE_NAMES) == 0
+    doc = json.loads(capsys.readouterr().out)
+    served = doc[0]["served"]
+    assert (served["steps"], served["topk"]) == (1, 1)
+    assert served["categories"]["chat"]["per_verify"] == 2.0
+    assert served["categories"]["chat"]["per_request"] == pytest.approx(2.002)
+    assert served["categories"]["tiny"]["note"].startswith("too few tokens")
+    assert doc[0]["accept_length"] == served["overall"]["per_verify"]  # the same chain
+    # The table, without --by-category: the overall row only.
+    plain = ["--drafter", str(known["drafter"]), "--hidden-states", str(known["dump"]),
+             "--served-steps", "1"]
+    assert main_eval(plain) == 0
+    out = capsys.readouterr().out
+    assert "served chain of 1 draft steps, topk 1" in out
+    assert "\nall " in out
+    assert "\nchat " not in out
+
+
+def test_specgate_eval_refuses_a_tree_profile(known: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    prof = tmp_path / "tree.toml"
+    prof.write_text(f'name = "t"\n[drafter]\npath = "{known["drafter"]}"\n'
+                    f'[eval]\nhidden_states = "{known["dump"]}"\n'
+                    "[speculative]\nnum_steps = 2\neagle_topk = 4\nnum_draft_tokens = 6\n")
+    assert main_eval(["--profile", str(prof)]) == 2
+    err = capsys.readouterr().err
+    assert "eagle_topk = 4" in err
+    assert "topk 1 only" in err
+    assert str(prof) in err
+    # --served-steps asks for a chain anyway; the profile gives drafter and dump.
+    assert main_eval(["--profile", str(prof), "--served-steps", "1", "--steps", "1"]) == 0
+    assert "served chain of 1 draft steps" in capsys.readouterr().out
+
+
+# -- the claim -----------------------------------------------------------------------------------
+
+PLAIN = template_named("plain", "test")
+
+
+def _live(ratios: dict[str, tuple[list[str], float]], *, spread: float = 0.01,
+          server_info: dict[str, Any] | None = None) -> LiveResults:
+    """Live requests of COMPLETION tokens whose Σ completion / Σ verify is about the given
+    ratio per category; the prompts of a category differ by ±spread (the interval's width)."""
+    samples = []
+    for category, (prompt_ids, ratio) in ratios.items():
+        for i, pid in enumerate(prompt_ids):
+            factor = 1.0 + spread * (i % 3 - 1)
+            verify = round(COMPLETION / (ratio * factor))
+            samples.append(RequestSample(1, pid, category, 10, COMPLETION, verify, 0.05, 1.0,
+                                         None, "stop", 100))
+    spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
+                             bench=BenchSection(max_repeats=3), samples=samples)
+    info = {"speculative_algorithm": "EAGLE3", **(server_info or {})}
+    return LiveResults("t", False, ConfigRun("baseline"),
+                       ConfigRun("speculative", measurement=spec, server_info=info))
+
+
+def _profile(known: dict[str, Path], *, steps: int = 1, topk: int = 1,
+             **eval_keys: Any) -> Profile:
+    section = {"hidden_states": str(known["dump"]), **eval_keys}
+    return parse_profile({"name": "t", "drafter": {"path": str(known["drafter"])},
+                          "speculative": {"num_steps": steps, "eagle_topk": topk,
+                                          "num_draft_tokens": steps + 1 if topk == 1 else 8},
+                          "eval": {k: v for k, v in section.items() if v is not None}})
+
+
+CHAT = ["chat-1", "chat-2", "chat-3"]
+MATH = ["math-1", "math-2", "math-3"]
+
+
+def _claim(known: dict[str, Path], live: LiveResults, **kw: Any) -> ClaimResult:
+    return eval_claims.live_agreement_claim(_profile(known, **kw), live)
+
+
+def _everywhere(prediction: ServedPrediction, factor: float) -> dict[str, tuple[list[str], float]]:
+    """Every category measured at the overall prediction × factor."""
+    target = prediction.overall.per_request(COMPLETION) * factor
+    return {"chat": (CHAT, target), "math": (MATH, target), "tiny": (["x-1", "x-2"], target)}
+
+
+def test_passes_when_the_prediction_is_within_the_widened_interval(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    # Measured 6 % below the prediction with a ±1 % spread: outside the interval itself,
+    # inside it widened by 10 %.
+    result = _claim(known, _live(_everywhere(prediction, 1 / 1.06)))
+    assert result.status is Status.PASSED, result.message
+    assert (result.reason, result.id, result.phase) == ("met", "eval.live_agreement", "phase0")
+    overall = result.details["overall"]
+    low, high = overall["measured"]["ci_low"], overall["measured"]["ci_high"]
+    assert high < overall["predicted_per_request"] <= high * 1.1
+    assert overall["widened"] == [pytest.approx(low * 0.9, abs=1e-4),
+                                  pytest.approx(high * 1.1, abs=1e-4)]
+    assert result.observed == pytest.approx(prediction.overall.per_request(COMPLETION), abs=1e-3)
+    assert overall["relative_error"] == pytest.approx(0.06, abs=3e-3)
+    assert "the offline evaluation agrees with serving" in result.message
+
+
+def test_fails_optimistic_and_says_by_how_much(known: dict[str, Path],
+                                               prediction: ServedPrediction) -> None:
+    result = _claim(known, _live(_everywhere(prediction, 1 / 1.3)))
+    assert (result.status, result.reason) == (Status.FAILED, "optimistic")
+    assert result.details["overall"]["relative_error"] == pytest.approx(0.3, abs=3e-3)
+    err = result.details["overall"]["relative_error"]
+    assert f"the offline evaluation is optimistic: it predicts {err:.1%} more than measured" in (
+        result.message)
+
+
+def test_fails_pessimistic_below_the_widened_interval(known: dict[str, Path],
+                                                      prediction: ServedPrediction) -> None:
+    result = _claim(known, _live(_everywhere(prediction, 1.25)))
+    assert (result.status, result.reason) == (Status.FAILED, "pessimistic")
+    err = result.details["overall"]["relative_error"]
+    assert err == pytest.approx(-0.2, abs=3e-3)
+    assert f"the offline evaluation is pessimistic: it predicts {-err:.1%} less than measured" in (
+        result.message)
+    # The default tolerance is 10 %; 25 % is within [eval] tolerance = 0.3.
+    assert _claim(known, _live(_everywhere(prediction, 1.25)),
+                  tolerance=0.3).status is Status.PASSED
+
+
+def test_categories_side_by_side_and_small_ones_not_judged(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    chat = prediction.categories["chat"].per_request(COMPLETION)
+    live = _live({"chat": (CHAT, chat), "math": (MATH, 1.2),
+                  "tiny": (["x-1", "x-2"], 2.0), "coding": (["coding-1"], 3.0)})
+    result = _claim(known, live)
+    rows = result.details["per_category"]
+    assert rows["chat"]["verdict"] == "agrees"
+    assert rows["chat"]["judged"] is True
+    assert rows["math"]["verdict"] == "optimistic"  # predicted ~1.4 against 1.2
+    assert rows["tiny"]["judged"] is False
+    assert rows["tiny"]["verdict"] == "too few tokens (112 scored positions < 200)"
+    assert rows["coding"]["verdict"] == "no dump sample of this category"
+    # The message shows both figures and the interval of each category, briefly.
+    assert f"chat {chat:.2f} vs {chat:.2f} [" in result.message
+    assert "tiny 2.00 vs 1.99 [" in result.message
+    assert "not judged: too few tokens (112 scored positions < 200)" in result.message
+    # The attachment puts predicted and measured side by side.
+    table = next(a.body for a in result.attachments if a.name == "predicted vs measured.csv")
+    assert isinstance(table, str)
+    parsed = {r["group"]: r for r in csv.DictReader(io.StringIO(table))}
+    assert list(parsed) == ["all", "chat", "coding", "math", "tiny"]
+    assert float(parsed["chat"]["predicted_per_request"]) == pytest.approx(chat, abs=1e-4)
+    assert float(parsed["chat"]["measured_accept_len"]) == pytest.approx(chat, rel=2e-3)
+    assert parsed["math"]["verdict"] == "optimistic"
+    math_ = prediction.categories["math"].per_request(COMPLETION)
+    assert float(parsed["math"]["predicted_per_request"]) == pytest.approx(math_, abs=1e-4)
+    assert float(parsed["math"]["measured_accept_len"]) == pytest.approx(1.2, rel=2e-3)
+
+
+def test_a_category_with_one_request_is_not_judged(known: dict[str, Path],
+                                                   prediction: ServedPrediction) -> None:
+    live = _live({"chat": (CHAT, 2.0), "math": (["math-1"], 1.4)})
+    rows = _claim(known, live).details["per_category"]
+    assert rows["math"]["dump_positions"] == 224  # enough tokens in the dump
+    assert rows["math"]["verdict"] == "too few requests (1 < 2)"
+    assert rows["math"]["judged"] is False
+
+
+def test_skipped_without_a_dump_for_trees_and_for_a_small_dump(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    live = _live(_everywhere(prediction, 1.0))
+    unset = eval_claims.live_agreement_claim(parse_profile({"name": "t"}), live)
+    assert (unset.status, unset.reason) == (Status.SKIPPED, "not_configured")
+    assert "no [eval] hidden_states" in unset.message
+    assert "synthetic" not in unset.message  # a real server
+    tree = _claim(known, live, steps=3, topk=4)
+    assert (tree.status, tree.reason) == (Status.SKIPPED, "tree_not_modelled")
+    assert "eagle_topk = 4" in tree.message
+    assert "topk 1 only" in tree.message
+    # The server's own topk counts when the profile leaves [speculative] out.
+    served_tree = eval_claims.live_agreement_claim(
+        parse_profile({"name": "t", "drafter": {"path": str(known["drafter"])},
+                       "eval": {"hidden_states": str(known["dump"])}}),
+        _live(_everywhere(prediction, 1.0), server_info={"speculative_num_steps": 3,
+                                                         "speculative_eagle_topk": 2}))
+    assert served_tree.reason == "tree_not_modelled"
+    small = _claim(known, live, min_tokens=10_000)
+    assert (small.status, small.reason) == (Status.SKIPPED, "too_few_tokens")
+    assert "560 scored positions < 10000" in small.message
+
+
+def test_skip_on_the_simulator_says_its_acceptance_is_synthetic() -> None:
+    live = dataclasses.replace(_live({"chat": (CHAT, 2.0)}), simulated=True)
+    result = eval_claims.live_agreement_claim(parse_profile({"name": "t"}), live)
+    assert result.status is Status.SKIPPED
+    assert result.message.startswith("[simulated server] no [eval] hidden_states")
+    assert "acceptance is synthetic" in result.message
+
+
+def test_broken_with_the_server_like_the_other_live_claims(known: dict[str, Path]) -> None:
+    failed = LiveResults("t", False, ConfigRun("baseline"), ConfigRun(
+        "speculative", failure=Failure("start", "the server exited with code 1", "CUDA OOM")))
+    result = _claim(known, failed)
+    assert result.status is Status.BROKEN
+    assert "the speculative measurement could not be made" in result.message
+    assert "CUDA OOM" in result.message
+
+
+def test_broken_on_a_bad_dump_a_bad_drafter_or_without_torch(
+        known: dict[str, Path], prediction: ServedPrediction, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    live = _live(_everywhere(prediction, 1.0))
+    (tmp_path / "empty").mkdir()
+    bad_dump = _claim(known, live, hidden_states=str(tmp_path / "empty"))
+    assert (bad_dump.status, bad_dump.reason) == (Status.BROKEN, "unreadable_input")
+    assert f"{tmp_path / 'empty'}: no sample *.safetensors files" in bad_dump.message
+    not_a_drafter = tmp_path / "not-a-drafter"
+    not_a_drafter.mkdir()
+    profile = _profile(known).model_copy(update={"drafter": parse_profile(
+        {"name": "t", "drafter": {"path": str(not_a_drafter)}}).drafter})
+    bad_drafter = eval_claims.live_agreement_claim(profile, live)
+    assert (bad_drafter.status, bad_drafter.reason) == (Status.BROKEN, "unreadable_input")
+    assert str(not_a_drafter) in bad_drafter.message
+    monkeypatch.setitem(sys.modules, "torch", None)
+    no_torch = _claim(known, live)
+    assert (no_torch.status, no_torch.reason) == (Status.BROKEN, "missing_dependency")
+    assert "pip install 'specgate[eval]'" in no_torch.message
