@@ -66,6 +66,9 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
                      "hidden_states": str(model / "dump/train"),
                      "vocab_map": str(model / "vocab_map.safetensors")},
         "data": {"path": str(model / "dump/train")},
+        # eval.live_agreement: the offline prediction on the probe's own prompts (the held-out
+        # dump: the target's greedy continuations from a plain torch forward) against the probe.
+        "eval": {"hidden_states": str(model / "dump/heldout")},
     }
 
 

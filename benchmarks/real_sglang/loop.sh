@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
     --train-args) TRAIN_ARGS=$2; shift 2 ;;
-    --steps|--tag) EXTRA+=("$1" "$2"); shift 2 ;;
+    --steps|--tag) EXTRA+=("$1=$2"); shift 2 ;;
     --skip-phase1) EXTRA+=("$1"); shift ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
