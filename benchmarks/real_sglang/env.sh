@@ -42,4 +42,14 @@ import allure, pydantic, specgate_fixtures.plugin
 print("imports ok: sglang", md.version("sglang"), "torch", torch.__version__, "transformers",
       transformers.__version__, "pydantic", pydantic.__version__, "specgate", md.version("specgate"))
 EOF
+  # RS_CUDA_GRAPHS=1 (suite.py): SGLang's EAGLE worker imports these while capturing its
+  # draft-extend graph; without them the speculative server dies during start, so fall back.
+  if [ "${RS_CUDA_GRAPHS:-0}" = 1 ]; then
+    if "$PY" -c 'import deep_gemm, sglang.srt.layers.attention.dsa_backend, sglang.srt.layers.attention.deepseek_v4_backend, sglang.srt.layers.attention.flashmla_backend' 2>"$WORK/graph-imports.err"; then
+      echo "CUDA graphs: on (decode, max batch 4); the EAGLE graph imports load"
+    else
+      echo "CUDA graphs: OFF, the EAGLE graph imports fail: $(tail -n 1 "$WORK/graph-imports.err")"
+      export RS_CUDA_GRAPHS=0
+    fi
+  fi
 fi
