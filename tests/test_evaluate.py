@@ -216,3 +216,43 @@ def test_bf16_bits_round_to_nearest_even_like_torch() -> None:
 
 def test_eval_module_has_no_torch_at_import() -> None:
     assert "torch" not in evaluate.__dict__
+
+
+# --- the served walk ------------------------------------------------------------------------------
+
+def _table(rows: list[list[int]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """ok[k, t] from rows; valid[k, t] where the target t + 2 + k lies inside n tokens."""
+    ok = np.array(rows, dtype=bool)
+    valid = np.array([[t + 2 + k < n for t in range(n)] for k in range(len(rows))])
+    return ok & valid, valid
+
+
+def test_served_walk_anchors_each_chain_after_the_last_accepted_token() -> None:
+    from specgate.model.evaluate import _served_walk
+
+    ok, valid = _table([[1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],
+                        [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], 12)
+    # t=0: 2 accepted -> t=3: 2 -> t=6: 2 -> t=9: step 0 right, step 1 past the end -> 1; t=11
+    tokens, verifies, hist = _served_walk(ok, valid, 0, 2)
+    assert (tokens, verifies, hist.tolist()) == (3 + 3 + 3 + 2, 4, [0, 1, 3])
+    # a chain of one step: t=0 ok -> t=2 ok -> t=4 wrong -> t=5 ok -> t=7 ... -> t=9 -> t=11 stop
+    tokens, verifies, hist = _served_walk(ok, valid, 0, 1)
+    assert (tokens, verifies, hist.tolist()) == (2 + 2 + 1 + 2 + 2 + 2, 6, [1, 5])
+
+
+def test_served_walk_differs_from_the_average_over_positions() -> None:
+    """Serving anchors a chain only where the last verify ended, so it skips positions: here
+    every even anchor is right and every odd one wrong. The average over positions says 1.5
+    tokens per verify; serving from an even anchor never meets an odd one and gets 2.0."""
+    from specgate.model.evaluate import _served_walk
+
+    n = 41
+    ok, valid = _table([[t % 2 == 0 for t in range(n)]], n)
+    tokens, verifies, _ = _served_walk(ok, valid, 0, 1)
+    assert tokens / verifies == 2.0
+    chain_model = 1.0 + ok[0, valid[0]].mean()
+    assert chain_model == pytest.approx(1.5, abs=0.02)
+    # started on an odd anchor, the first verify is rejected, then it falls in step
+    tokens, verifies, hist = _served_walk(ok, valid, 1, 1)
+    assert hist[0] == 1
+    assert tokens / verifies == pytest.approx(2.0, abs=0.06)

@@ -360,9 +360,11 @@ def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Mea
     figures = (f"offline prediction {pred:.3f} vs measured {m.mean:.3f}, {interval} over "
                f"{whole.requests} requests (accept length as SGLang counts it, completion "
                f"tokens / verify passes; the prediction is {prediction.overall.per_verify:.3f} "
-               f"tokens per verify pass of {steps} over {prediction.overall.positions} scored "
-               f"positions, at the measured mean of {whole.completion_mean:.1f} completion "
-               "tokens per request)")
+               f"tokens per verify pass of {steps}, replaying greedy serving over "
+               f"{prediction.overall.verifies} verify passes of the dump (the chain model "
+               f"averaged over all {prediction.overall.positions} positions would say "
+               f"{prediction.overall.chain_model:.3f}), at the measured mean of "
+               f"{whole.completion_mean:.1f} completion tokens per request)")
     err = whole.relative_error or 0.0
     widened = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
     verdict = whole.verdict
