@@ -199,6 +199,15 @@ def main() -> int:
                      model / "drafter" / "config.json"):
             if path.exists():
                 tar.add(path, arcname=str(path.relative_to(work)))
+    # The trained drafter and the held-out dump travel back too (about 15 MB), so the offline
+    # prediction can be re-run off the GPU machine (`specgate eval --served-steps`).
+    if not (out / "model.tar.gz").exists():
+        with tarfile.open(out / "model.tar.gz", "w:gz") as tar:
+            for path in (model / "drafter", model / "target" / "config.json",
+                         model / "target" / "tokenizer.json",
+                         model / "target" / "tokenizer_config.json", model / "dump" / "heldout"):
+                if path.exists():
+                    tar.add(path, arcname=str(path.relative_to(work)))
     probe_claims = summary["steps"]["probe"]["claims"]
     ok = bool(probe_claims) and all(c["status"] in ("passed", "skipped") for c in probe_claims)
     log(f"probe {'PASSED' if ok else 'not passed'}; summary in {out}")
