@@ -82,7 +82,11 @@ def test_the_generating_drafter_predicts_its_dump_exactly(known: dict[str, Path]
     assert step0.scored == 2 * (40 - 6)
     assert step0.accuracy == 1.0
     assert step0.loss < 0.9 * math.log(tiny().draft_vocab_size)
-    assert report.accept_length >= 2.0  # step 0 always accepted
+    assert report.chain_accept_length >= 2.0  # step 0 always accepted
+    # served: every verify accepts the first draft (the second is always wrong here); 33 answer
+    # tokens after the prefill's in each of 2 samples, 2 per verify, the last verify only 1
+    assert report.served_hist == (0, 34, 0, 0)
+    assert report.accept_length == pytest.approx(2 * 33 / 34)
     assert report.embedding_source.endswith("embeddings.safetensors")
 
 
@@ -232,12 +236,22 @@ def test_served_walk_anchors_each_chain_after_the_last_accepted_token() -> None:
 
     ok, valid = _table([[1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1],
                         [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], 12)
-    # t=0: 2 accepted -> t=3: 2 -> t=6: 2 -> t=9: step 0 right, step 1 past the end -> 1; t=11
+    # t=0: 2 accepted -> t=3: 2 -> t=6: 2 -> t=9: step 0 right (token 11), step 1 past the
+    # end, and no target token after the dump's last one -> 1 token; t=11 stops
     tokens, verifies, hist = _served_walk(ok, valid, 0, 2)
-    assert (tokens, verifies, hist.tolist()) == (3 + 3 + 3 + 2, 4, [0, 1, 3])
+    assert (tokens, verifies, hist.tolist()) == (3 + 3 + 3 + 1, 4, [0, 1, 3])
     # a chain of one step: t=0 ok -> t=2 ok -> t=4 wrong -> t=5 ok -> t=7 ... -> t=9 -> t=11 stop
     tokens, verifies, hist = _served_walk(ok, valid, 0, 1)
-    assert (tokens, verifies, hist.tolist()) == (2 + 2 + 1 + 2 + 2 + 2, 6, [1, 5])
+    assert (tokens, verifies, hist.tolist()) == (2 + 2 + 1 + 2 + 2 + 1, 6, [1, 5])
+
+
+def test_each_answer_of_a_multi_turn_sample_is_walked_from_its_own_anchor() -> None:
+    from specgate.model.evaluate import _answer_starts
+
+    mask = np.array([0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 1], dtype=np.uint8)
+    assert _answer_starts(mask) == [2, 7, 10]
+    assert _answer_starts(np.array([1, 1, 0, 1], dtype=np.uint8)) == [3, 0]
+    assert _answer_starts(np.zeros(4, dtype=np.uint8)) == []
 
 
 def test_served_walk_differs_from_the_average_over_positions() -> None:
@@ -249,10 +263,9 @@ def test_served_walk_differs_from_the_average_over_positions() -> None:
     n = 41
     ok, valid = _table([[t % 2 == 0 for t in range(n)]], n)
     tokens, verifies, _ = _served_walk(ok, valid, 0, 1)
-    assert tokens / verifies == 2.0
+    assert (tokens, verifies) == (39, 20)  # 2 tokens per verify; the last lacks its bonus
     chain_model = 1.0 + ok[0, valid[0]].mean()
     assert chain_model == pytest.approx(1.5, abs=0.02)
     # started on an odd anchor, the first verify is rejected, then it falls in step
     tokens, verifies, hist = _served_walk(ok, valid, 1, 1)
-    assert hist[0] == 1
-    assert tokens / verifies == pytest.approx(2.0, abs=0.06)
+    assert (tokens, verifies, hist.tolist()) == (1 + 2 * 18 + 1, 20, [1, 19])

@@ -39,6 +39,9 @@ from specgate.model.evaluate import (
 
 TOKENS, PROMPT_TOKENS = 120, 8  # 112 scored positions per sample at one draft step
 COMPLETION = 1001  # completion tokens of each constructed live request
+# A clean sample (every draft right) served by chains of one step: the first chain is anchored
+# at the last prompt token; each verify yields 2 tokens, the last only 1 (the dump ends there).
+CLEAN = (TOKENS - PROMPT_TOKENS - 1) / 56  # 111 answer tokens after the prefill's, 56 verifies
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def test_prediction_per_group_is_the_chain_model_of_each_groups_samples(
         known: dict[str, Path], prediction: ServedPrediction) -> None:
     chat, math_, tiny = (prediction.categories[c] for c in ("chat", "math", "tiny"))
     # The clean samples are the drafter's own predictions: every step-0 draft is accepted.
-    assert chat.per_verify == tiny.per_verify == 2.0
+    assert chat.per_verify == tiny.per_verify == CLEAN
     assert (chat.samples, chat.positions) == (2, 2 * (TOKENS - PROMPT_TOKENS))
     assert chat.tokens == 2 * TOKENS
     noisy = teacher_forced(known["drafter"], known["noisy"], steps=1)
@@ -106,10 +109,11 @@ def test_prediction_per_group_is_the_chain_model_of_each_groups_samples(
 
 def test_per_request_figure_counts_the_prefill_token(prediction: ServedPrediction) -> None:
     chat = prediction.categories["chat"]
-    # 1001 tokens: 1 from prefill, 1000 from verify passes of 2 tokens each -> 1001 / 500
-    assert chat.per_request(COMPLETION) == pytest.approx(COMPLETION / 500)
+    # 1 token from prefill, the rest from verify passes: per verify × n / (n − 1)
+    assert chat.per_request(COMPLETION) == pytest.approx(CLEAN * COMPLETION / (COMPLETION - 1))
+    assert chat.per_request(2.0) == pytest.approx(2 * CLEAN)
     doc = prediction.to_json()
-    assert doc["categories"]["chat"]["per_request"] == pytest.approx(2.002)
+    assert doc["categories"]["chat"]["per_request"] == pytest.approx(1.9841, abs=1e-4)
     assert doc["completion_tokens"] == COMPLETION
 
 
@@ -148,8 +152,8 @@ def test_specgate_eval_prints_the_served_prediction(known: dict[str, Path],
     doc = json.loads(capsys.readouterr().out)
     served = doc[0]["served"]
     assert (served["steps"], served["topk"]) == (1, 1)
-    assert served["categories"]["chat"]["per_verify"] == 2.0
-    assert served["categories"]["chat"]["per_request"] == pytest.approx(2.002)
+    assert served["categories"]["chat"]["per_verify"] == pytest.approx(CLEAN, abs=1e-4)
+    assert served["categories"]["chat"]["per_request"] == pytest.approx(1.9841, abs=1e-4)
     assert served["categories"]["tiny"]["note"].startswith("too few tokens")
     assert doc[0]["accept_length"] == served["overall"]["per_verify"]  # the same chain
     # The table, without --by-category: the overall row only.
@@ -279,7 +283,7 @@ def test_categories_side_by_side_and_small_ones_not_judged(
     assert rows["coding"]["verdict"] == "no dump sample of this category"
     # The message shows both figures and the interval of each category, briefly.
     assert f"chat {chat:.2f} vs {chat:.2f} [" in result.message
-    assert "tiny 2.00 vs 1.99 [" in result.message
+    assert "tiny 1.98 vs 1.99 [" in result.message
     assert "not judged: too few tokens (112 scored positions < 200)" in result.message
     # The attachment puts predicted and measured side by side.
     table = next(a.body for a in result.attachments if a.name == "predicted vs measured.csv")

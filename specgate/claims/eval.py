@@ -78,7 +78,11 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     message = (f"{main.drafter} on {main.dump}: step-0 loss {loss0:.3f} vs "
                f"ln({main.draft_vocab_size}) = {main.random_loss:.3f}, {verdict}; "
                f"top-1 accuracy per draft step {accs}; "
-               f"predicted accept length {main.accept_length:.2f} at {steps} steps"
+               f"predicted accept length {main.accept_length:.2f} at {steps} steps "
+               + ("(greedy serving replayed over the dump's answers"
+                  f"; the chain model averaged over every position says "
+                  f"{main.chain_accept_length:.2f})" if main.served_verifies else
+                  "(the chain model: no answer to replay serving over)")
                + "".join(f"; note: {n}" for n in main.notes))
     return claims.judged(
         ok, cid, PHASE, message, observed=round(loss0, 4), expected=f"< {limit:.4f}",
@@ -360,11 +364,15 @@ def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Mea
     figures = (f"offline prediction {pred:.3f} vs measured {m.mean:.3f}, {interval} over "
                f"{whole.requests} requests (accept length as SGLang counts it, completion "
                f"tokens / verify passes; the prediction is {prediction.overall.per_verify:.3f} "
-               f"tokens per verify pass of {steps}, replaying greedy serving over "
-               f"{prediction.overall.verifies} verify passes of the dump (the chain model "
-               f"averaged over all {prediction.overall.positions} positions would say "
-               f"{prediction.overall.chain_model:.3f}), at the measured mean of "
-               f"{whole.completion_mean:.1f} completion tokens per request)")
+               f"tokens per verify pass of {steps}, "
+               + (f"replaying greedy serving over {prediction.overall.verifies} verify passes "
+                  f"of the dump (the chain model averaged over all "
+                  f"{prediction.overall.positions} positions would say "
+                  f"{prediction.overall.chain_model:.3f})" if prediction.overall.verifies else
+                  f"the chain model over {prediction.overall.positions} positions (the dump "
+                  "has no answer to replay serving over)")
+               + f", at the measured mean of {whole.completion_mean:.1f} completion tokens "
+               "per request)")
     err = whole.relative_error or 0.0
     widened = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
     verdict = whole.verdict

@@ -269,11 +269,19 @@ def _served_walk(ok: np.ndarray[Any, Any], valid: np.ndarray[Any, Any], start: i
         a = 0
         while a < depth and valid[a, t] and ok[a, t]:
             a += 1
-        tokens += a + 1
+        # the target's own token follows the accepted drafts, unless the dump ends there
+        tokens += a + (1 if t + 2 + a < n else 0)
         verifies += 1
         hist[a] += 1
         t += a + 1
     return tokens, verifies, hist
+
+
+def _answer_starts(mask: np.ndarray[Any, Any]) -> list[int]:
+    """Where each run of loss-masked tokens (an answer) begins, after an unmasked token."""
+    on = mask.astype(bool)
+    return [int(i) for i in np.flatnonzero(on[1:] & ~on[:-1]) + 1] + ([0] if on[:1].any()
+                                                                       else [])
 
 
 def _sample_tallies(model: EagleDrafter, dump: HiddenStateDump, embed: Embeddings,
@@ -325,11 +333,11 @@ def _sample_tallies(model: EagleDrafter, dump: HiddenStateDump, embed: Embedding
             if chain.any():
                 leading = np.cumprod(ok_rows[:, chain], axis=0).sum(axis=0)
                 tally.chain_hist[:] += np.bincount(leading, minlength=steps + 1)
-            generated = np.flatnonzero(mask_np)
-            if generated.size:
+            # one served walk per answer (a multi-turn sample has several), anchored at the
+            # last token before it; an answer at position 0 has no prompt to anchor on
+            for first in _answer_starts(mask_np):
                 for depth in range(1, steps + 1):
-                    tokens, verifies, hist = _served_walk(ok_rows, valid_rows,
-                                                          int(generated[0]) - 1, depth)
+                    tokens, verifies, hist = _served_walk(ok_rows, valid_rows, first - 1, depth)
                     tally.served_tokens[depth - 1] += tokens
                     tally.served_verifies[depth - 1] += verifies
                     if depth == steps:
