@@ -193,8 +193,9 @@ def main() -> int:
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
     (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
-        for path in (prof, work / "train.log", work / f"probe{tag}.log", work / "phase1.log",
-                     reports / "verdict.json", reports / "live", reports1 / "verdict.json",
+        phase1 = () if args.skip_phase1 else (work / "phase1.log", reports1 / "verdict.json")
+        for path in (prof, work / "train.log", work / f"probe{tag}.log", *phase1,
+                     reports / "verdict.json", reports / "live",
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):
             if path.exists():
