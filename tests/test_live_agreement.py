@@ -366,3 +366,35 @@ def test_broken_on_a_bad_dump_a_bad_drafter_or_without_torch(
     no_torch = _claim(known, live)
     assert (no_torch.status, no_torch.reason) == (Status.BROKEN, "missing_dependency")
     assert "pip install 'specgate[eval]'" in no_torch.message
+
+
+def test_eval_device_is_validated_and_auto_resolves_to_what_torch_sees(
+        known: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    for good in ("cpu", "cuda", "cuda:1", "auto"):
+        assert _profile(known, device=good).eval.device == good
+    with pytest.raises(Exception, match="device"):
+        _profile(known, device="gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert eval_claims.eval_device(_profile(known, device="auto")) == "cpu"
+    with pytest.raises(ValueError, match=r"\[eval\] device = 'cuda:1', but torch sees no CUDA"):
+        eval_claims.eval_device(_profile(known, device="cuda:1"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert eval_claims.eval_device(_profile(known, device="auto")) == "cuda"
+    assert eval_claims.eval_device(_profile(known, device="cuda:1")) == "cuda:1"
+    with pytest.raises(ValueError, match="sees 2 CUDA devices"):
+        eval_claims.eval_device(_profile(known, device="cuda:2"))
+
+
+def test_a_device_torch_cannot_use_breaks_the_claim_with_its_name(
+        known: dict[str, Path], prediction: ServedPrediction) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: cuda:97 is the device that cannot exist")
+    result = _claim(known, _live(_everywhere(prediction, 1.0)), device="cuda:97")
+    assert result.status is Status.BROKEN, result.message
+    assert "could not be made" in result.message
+    assert "[eval] device = 'cuda:97'" in result.message

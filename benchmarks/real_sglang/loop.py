@@ -20,12 +20,19 @@ OUT/loop.tar.gz (verdicts, live results, training logs, prediction, profile).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
+import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +50,52 @@ def served_key(steps: int) -> str:
     return f"steps{steps}_topk1_draft{steps + 1}"
 
 
+# A stored baseline younger than this is reused by a later probe or tune of the same fingerprint
+# (specgate/measure/reuse.py): the loop's calls share one reports folder, so a tune's baseline
+# serves the probe after it, and a second probe launches only the speculative server.
+BASELINE_MAX_AGE_H = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """The speculative configuration the probe serves: steps, topk, draft tokens."""
+
+    steps: int
+    topk: int = 1
+    draft_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.draft_tokens == 0:
+            object.__setattr__(self, "draft_tokens", self.steps + 1)
+
+    @property
+    def key(self) -> str:
+        return f"s{self.steps}-k{self.topk}-d{self.draft_tokens}"
+
+    @classmethod
+    def parse(cls, text: str) -> Served:
+        """'3' (a chain of 3 steps) or a tune key such as 's3-k1-d4'."""
+        m = re.fullmatch(r"(\d+)|s(\d+)-k(\d+)-d(\d+)", text.strip())
+        if not m:
+            raise ValueError(f"not a served configuration: {text!r} (want N or sN-kK-dD)")
+        if m.group(1):
+            return cls(int(m.group(1)))
+        return cls(int(m.group(2)), int(m.group(3)), int(m.group(4)))
+
+    @classmethod
+    def from_tune(cls, path: Path) -> tuple[Served, str]:
+        """The best configuration of a `specgate tune` result (tune.json), and what it says."""
+        doc = json.loads(path.read_text())
+        best = doc.get("best")
+        if not best:
+            raise ValueError(f"{path}: tune recommends nothing ({doc.get('stop_reason')})")
+        key = best if isinstance(best, str) else best.get("key") or best.get("candidate")
+        return cls.parse(str(key)), f"{path}: best {key} ({doc.get('stop_reason')})"
+
+
 def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
-            steps: int = 3) -> dict[str, Any]:
+            steps: int = 3, served: Served | None = None) -> dict[str, Any]:
+    cfg = served or Served(steps)
     return {
         "name": "real-sglang-0.5.17-trained" + ("-sim" if sim else ""),
         "description": "tiny Llama target served by SGLang with a drafter trained by specgate",
@@ -53,12 +104,13 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
         "server": {"launcher": launcher, "host": "127.0.0.1", "port": 0, "tp": 1,
                    "startup_timeout_s": 480.0, "stop_timeout_s": 30.0,
                    "args": suite.server_flags(sim)},
-        "speculative": {"algorithm": "EAGLE3", "num_steps": steps, "eagle_topk": 1,
-                        "num_draft_tokens": steps + 1},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": cfg.steps,
+                        "eagle_topk": cfg.topk, "num_draft_tokens": cfg.draft_tokens},
         # All 42 built-in prompts, as the held-out dump the prediction was made on.
         "bench": {"prompts": "builtin", "prompts_per_category": 6,
                   "max_new_tokens": max_new_tokens, "temperature": 0.0, "warmup": 1,
-                  "repeats": 1, "max_repeats": 2, "request_timeout_s": 60.0},
+                  "repeats": 1, "max_repeats": 2, "request_timeout_s": 60.0,
+                  "baseline_max_age_h": BASELINE_MAX_AGE_H},
         "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": "breakeven",
                        "d2t_match_min": 0.99},
         "finetune": {"init": str(model / "scratch"), "log": str(model / "logs/finetune.jsonl"),
@@ -68,8 +120,97 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
         "data": {"path": str(model / "dump/train")},
         # eval.live_agreement: the offline prediction on the probe's own prompts (the held-out
         # dump: the target's greedy continuations from a plain torch forward) against the probe.
-        "eval": {"hidden_states": str(model / "dump/heldout")},
+        # Both offline evaluations on the GPU when there is one (the training dump is large).
+        "eval": {"hidden_states": str(model / "dump/heldout"), "device": "auto"},
     }
+
+
+class WarmUp:
+    """One SGLang start, in the background while the drafter trains: the first launch on a fresh
+    machine compiles SGLang's kernels (minutes); later launches of the same shapes find them
+    cached. Serves make_tiny.py's model (same architecture as the trained one) as EAGLE-3, sends
+    one request, and stops the server; its log is WORK/warm-up.log."""
+
+    def __init__(self, proc: subprocess.Popen[bytes] | None, log_file: Path, port: int,
+                 note: str) -> None:
+        self.proc, self.log_file, self.port, self.note = proc, log_file, port, note
+        self.started = time.monotonic()
+        self.ready_s: float | None = None
+        self.thread = threading.Thread(target=self._drive, daemon=True)
+        if proc is not None:
+            self.thread.start()
+
+    @classmethod
+    def start(cls, work: Path, launcher: list[str], root: Path, sim: bool) -> WarmUp:
+        log_file = work / "warm-up.log"
+        tiny = work / "warm-tiny"
+        if not (tiny / "draft" / "model.safetensors").exists():
+            made = subprocess.run([sys.executable, str(HERE / "make_tiny.py"), str(tiny),
+                                   *(["--no-tokenizer"] if sim else [])],
+                                  capture_output=True, text=True, check=False, cwd=root)
+            if made.returncode != 0:
+                return cls(None, log_file, 0, "make_tiny.py failed: "
+                           + (made.stderr.strip().splitlines() or ["?"])[-1])
+        port = suite.free_port()
+        argv = [*launcher, "--model-path", str(tiny / "target"), "--host", "127.0.0.1",
+                "--port", str(port), "--speculative-algorithm", "EAGLE3",
+                "--speculative-draft-model-path", str(tiny / "draft"),
+                "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", "4", *suite.server_flags(sim)]
+        fh = log_file.open("wb")
+        fh.write(("# " + " ".join(shlex.quote(a) for a in argv) + "\n").encode())
+        fh.flush()
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=root,
+                                start_new_session=True)
+        log(f"warm-up: SGLang started (pid {proc.pid}, port {port}); log {log_file}")
+        return cls(proc, log_file, port, "started")
+
+    def _drive(self) -> None:
+        assert self.proc is not None
+        url = f"http://127.0.0.1:{self.port}"
+        while self.proc.poll() is None and time.monotonic() - self.started < 900:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(2)
+        else:
+            self.note = f"the server exited with {self.proc.returncode} before it was ready"
+            return
+        self.ready_s = round(time.monotonic() - self.started, 1)
+        body = json.dumps({"text": "Hello world number 7.", "sampling_params": {
+            "max_new_tokens": 32, "temperature": 0.0}}).encode()
+        try:
+            req = urllib.request.Request(url + "/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                r.read()
+            self.note = f"ready after {self.ready_s} s; one request served"
+        except OSError as exc:
+            self.note = f"ready after {self.ready_s} s; the request failed ({exc})"
+
+    def finish(self, wait_s: float) -> dict[str, Any]:
+        """Wait (bounded) for the warm-up to finish, then stop the server's process group."""
+        if self.proc is None:
+            return {"note": self.note}
+        self.thread.join(timeout=max(wait_s, 0.0))
+        if self.thread.is_alive():
+            self.note = f"still starting after {time.monotonic() - self.started:.0f} s; stopped"
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.proc.wait(timeout=30)
+        log(f"warm-up: {self.note}")
+        return {"note": self.note, "ready_s": self.ready_s,
+                "seconds": round(time.monotonic() - self.started, 1)}
 
 
 def run(argv: list[str], log_file: Path, timeout_s: float, cwd: Path) -> tuple[int, float]:
@@ -96,9 +237,12 @@ def claims(reports: Path) -> list[dict[str, Any]]:
             for c in doc.get("claims", [])]
 
 
-def compare(model: Path, reports: Path, steps: int) -> dict[str, Any]:
+def compare(model: Path, reports: Path, served: Served) -> dict[str, Any]:
     """Predicted (offline, teacher-forced on the held-out dump) against measured (live) accept
-    length, in SGLang's per-request form Σcompletion/Σverify, overall and per category."""
+    length, in SGLang's per-request form Σcompletion/Σverify, overall and per category.
+    Chains only: the offline walk predicts no topk > 1 tree (predicted stays None)."""
+    key = served_key(served.steps) if served.topk == 1 and \
+        served.draft_tokens == served.steps + 1 else "(a tree: not predicted)"
     try:
         pred = json.loads((model / "prediction.json").read_text())
         live = json.loads((reports / "live" / "results.json").read_text())
@@ -114,11 +258,11 @@ def compare(model: Path, reports: Path, steps: int) -> dict[str, Any]:
         comp = sum(int(s.get("completion_tokens") or 0) for s in chosen)
         verify = sum(int(s.get("spec_verify_ct") or 0) for s in chosen)
         group = (pred.get("groups") or {}).get(name) or {}
-        predicted = (group.get("predicted_per_request") or {}).get(served_key(steps))
+        predicted = (group.get("predicted_per_request") or {}).get(key)
         out["groups"][name] = {
             "requests": len(chosen), "measured_accept_len": comp / verify if verify else None,
             "predicted_accept_len": predicted,
-            "predicted_per_verify": (group.get("predicted") or {}).get(served_key(steps))}
+            "predicted_per_verify": (group.get("predicted") or {}).get(key)}
     return out
 
 
@@ -132,12 +276,29 @@ def main() -> int:
     ap.add_argument("--sim", action="store_true")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--train-args", default="")
-    ap.add_argument("--steps", type=int, default=3,
-                    help="served chain: --speculative-num-steps N, topk 1, N + 1 draft tokens")
+    ap.add_argument("--steps", default="3",
+                    help="served configuration: N (a chain: --speculative-num-steps N, topk 1, "
+                         "N + 1 draft tokens) or a tune key sN-kK-dD")
+    ap.add_argument("--from-tune", type=Path,
+                    help="serve the best configuration of this tune.json instead of --steps")
     ap.add_argument("--skip-phase1", action="store_true",
                     help="judge only the probe (the Phase 1/2 claims ran in an earlier call)")
+    ap.add_argument("--skip-probe", action="store_true",
+                    help="train (if needed) and judge the Phase 1/2 claims only")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="while training, start and stop one SGLang server of make_tiny.py's "
+                         "model, so SGLang's kernels are compiled before a later call's launches")
     ap.add_argument("--tag", default="", help="suffix of the summary's file names")
     args = ap.parse_args()
+    try:
+        if args.from_tune is not None:
+            served, why = Served.from_tune(args.from_tune)
+            log(f"serving {served.key}, from {why}")
+        else:
+            served = Served.parse(args.steps)
+    except (OSError, ValueError) as exc:
+        log(f"cannot choose the served configuration: {exc}")
+        return 2
     py = sys.executable
     work, out = args.work, args.out
     model = work / "model"
@@ -149,11 +310,17 @@ def main() -> int:
         return args.deadline - time.time()
 
     if not (model / "prediction.json").exists():
+        warm = WarmUp.start(work, shlex.split(args.launcher), args.root, args.sim) \
+            if args.warm_up else None
+        budget = left() - (60 if args.skip_probe else 240)
         code, took = run([py, str(HERE / "train_drafter.py"), str(model),
                           "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
                           *shlex.split(args.train_args)],
-                         work / "train.log", min(left() - 240, 300), args.root)
+                         work / "train.log", budget if args.skip_probe else min(budget, 300),
+                         args.root)
         summary["steps"]["train"] = {"exit": code, "seconds": round(took, 1)}
+        if warm is not None:
+            summary["warm_up"] = warm.finish(min(max(left() - 120, 5), 240))
     for name in ("summary.json", "prediction.json"):
         path = model / name
         if path.exists():
@@ -161,13 +328,22 @@ def main() -> int:
     tag = args.tag
     prof = work / f"trained{tag}.toml"
     prof.write_text(suite.toml(profile(model, shlex.split(args.launcher), args.sim,
-                                       args.max_new_tokens, args.steps)))
-    reports = work / f"reports{tag}"
-    code, took = run([py, "-m", "pytest", "-m", "probe", f"--profile={prof}",
-                      f"--reports={reports}", "-p", "no:cacheprovider"],
-                     work / f"probe{tag}.log", left() - 40, args.root)
-    summary["steps"]["probe"] = {"exit": code, "seconds": round(took, 1),
-                                 "claims": claims(reports)}
+                                       args.max_new_tokens, served=served)))
+    # One reports folder for every call: the stored baselines (reuse) and the run history
+    # (regress.*) carry from one probe, or tune, to the next; each call's files are packed below.
+    reports = work / "reports"
+    if not args.skip_probe:
+        for stale in (reports / "verdict.json", reports / "live"):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.exists():
+                stale.unlink()
+        code, took = run([py, "-m", "pytest", "-m", "probe", f"--profile={prof}",
+                          f"--reports={reports}", "-p", "no:cacheprovider"],
+                         work / f"probe{tag}.log", left() - (10 if args.skip_phase1 else 40),
+                         args.root)
+        summary["steps"]["probe"] = {"exit": code, "seconds": round(took, 1),
+                                     "claims": claims(reports)}
     reports1 = work / "reports-phase1"
     if not args.skip_phase1:
         code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
@@ -175,27 +351,37 @@ def main() -> int:
                          work / "phase1.log", left() - 10, args.root)
         summary["steps"]["phase1"] = {"exit": code, "seconds": round(took, 1),
                                       "claims": claims(reports1)}
-    summary["served"] = {"steps": args.steps, "topk": 1, "draft_tokens": args.steps + 1,
+    summary["served"] = {"steps": served.steps, "topk": served.topk,
+                         "draft_tokens": served.draft_tokens,
                          "server_args": suite.server_flags(args.sim)}
-    summary["predicted_vs_measured"] = compare(model, reports, args.steps)
+    if not args.skip_probe:
+        summary["predicted_vs_measured"] = compare(model, reports, served)
     (out / f"loop_summary{tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["# Closing the loop on real SGLang" + (" (simulator dry run)" if args.sim else ""),
              ""]
+    if "warm_up" in summary:
+        lines += [f"## warm-up: {summary['warm_up'].get('note')}", ""]
     for step, info in summary["steps"].items():
         lines.append(f"## {step}: exit {info['exit']}, {info['seconds']} s")
         for c in info.get("claims", []):
             lines.append(f"- {c['id']}: **{c['status']}** — {str(c['message'])[:300]}")
         lines.append("")
-    lines.append(f"## predicted vs measured accept length (served: steps {args.steps}, topk 1, "
-                 f"{args.steps + 1} drafts)")
-    for name, g in (summary["predicted_vs_measured"].get("groups") or {}).items():
+    pvm = summary.get("predicted_vs_measured") or {}
+    if pvm:
+        lines.append(f"## predicted vs measured accept length (served: steps {served.steps}, "
+                     f"topk {served.topk}, {served.draft_tokens} drafts)")
+    if "error" in pvm:
+        lines.append(f"- {pvm['error']}")
+    for name, g in (pvm.get("groups") or {}).items():
         lines.append(f"- {name}: measured {g['measured_accept_len']}, predicted "
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
     (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
         phase1 = () if args.skip_phase1 else (work / "phase1.log", reports1 / "verdict.json")
-        for path in (prof, work / "train.log", work / f"probe{tag}.log", *phase1,
-                     reports / "verdict.json", reports / "live",
+        probe = () if args.skip_probe else (work / f"probe{tag}.log", reports / "verdict.json",
+                                            reports / "live", reports / "baselines",
+                                            reports / "history")
+        for path in (prof, work / "train.log", work / "warm-up.log", *probe, *phase1,
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):
             if path.exists():
@@ -209,9 +395,10 @@ def main() -> int:
                          model / "target" / "tokenizer_config.json", model / "dump" / "heldout"):
                 if path.exists():
                     tar.add(path, arcname=str(path.relative_to(work)))
-    probe_claims = summary["steps"]["probe"]["claims"]
-    ok = bool(probe_claims) and all(c["status"] in ("passed", "skipped") for c in probe_claims)
-    log(f"probe {'PASSED' if ok else 'not passed'}; summary in {out}")
+    judged = "phase1" if args.skip_probe else "probe"
+    got = summary["steps"].get(judged, {}).get("claims") or []
+    ok = bool(got) and all(c["status"] in ("passed", "skipped") for c in got)
+    log(f"{judged} {'PASSED' if ok else 'not passed'}; summary in {out}")
     return 0 if ok else 1
 
 

@@ -4,11 +4,16 @@
 # set the predicted accept length against the measured one. See loop.py.
 #
 # On the GPU machine, after bundle A is in /tmp/site (see README.md):
-#   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."] [--steps N]
-#        [--tag T] [--skip-phase1]
+#   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
+#        [--steps N|sN-kK-dD | --from-tune TUNE_JSON] [--tag T] [--skip-phase1] [--skip-probe]
+#        [--warm-up]
 # A second call on the same warm machine finds the trained model in $RS_WORK/model and only
-# serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1). RS_CUDA_GRAPHS=1 runs decode in
-# CUDA graphs on both servers (see suite.py).
+# serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1). --skip-probe trains and judges
+# the Phase 1/2 claims only; --warm-up starts and stops one SGLang server while the drafter
+# trains, so a later call's launches find SGLang's kernels compiled. Every call's probe writes to
+# $RS_WORK/reports (stored baselines and history carry over: a second probe, or a probe after
+# tune.sh with TUNE_REPORTS=$RS_WORK/reports, reuses the baseline). RS_CUDA_GRAPHS=1 runs decode
+# in CUDA graphs on both servers (see suite.py).
 # Dry run here, against specgate's simulator:
 #   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/loop.sh --train-args "--size tiny --device cpu"
 #
@@ -29,8 +34,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
     --train-args) TRAIN_ARGS=$2; shift 2 ;;
-    --steps|--tag) EXTRA+=("$1=$2"); shift 2 ;;
-    --skip-phase1) EXTRA+=("$1"); shift ;;
+    --steps|--tag|--from-tune) EXTRA+=("$1=$2"); shift 2 ;;
+    --skip-phase1|--skip-probe|--warm-up) EXTRA+=("$1"); shift ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done

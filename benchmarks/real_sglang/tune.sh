@@ -19,7 +19,10 @@
 #                    make_tiny.py's random one
 #   TUNE_STEPS=1,2,3,4  the chains considered; TUNE_LAUNCHES (4) the most launched
 #   TUNE_BASELINE=1  launch the baseline too (speed-ups in the table; one more start)
-#   TUNE_PROMPTS (1) prompts per category, TUNE_TOKENS (48) max_new_tokens
+#   TUNE_PROMPTS (1) prompts per category, TUNE_TOKENS (48) max_new_tokens, TUNE_MAX_REPEATS (3)
+#   TUNE_REPORTS=DIR  the reports folder (default $RS_WORK/tune-reports); with TUNE_MODEL,
+#                    $RS_WORK/reports of loop.sh lets the probe after it reuse the tune's baseline
+#                    (same prompts and tokens: TUNE_PROMPTS=6 TUNE_TOKENS=128)
 # Writes OUT/tune-run.log, OUT/tune.md, OUT/tune.png, OUT/recommended.toml, OUT/tune.json,
 # OUT/tune-profile.toml. Exit codes: 0 a recommendation, 1 none, 3-6 setup as run_suite.sh.
 set -u
@@ -67,7 +70,8 @@ else:
 doc["name"] += "-tune"
 doc["bench"].update({"prompts_per_category": int(os.environ.get("TUNE_PROMPTS", "1")),
                      "max_new_tokens": tokens, "warmup": 1,
-                     "repeats": 1, "max_repeats": 3, "request_timeout_s": 60.0})
+                     "repeats": 1, "max_repeats": int(os.environ.get("TUNE_MAX_REPEATS", "3")),
+                     "request_timeout_s": 60.0})
 doc["tune"] = {"steps": steps, "max_launches": int(os.environ.get("TUNE_LAUNCHES", "4")),
                "margin": float(margin), "repeats": 1}
 Path(profile).write_text(suite.toml(doc), encoding="utf-8")
@@ -77,11 +81,12 @@ echo "setup done in $(( $(date +%s) - T0 )) s"
 
 NOBASE=--no-baseline
 [ "${TUNE_BASELINE:-0}" = 1 ] && NOBASE=
+REPORTS=${TUNE_REPORTS:-$WORK/tune-reports}
 timeout --signal=INT "$BUDGET" "$PY" -m specgate.cli tune --profile "$PROFILE" \
-  --reports "$WORK/tune-reports" $NOBASE
+  --reports "$REPORTS" $NOBASE
 RC=$?
 for f in tune.md tune.png recommended.toml tune.json; do
-  cp "$WORK/tune-reports/tune/$f" "$OUT/$f" 2>/dev/null || echo "no $f"
+  cp "$REPORTS/tune/$f" "$OUT/$f" 2>/dev/null || echo "no $f"
 done
 echo "total $(( $(date +%s) - T0 )) s, tune exit $RC"
 exit $RC

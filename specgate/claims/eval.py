@@ -36,6 +36,23 @@ PHASE = "phase1"
 RANDOM_MARGIN = 0.9
 
 
+def eval_device(profile: Profile) -> str:
+    """[eval] device, with "auto" resolved: cuda when torch sees a GPU, else cpu."""
+    import torch
+
+    wanted = profile.eval.device
+    if wanted == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted.startswith("cuda"):
+        index = int(wanted.partition(":")[2] or 0)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if index >= count:
+            raise ValueError(f"[eval] device = {wanted!r}, but torch sees "
+                             f"{count or 'no'} CUDA device{'s' if count != 1 else ''} here "
+                             "(use 'cpu', or 'auto' for cuda when there is one)")
+    return wanted
+
+
 def teacher_forced_claim(profile: Profile) -> ClaimResult:
     """eval.teacher_forced: the init (else the drafter) predicts the dump clearly above chance."""
     cid = "eval.teacher_forced"
@@ -62,7 +79,9 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     steps = profile.speculative.num_steps or DEFAULT_STEPS
     target = profile.resolve(profile.target.path)
     try:
-        reports = [teacher_forced(path, dump, steps=steps, target_path=target, vocab_map=vmap)
+        device = eval_device(profile)
+        reports = [teacher_forced(path, dump, steps=steps, target_path=target, vocab_map=vmap,
+                                  device=device)
                    for path, vmap in subjects]
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
         return claims.broken(cid, PHASE, f"the evaluation could not run: {exc}")
@@ -323,7 +342,8 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     try:
         prediction = predict_served(drafter, dump, steps=steps,
                                     target_path=profile.resolve(profile.target.path),
-                                    names=names, min_tokens=profile.eval.min_tokens)
+                                    names=names, min_tokens=profile.eval.min_tokens,
+                                    device=eval_device(profile))
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
         return claims.broken(cid, LIVE_PHASE, f"the offline prediction could not be made from "
                              f"[eval] hidden_states {dump} and the drafter {drafter}: {exc}")

@@ -190,6 +190,9 @@ class EvalSection(_Section):
     hidden_states: str | None = None
     tolerance: float = Field(default=0.10, ge=0.0, lt=1.0)
     min_tokens: int = Field(default=EVAL_MIN_TOKENS, ge=1)
+    # Where the offline evaluations run: "cpu", "cuda" / "cuda:N", or "auto" (cuda when torch
+    # sees a GPU). Applies to eval.teacher_forced and eval.live_agreement.
+    device: str = Field(default="cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$")
 
 
 class DataSection(_Section):

@@ -117,6 +117,8 @@ DESCRIPTIONS: dict[str, str] = {
                       "measured interval widened by this fraction on each side",
     "eval.min_tokens": "`eval.live_agreement` judges a group (all, or one category) only when "
                        "the dump scores at least this many chain positions in it",
+    "eval.device": "where `eval.teacher_forced` and `eval.live_agreement` run the drafter: "
+                   "`cpu` (default), `cuda`, `cuda:N`, or `auto` (cuda when torch sees a GPU)",
     "data.path": "a dataset folder checked by the `data.*` claims",
     "demo.assets": "folder for the generated assets; relative: under $SPECGATE_CACHE, else "
                    "`.specgate/` in the working directory",
