@@ -108,3 +108,65 @@ def test_bad_tune_options_are_usage_errors(argv, capsys):
         main_tune(argv)
     assert exc.value.code == 2
     assert "--" in capsys.readouterr().err
+
+
+def _timed(e2e_s, spread, hist=None):
+    """Six prompts of 40 tokens each, e2e around e2e_s (± spread, alternating by prompt)."""
+    from specgate.core.profile import BenchSection
+
+    samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
+                                   completion_tokens=40,
+                                   spec_verify_ct=sum(hist) if hist else None, ttft_s=0.01,
+                                   e2e_s=e2e_s * (1 + spread * (1 if i % 2 else -1) * (i % 3)),
+                                   server_e2e_s=None, finish_reason="length", chunks=20,
+                                   drafts_histogram=tuple(hist) if hist else None)
+               for i in range(6)]
+    return bench.build_measurement(config="x", url="http://x", bench=BenchSection(),
+                                   template=ChatTemplate("plain", "", "", "test"),
+                                   samples=samples)
+
+
+def _tuned(tmp_path, spec_e2e, *, spread=0.01, steps=(1, 2, 3)):
+    """A tune of the demo profile's chains `steps` whose runner returns fixed timings: the
+    baseline at 0.4 s per request (±1 %), chain s at spec_e2e[s] (± spread)."""
+    from specgate.measure.live import ConfigRun
+
+    demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
+    profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
+        "steps": list(steps), "max_launches": len(steps), "margin": 0.99})})
+
+    def runner(prof, config, reports_dir, **kw):
+        if config == "baseline":
+            return ConfigRun(config, measurement=_timed(0.4, 0.01))
+        s = prof.speculative.num_steps
+        return ConfigRun(config, measurement=_timed(spec_e2e[s], spread, [2] + [2] * s))
+
+    return tune.run_tune(profile, tmp_path, runner=runner)
+
+
+def test_the_summary_gives_the_best_against_the_baseline_and_warns_at_the_edge(tmp_path):
+    from specgate.report import tune_report
+
+    # Longer chains are faster, and clearly faster than the baseline (0.4 s per request).
+    result = _tuned(tmp_path, {1: 0.30, 2: 0.25, 3: 0.20})
+    assert result.best == tune.Candidate(3)
+    text = tune_report.summary_text(result)
+    assert "Against the baseline: paired per-prompt speed-up 2.05" in text  # ttft excluded
+    assert ": faster than the baseline." in text
+    assert "the longest chain considered (3 steps)" in text
+    # Best in the middle: no edge warning.
+    middle = _tuned(tmp_path / "m", {1: 0.30, 2: 0.20, 3: 0.35})
+    assert middle.best == tune.Candidate(2)
+    assert "chain considered" not in tune_report.summary_text(middle)
+
+
+def test_the_summary_says_when_the_best_is_not_shown_faster_than_the_baseline(tmp_path):
+    from specgate.report import tune_report
+
+    # The best speculative chain is as fast as the baseline, with a wide per-prompt spread.
+    result = _tuned(tmp_path, {1: 0.60, 2: 0.50, 3: 0.40}, spread=0.3)
+    text = tune_report.summary_text(result)
+    assert "not shown faster than the baseline: the interval contains 1" in text
+    slow = _tuned(tmp_path / "s", {1: 0.9, 2: 0.8, 3: 0.7})
+    assert "slower than the baseline: speculative decoding does not pay here" in (
+        tune_report.summary_text(slow))

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from specgate.measure import bench
 from specgate.measure.stats import percent
 from specgate.measure.tune import Candidate, TuneResult
 from specgate.report.plots import BASELINE_COLOR, PASS_COLOR, SPEC_COLOR, _figure, _png
@@ -68,6 +69,12 @@ def summary_text(result: TuneResult) -> str:
     if result.best is not None:
         lines.append(f"Recommended: `{' '.join(result.best.flags)}`"
                      + (f" ({_speedup_vs(result, base_tps.mean)})" if base_tps else ""))
+        against = _against_baseline(result)
+        if against:
+            lines += ["", against]
+        edge = _edge(result)
+        if edge:
+            lines += ["", edge]
     else:
         lines.append("No recommendation: " + result.stop_reason)
     lines += ["", f"{result.launches} launches ({len(result.trials)} speculative"
@@ -88,6 +95,47 @@ def summary_text(result: TuneResult) -> str:
               "of the best measured, and dropped as soon as its paired per-prompt speed-up "
               "over the best is confidently below 1."]
     return "\n".join(lines) + "\n"
+
+
+def _against_baseline(result: TuneResult) -> str:
+    """The best's paired per-prompt speed-up over the baseline, with its interval: the figure a
+    probe of the recommended flags would judge (spec.speedup)."""
+    tr = result.trial(result.best) if result.best else None
+    m = tr.measurement if tr else None
+    base = result.baseline.measurement if result.baseline else None
+    if m is None or base is None:
+        return ""
+    try:
+        ratio = bench.speedup(m, base)
+    except (ValueError, ZeroDivisionError):
+        return ""
+    if not math.isfinite(ratio.mean):
+        return ""
+    verdict = ratio.compare(1.0)
+    if verdict == "no_interval":
+        return (f"Against the baseline: paired per-prompt speed-up {ratio.mean:.3f} (too few "
+                "prompts measured by both for an interval).")
+    pct = percent(ratio.confidence)
+    said = {"above": "faster than the baseline",
+            "below": "slower than the baseline: speculative decoding does not pay here",
+            }.get(verdict, "not shown faster than the baseline: the interval contains 1, so a "
+                           "probe of these flags may well fail spec.speedup")
+    return (f"Against the baseline: paired per-prompt speed-up {ratio.mean:.3f}, {pct} % CI "
+            f"[{ratio.ci_low:.3f}, {ratio.ci_high:.3f}]: {said}.")
+
+
+def _edge(result: TuneResult) -> str:
+    """A warning when the best is the longest or shortest chain considered."""
+    if result.best is None or len(result.candidates) < 2:
+        return ""
+    steps = [c.steps for c in result.candidates]
+    if result.best.steps == max(steps):
+        return (f"The fastest measured is the longest chain considered ({max(steps)} steps): a "
+                "longer one may be faster still; add longer chains to [tune] steps.")
+    if result.best.steps == min(steps) and min(steps) > 1:
+        return (f"The fastest measured is the shortest chain considered ({min(steps)} steps): "
+                "a shorter one may be faster still; add shorter chains to [tune] steps.")
+    return ""
 
 
 def _speedup_vs(result: TuneResult, base_tps: float) -> str:
