@@ -164,6 +164,14 @@ def test_specgate_eval_prints_the_served_prediction(known: dict[str, Path],
     assert "served chain of 1 draft steps, topk 1" in out
     assert "\nall " in out
     assert "\nchat " not in out
+    # --min-tokens is honoured as given (10000: every group too small), and 0 is refused
+    # rather than quietly replaced by the default.
+    assert main_eval([*argv[:-1], "--min-tokens", "10000", "--json"],
+                     probe_names=lambda _profile: PROBE_NAMES) == 0
+    small = json.loads(capsys.readouterr().out)[0]["served"]
+    assert small["overall"]["judged"] is False
+    assert main_eval([*plain, "--min-tokens", "0"]) == 2
+    assert "--min-tokens must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_specgate_eval_refuses_a_tree_profile(known: dict[str, Path], tmp_path: Path,
@@ -328,6 +336,12 @@ def test_skipped_without_a_dump_for_trees_and_for_a_small_dump(
     small = _claim(known, live, min_tokens=10_000)
     assert (small.status, small.reason) == (Status.SKIPPED, "too_few_tokens")
     assert "560 scored positions < 10000" in small.message
+    assert "lower [eval] min_tokens" in small.message
+    # Enough dump, one request measured: the reason names the probe's side, not the dump's.
+    one = _claim(known, _live({"chat": (["chat-1"], 2.0)}))
+    assert (one.status, one.reason) == (Status.SKIPPED, "too_few_requests")
+    assert "too few requests (1 < 2) by the probe" in one.message
+    assert "min_tokens" not in one.message.split(". Per category")[0]
 
 
 def test_skip_on_the_simulator_says_its_acceptance_is_synthetic() -> None:

@@ -170,6 +170,19 @@ class Agreement:
         return ""
 
     @property
+    def why_code(self) -> str:
+        """why_not_judged as a reason code (the claim's `reason` when it is skipped)."""
+        if self.predicted is None:
+            return "no_dump_sample"
+        if not self.predicted.judged:
+            return "too_few_tokens"
+        if self.requests < MIN_REQUESTS:
+            return "too_few_requests"
+        if self.per_request is None or self.bounds is None:
+            return "nothing_measured"
+        return ""
+
+    @property
     def relative_error(self) -> float | None:
         """prediction ÷ measured mean − 1: > 0 when the offline evaluation is optimistic."""
         pred, m = self.per_request, self.measured
@@ -372,10 +385,14 @@ def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Mea
     pred, bounds, m = whole.per_request, whole.bounds, whole.measured
     if not whole.judged or pred is None or bounds is None or m is None:
         shown = f"predicted {pred:.3f} per request; " if pred is not None else ""
+        code = whole.why_code or "nothing_measured"
+        advice = {"too_few_tokens": f" in [eval] hidden_states {prediction.dump} (raise the "
+                                    "dump's size or lower [eval] min_tokens)",
+                  "no_dump_sample": f" in [eval] hidden_states {prediction.dump}",
+                  }.get(code, " by the probe")
         return claims.skipped(cid, LIVE_PHASE, sim + f"{shown}not judged: "
-                              f"{whole.why_not_judged} in [eval] hidden_states "
-                              f"{prediction.dump} (raise the dump's size or lower [eval] "
-                              f"min_tokens){tail}{notes}", reason="too_few_tokens",
+                              f"{whole.why_not_judged or 'nothing to compare'}{advice}"
+                              f"{tail}{notes}", reason=code,
                               observed=_r(pred), unit="tokens/verify", details=details,
                               attachments=attachments)
     interval = (f"{pct} % CI [{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.has_interval

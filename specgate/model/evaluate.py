@@ -671,7 +671,10 @@ def _plan(args: argparse.Namespace) -> _EvalPlan | str:
         served = args.steps
     if served is not None and served < 1:
         return f"--served-steps must be at least 1, got {served}"
-    min_tokens = args.min_tokens or (profile.eval.min_tokens if profile else MIN_TOKENS)
+    if args.min_tokens is not None and args.min_tokens < 1:
+        return f"--min-tokens must be at least 1, got {args.min_tokens}"
+    min_tokens = args.min_tokens if args.min_tokens is not None else (
+        profile.eval.min_tokens if profile else MIN_TOKENS)
     target = args.target_model or (from_profile(profile.target.path) if profile else None)
     return _EvalPlan(drafters, hidden, target, served, min_tokens, profile)
 
