@@ -3,18 +3,24 @@
 Called by loop.sh once SGLang and specgate are in place (see README.md):
 
     python3 loop.py --work /tmp/loop --out $OUT --root ROOT --launcher "python3 -m ..." \
-        --deadline EPOCH [--sim] [--train-args "..."]
+        --deadline EPOCH [--sim] [--train-args "..."] [--steps N|sN-kK-dD | --from-tune JSON]
+        [--skip-probe] [--skip-phase1] [--warm-up] [--tag T]
 
 1. train_drafter.py builds the tiny target (saved weights), dumps its hidden states, trains a
    1-layer EAGLE-3 drafter with specgate's own forward and predicts its accept length on the
-   probe's prompts (WORK/model/prediction.json).
+   probe's prompts (WORK/model/prediction.json). Skipped when WORK/model is trained already.
+   --warm-up starts and stops one SGLang server meanwhile (kernel compilation on a fresh machine).
 2. `pytest -m probe` launches SGLang with that target and drafter (baseline, then EAGLE-3) and
-   judges every Phase 0 claim, accept length against break-even.
-3. `pytest -m "phase1 or phase2"` judges the fine-tune and data claims on the same files.
+   judges every Phase 0 claim, accept length against break-even (not with --skip-probe). All
+   probes share WORK/reports: a stored baseline (tune's or an earlier probe's) is reused, and
+   regress.* compares with the last passing probe of the same served flags.
+3. `pytest -m "phase1 or phase2"` judges the fine-tune and data claims on the same files (not
+   with --skip-phase1).
 4. The predicted accept length is set against the measured one, overall and per category.
 
-Writes OUT/loop.log (via loop.sh), OUT/loop_summary.json, OUT/loop_summary.md and
-OUT/loop.tar.gz (verdicts, live results, training logs, prediction, profile).
+Writes OUT/loop.log (via loop.sh), OUT/loop_summary{T}.json, OUT/loop_summary{T}.md,
+OUT/loop{T}.tar.gz (verdicts, live results, stored baselines, history, this call's training and
+warm-up logs, prediction, profile) and OUT/model.tar.gz (drafter and held-out dump).
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ BASELINE_MAX_AGE_H = 2.0
 
 @dataclasses.dataclass(frozen=True)
 class Served:
-    """The speculative configuration the probe serves: steps, topk, draft tokens."""
+    """The speculative configuration the probe serves: steps, topk, draft tokens (0: a chain's
+    steps + 1). Checked as specgate checks a profile's [speculative] section."""
 
     steps: int
     topk: int = 1
@@ -67,6 +74,17 @@ class Served:
     def __post_init__(self) -> None:
         if self.draft_tokens == 0:
             object.__setattr__(self, "draft_tokens", self.steps + 1)
+        from pydantic import ValidationError
+
+        from specgate.core.profile import SpeculativeSection
+
+        try:
+            SpeculativeSection(algorithm="EAGLE3", num_steps=self.steps, eagle_topk=self.topk,
+                               num_draft_tokens=self.draft_tokens)
+        except ValidationError as exc:
+            problems = "; ".join(e["msg"] for e in exc.errors())
+            raise ValueError(f"not a configuration SGLang serves: {self.key} ({problems})") \
+                from None
 
     @property
     def key(self) -> str:
@@ -75,9 +93,10 @@ class Served:
     @classmethod
     def parse(cls, text: str) -> Served:
         """'3' (a chain of 3 steps) or a tune key such as 's3-k1-d4'."""
-        m = re.fullmatch(r"(\d+)|s(\d+)-k(\d+)-d(\d+)", text.strip())
+        m = re.fullmatch(r"([1-9]\d*)|s([1-9]\d*)-k([1-9]\d*)-d([1-9]\d*)", text.strip())
         if not m:
-            raise ValueError(f"not a served configuration: {text!r} (want N or sN-kK-dD)")
+            raise ValueError(f"not a served configuration: {text!r} (want N or sN-kK-dD, "
+                             "numbers from 1)")
         if m.group(1):
             return cls(int(m.group(1)))
         return cls(int(m.group(2)), int(m.group(3)), int(m.group(4)))
@@ -85,19 +104,29 @@ class Served:
     @classmethod
     def from_tune(cls, path: Path) -> tuple[Served, str]:
         """The best configuration of a `specgate tune` result (tune.json), and what it says."""
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: cannot read the tune result ({exc})") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path}: not a tune result (a JSON object with 'best')")
         best = doc.get("best")
-        if not best:
+        if best is None:
             raise ValueError(f"{path}: tune recommends nothing ({doc.get('stop_reason')})")
-        key = best if isinstance(best, str) else best.get("key") or best.get("candidate")
-        return cls.parse(str(key)), f"{path}: best {key} ({doc.get('stop_reason')})"
+        if not isinstance(best, str):
+            raise ValueError(f"{path}: 'best' is {best!r}, not a key such as 's3-k1-d4'")
+        return cls.parse(best), f"{path}: best {best} ({doc.get('stop_reason')})"
 
 
 def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
-            steps: int = 3, served: Served | None = None) -> dict[str, Any]:
+            steps: int = 3, served: Served | None = None,
+            name_config: bool = True) -> dict[str, Any]:
+    """The loop's profile. With name_config the served configuration is part of the name, so
+    regress.* (history per profile name) compares a probe only with probes of the same flags."""
     cfg = served or Served(steps)
+    name = "real-sglang-0.5.17-trained" + (f"-{cfg.key}" if name_config else "")
     return {
-        "name": "real-sglang-0.5.17-trained" + ("-sim" if sim else ""),
+        "name": name + ("-sim" if sim else ""),
         "description": "tiny Llama target served by SGLang with a drafter trained by specgate",
         "target": {"path": str(model / "target")},
         "drafter": {"path": str(model / "drafter"), "reference": str(model / "scratch")},
@@ -129,16 +158,29 @@ class WarmUp:
     """One SGLang start, in the background while the drafter trains: the first launch on a fresh
     machine compiles SGLang's kernels (minutes); later launches of the same shapes find them
     cached. Serves make_tiny.py's model (same architecture as the trained one) as EAGLE-3, sends
-    one request, and stops the server; its log is WORK/warm-up.log."""
+    one request, and stops the server; its log is WORK/warm-up.log. `finish` always stops the
+    server's whole process group (SIGTERM, then SIGKILL), whatever the thread got to."""
+
+    READY_LIMIT_S = 900.0
+    TERM_GRACE_S = 30.0  # SIGTERM to SIGKILL
 
     def __init__(self, proc: subprocess.Popen[bytes] | None, log_file: Path, port: int,
                  note: str) -> None:
-        self.proc, self.log_file, self.port, self.note = proc, log_file, port, note
+        self.proc, self.log_file, self.port = proc, log_file, port
         self.started = time.monotonic()
         self.ready_s: float | None = None
+        self._note = note
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self.thread = threading.Thread(target=self._drive, daemon=True)
         if proc is not None:
             self.thread.start()
+
+    def _say(self, note: str) -> None:
+        """The thread's outcome, unless finish() has already taken over."""
+        with self._lock:
+            if not self._stopping.is_set():
+                self._note = note
 
     @classmethod
     def start(cls, work: Path, launcher: list[str], root: Path, sim: bool) -> WarmUp:
@@ -149,7 +191,7 @@ class WarmUp:
                                    *(["--no-tokenizer"] if sim else [])],
                                   capture_output=True, text=True, check=False, cwd=root)
             if made.returncode != 0:
-                return cls(None, log_file, 0, "make_tiny.py failed: "
+                return cls(None, log_file, 0, "not started: make_tiny.py failed: "
                            + (made.stderr.strip().splitlines() or ["?"])[-1])
         port = suite.free_port()
         argv = [*launcher, "--model-path", str(tiny / "target"), "--host", "127.0.0.1",
@@ -157,27 +199,35 @@ class WarmUp:
                 "--speculative-draft-model-path", str(tiny / "draft"),
                 "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
                 "--speculative-num-draft-tokens", "4", *suite.server_flags(sim)]
-        fh = log_file.open("wb")
-        fh.write(("# " + " ".join(shlex.quote(a) for a in argv) + "\n").encode())
-        fh.flush()
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=root,
-                                start_new_session=True)
+        with log_file.open("wb") as fh:
+            fh.write(("# " + " ".join(shlex.quote(a) for a in argv) + "\n").encode())
+            fh.flush()
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=root,
+                                    start_new_session=True)
         log(f"warm-up: SGLang started (pid {proc.pid}, port {port}); log {log_file}")
         return cls(proc, log_file, port, "started")
 
     def _drive(self) -> None:
+        import http.client
+
         assert self.proc is not None
         url = f"http://127.0.0.1:{self.port}"
-        while self.proc.poll() is None and time.monotonic() - self.started < 900:
+        while not self._stopping.is_set():
+            if self.proc.poll() is not None:
+                self._say(f"the server exited with code {self.proc.returncode} before it was "
+                          "ready")
+                return
+            if time.monotonic() - self.started > self.READY_LIMIT_S:
+                self._say(f"not ready after {self.READY_LIMIT_S:.0f} s")
+                return
             try:
                 with urllib.request.urlopen(url + "/health", timeout=5) as r:
                     if r.status == 200:
                         break
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 pass
-            time.sleep(2)
+            self._stopping.wait(2.0)
         else:
-            self.note = f"the server exited with {self.proc.returncode} before it was ready"
             return
         self.ready_s = round(time.monotonic() - self.started, 1)
         body = json.dumps({"text": "Hello world number 7.", "sampling_params": {
@@ -187,29 +237,55 @@ class WarmUp:
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
                 r.read()
-            self.note = f"ready after {self.ready_s} s; one request served"
-        except OSError as exc:
-            self.note = f"ready after {self.ready_s} s; the request failed ({exc})"
+            self._say(f"ready after {self.ready_s} s; one request served")
+        except (OSError, http.client.HTTPException) as exc:
+            self._say(f"ready after {self.ready_s} s; the request failed ({exc})")
+
+    def _group_alive(self) -> bool:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal_group(self, sig: int) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _wait_group(self, seconds: float) -> bool:
+        """Reap the leader and wait for the group to go; True when it is gone."""
+        assert self.proc is not None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not self._group_alive():
+                return True
+            time.sleep(0.2)
+        return self.proc.poll() is not None and not self._group_alive()
 
     def finish(self, wait_s: float) -> dict[str, Any]:
         """Wait (bounded) for the warm-up to finish, then stop the server's process group."""
         if self.proc is None:
-            return {"note": self.note}
+            return {"note": self._note}
         self.thread.join(timeout=max(wait_s, 0.0))
-        if self.thread.is_alive():
-            self.note = f"still starting after {time.monotonic() - self.started:.0f} s; stopped"
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                self.proc.wait(timeout=30)
-        log(f"warm-up: {self.note}")
-        return {"note": self.note, "ready_s": self.ready_s,
+        with self._lock:
+            self._stopping.set()
+            if self.thread.is_alive():
+                self._note = (f"still starting after {time.monotonic() - self.started:.0f} s; "
+                              "stopped")
+        self._signal_group(signal.SIGTERM)
+        if not self._wait_group(self.TERM_GRACE_S):
+            self._signal_group(signal.SIGKILL)
+            if not self._wait_group(10.0):
+                self._note += "; some of its processes outlived SIGKILL"
+        self.thread.join(timeout=10.0)
+        log(f"warm-up: {self._note}")
+        return {"note": self._note, "ready_s": self.ready_s,
                 "seconds": round(time.monotonic() - self.started, 1)}
 
 
@@ -290,6 +366,9 @@ def main() -> int:
                          "model, so SGLang's kernels are compiled before a later call's launches")
     ap.add_argument("--tag", default="", help="suffix of the summary's file names")
     args = ap.parse_args()
+    # A SIGTERM (a time bound) unwinds like Ctrl-C: the warm-up server is stopped and the
+    # running step's process killed by subprocess.run on the way out.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     try:
         if args.from_tune is not None:
             served, why = Served.from_tune(args.from_tune)
@@ -309,18 +388,27 @@ def main() -> int:
     def left() -> float:
         return args.deadline - time.time()
 
-    if not (model / "prediction.json").exists():
+    trained = not (model / "prediction.json").exists()
+    if trained:
         warm = WarmUp.start(work, shlex.split(args.launcher), args.root, args.sim) \
             if args.warm_up else None
-        budget = left() - (60 if args.skip_probe else 240)
-        code, took = run([py, str(HERE / "train_drafter.py"), str(model),
-                          "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
-                          *shlex.split(args.train_args)],
-                         work / "train.log", budget if args.skip_probe else min(budget, 300),
-                         args.root)
-        summary["steps"]["train"] = {"exit": code, "seconds": round(took, 1)}
-        if warm is not None:
-            summary["warm_up"] = warm.finish(min(max(left() - 120, 5), 240))
+        # What must fit after training: the probe (about 4 min) and/or the Phase 1/2 claims
+        # (about 4 min on a 500k-token dump); nothing when both are skipped.
+        reserve = 30 if args.skip_probe and args.skip_phase1 else 240
+        budget = left() - reserve
+        if not args.skip_probe:
+            budget = min(budget, 300)
+        try:
+            code, took = run([py, str(HERE / "train_drafter.py"), str(model),
+                              "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
+                              *shlex.split(args.train_args)],
+                             work / "train.log", budget, args.root)
+            summary["steps"]["train"] = {"exit": code, "seconds": round(took, 1)}
+        finally:
+            if warm is not None:
+                summary["warm_up"] = warm.finish(min(max(left() - 30, 5), 240))
+    elif args.warm_up:
+        log(f"warm-up: skipped, {model} is trained already (no start while training)")
     for name in ("summary.json", "prediction.json"):
         path = model / name
         if path.exists():
@@ -346,6 +434,7 @@ def main() -> int:
                                      "claims": claims(reports)}
     reports1 = work / "reports-phase1"
     if not args.skip_phase1:
+        (reports1 / "verdict.json").unlink(missing_ok=True)  # never report an earlier call's
         code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
                           f"--reports={reports1}", "-p", "no:cacheprovider"],
                          work / "phase1.log", left() - 10, args.root)
@@ -381,7 +470,8 @@ def main() -> int:
         probe = () if args.skip_probe else (work / f"probe{tag}.log", reports / "verdict.json",
                                             reports / "live", reports / "baselines",
                                             reports / "history")
-        for path in (prof, work / "train.log", work / "warm-up.log", *probe, *phase1,
+        made = (work / "train.log", work / "warm-up.log") if trained else ()
+        for path in (prof, *made, *probe, *phase1,
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):
             if path.exists():
@@ -396,6 +486,10 @@ def main() -> int:
                 if path.exists():
                     tar.add(path, arcname=str(path.relative_to(work)))
     judged = "phase1" if args.skip_probe else "probe"
+    if args.skip_probe and args.skip_phase1:  # a training call: its exit decides
+        ok = summary["steps"].get("train", {}).get("exit", 0) == 0
+        log(f"trained {'ok' if ok else 'with errors'}; nothing judged; summary in {out}")
+        return 0 if ok else 1
     got = summary["steps"].get(judged, {}).get("claims") or []
     ok = bool(got) and all(c["status"] in ("passed", "skipped") for c in got)
     log(f"{judged} {'PASSED' if ok else 'not passed'}; summary in {out}")

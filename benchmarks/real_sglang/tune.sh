@@ -61,7 +61,8 @@ steps = [int(x) for x in os.environ.get("TUNE_STEPS", "1,2,3,4").split(",")]
 tokens = int(os.environ.get("TUNE_TOKENS", "48"))
 if model:
     import loop
-    doc = loop.profile(Path(model), shlex.split(launcher), sim == "1", tokens, max(steps))
+    doc = loop.profile(Path(model), shlex.split(launcher), sim == "1", tokens, max(steps),
+                       name_config=False)
 else:
     ctx = suite.Ctx(work=Path(work), out=Path(out), tiny=Path(work) / "tiny", root=Path(root),
                     python=py, launcher=shlex.split(launcher), sim=sim == "1",

@@ -1,0 +1,139 @@
+"""benchmarks/real_sglang/loop.py: the served configuration, the tune hand-off, and the warm-up
+server's clean-up (the parts of the GPU-machine loop that can be checked without a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_sglang"
+
+
+@pytest.fixture(scope="module")
+def loop() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rs_loop", HERE / "loop.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rs_loop"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_served_parses_a_chain_and_a_tune_key_and_refuses_what_sglang_would(
+        loop: ModuleType) -> None:
+    assert loop.Served.parse("6").key == "s6-k1-d7"
+    tree = loop.Served.parse("s3-k4-d8")
+    assert (tree.steps, tree.topk, tree.draft_tokens) == (3, 4, 8)
+    for bad in ("0", "s3-k1-d0", "x", "s3-k1"):
+        with pytest.raises(ValueError, match="not a served configuration"):
+            loop.Served.parse(bad)
+    # A chain serves steps + 1 draft tokens: specgate's profile check says so here, not later
+    # inside pytest.
+    with pytest.raises(ValueError, match="s3-k1-d6"):
+        loop.Served.parse("s3-k1-d6")
+
+
+def test_the_profile_name_carries_the_served_flags_so_regress_compares_like_with_like(
+        loop: ModuleType, tmp_path: Path) -> None:
+    six = loop.profile(tmp_path, ["python3"], False, 128, served=loop.Served(6))
+    three = loop.profile(tmp_path, ["python3"], False, 128, served=loop.Served(3))
+    assert six["name"] != three["name"]
+    assert six["name"].endswith("s6-k1-d7")
+    assert loop.profile(tmp_path, ["python3"], False, 128, 6, name_config=False)["name"] == (
+        "real-sglang-0.5.17-trained")
+    # Everything the baseline's fingerprint reads is the same: a stored baseline serves both.
+    for key in ("target", "server", "bench"):
+        assert six[key] == three[key]
+    assert six["bench"]["baseline_max_age_h"] > 0
+
+
+def test_from_tune_reads_the_best_key_that_specgate_tune_writes(loop: ModuleType,
+                                                                 tmp_path: Path) -> None:
+    from specgate.measure import tune
+
+    doc = tmp_path / "tune.json"
+    best = tune.Candidate(5)
+    doc.write_text(json.dumps({"best": best.key, "stop_reason": "done"}))
+    served, why = loop.Served.from_tune(doc)
+    assert served.key == best.key == "s5-k1-d6"
+    assert "best s5-k1-d6 (done)" in why
+    for text, message in (('{"best": null, "stop_reason": "the first launch failed"}',
+                           "recommends nothing (the first launch failed)"),
+                          ('{"best": {"steps": 5}}', "not a key"),
+                          ("[1, 2]", "not a tune result"),
+                          ("{", "cannot read")):
+        doc.write_text(text)
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            loop.Served.from_tune(doc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie has exited: read its state
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_finish_stops_the_whole_group_even_when_the_leader_is_gone(loop: ModuleType,
+                                                                     tmp_path: Path) -> None:
+    import subprocess
+
+    # A launcher that starts a child (as SGLang starts its scheduler) and exits at once: the
+    # child keeps the group alive and ignores SIGTERM, so only SIGKILL of the group stops it.
+    child_pid = tmp_path / "child.pid"
+    child = ("import os, signal, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # before it says it is there
+             f"open({str(child_pid)!r}, 'w').write(str(os.getpid()))\n"
+             "time.sleep(600)\n")
+    script = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not child_pid.exists() or not child_pid.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.wait(timeout=20)
+    pid = int(child_pid.read_text())
+    assert _alive(pid)
+    warm = loop.WarmUp(proc, tmp_path / "warm-up.log", 9, "started")
+    warm.TERM_GRACE_S = 1.0
+    try:
+        result = warm.finish(0.0)
+        survived = _alive(pid)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not survived
+    # The thread saw the leader exit before it was ready; finish's word is the last one.
+    assert "exited with code 0 before it was ready" in result["note"]
+
+
+def test_a_server_still_starting_is_reported_as_stopped(loop: ModuleType,
+                                                        tmp_path: Path) -> None:
+    import subprocess
+
+    # Never ready (nothing listens on the port), slow to die on SIGTERM.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\n"
+         "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), exit(0)))\ntime.sleep(600)"],
+        start_new_session=True)
+    warm = loop.WarmUp(proc, tmp_path / "warm-up.log", 9, "started")
+    result = warm.finish(0.5)
+    assert proc.poll() is not None
+    assert result["note"].startswith("still starting after")
+    assert result["note"].endswith("stopped")
