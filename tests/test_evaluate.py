@@ -269,3 +269,21 @@ def test_served_walk_differs_from_the_average_over_positions() -> None:
     # started on an odd anchor, the first verify is rejected, then it falls in step
     tokens, verifies, hist = _served_walk(ok, valid, 1, 1)
     assert (tokens, verifies, hist.tolist()) == (1 + 2 * 18 + 1, 20, [1, 19])
+
+
+def test_the_claim_runs_on_the_eval_device(known: dict[str, Path],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import specgate.claims.eval as eval_claims
+
+    seen: list[str] = []
+    real = eval_claims.teacher_forced
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append(kw.get("device", "cpu"))
+        return real(*args, **{**kw, "device": "cpu"})
+
+    monkeypatch.setattr(eval_claims, "teacher_forced", spy)
+    monkeypatch.setattr(eval_claims, "eval_device", lambda _profile: "cuda:3")
+    profile = _profile(init=known["init"], hidden_states=known["dump"])
+    assert teacher_forced_claim(profile).status is Status.PASSED
+    assert seen == ["cuda:3"]

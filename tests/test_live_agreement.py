@@ -388,7 +388,9 @@ def test_eval_device_is_validated_and_auto_resolves_to_what_torch_sees(
 
     for good in ("cpu", "cuda", "cuda:1", "auto"):
         assert _profile(known, device=good).eval.device == good
-    with pytest.raises(Exception, match="device"):
+    from specgate.core.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r"key 'eval.device'.*found 'gpu'"):
         _profile(known, device="gpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert eval_claims.eval_device(_profile(known, device="auto")) == "cpu"
@@ -403,12 +405,13 @@ def test_eval_device_is_validated_and_auto_resolves_to_what_torch_sees(
 
 
 def test_a_device_torch_cannot_use_breaks_the_claim_with_its_name(
-        known: dict[str, Path], prediction: ServedPrediction) -> None:
+        known: dict[str, Path], prediction: ServedPrediction,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: cuda:97 is the device that cannot exist")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     result = _claim(known, _live(_everywhere(prediction, 1.0)), device="cuda:97")
     assert result.status is Status.BROKEN, result.message
     assert "could not be made" in result.message
-    assert "[eval] device = 'cuda:97'" in result.message
+    assert "[eval] device = 'cuda:97', but torch sees 1 CUDA device here" in result.message

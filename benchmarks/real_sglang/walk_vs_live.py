@@ -44,27 +44,28 @@ def rows(prediction: dict[str, Any], tune: dict[str, Any],
         steps, topk = int(cand.get("steps", 0)), int(cand.get("topk", 1))
         m = (trial.get("run") or {}).get("measurement") or {}
         st = m.get("stats") or {}
-        if topk != 1 or "tau_decode" not in st:
+        if topk != 1 or "tau_decode" not in st or "accept_len" not in st:
             continue
+        acc = st["accept_len"]
+        ci = (acc["ci_low"], acc["ci_high"]) if acc.get("ci_low") is not None and \
+            acc.get("ci_high") is not None else None
         out.append({
             "source": f"tune launch {trial.get('launch')} ({trial.get('key')})", "steps": steps,
             "walk_verify": group["predicted"].get(_key(steps)),
             "tau_decode": st["tau_decode"]["mean"],
             "walk_request": group["predicted_per_request"].get(_key(steps)),
-            "accept_len": st["accept_len"]["mean"],
-            "accept_ci": (st["accept_len"]["ci_low"], st["accept_len"]["ci_high"]),
+            "accept_len": acc["mean"], "accept_ci": ci,
             "chain_offline": (group.get("chain_model") or {}).get(_key(steps)),
             "chain_histogram": ((tune.get("predictions") or {}).get(trial.get("key")) or {})
             .get("tau"),
-            "cycle_ms": st.get("cycle_ms", {}).get("mean"),
         })
     for summary in probes:
         served = summary.get("served") or {}
         steps = int(served.get("steps", 0))
-        if int(served.get("topk", 1)) != 1:
-            continue
-        claims = {c["id"]: c for c in (summary.get("steps", {}).get("probe", {})
-                                       .get("claims") or [])}
+        chain = int(served.get("topk", 1)) == 1 and \
+            int(served.get("draft_tokens", steps + 1)) == steps + 1
+        if not chain or "probe" not in (summary.get("steps") or {}):
+            continue  # a tree (not predicted), or a call that ran no probe
         live = (summary.get("predicted_vs_measured") or {}).get("groups", {}).get("all", {})
         out.append({
             "source": f"probe {summary.get('started', '')}", "steps": steps,
@@ -72,8 +73,7 @@ def rows(prediction: dict[str, Any], tune: dict[str, Any],
             "walk_request": group["predicted_per_request"].get(_key(steps)),
             "accept_len": live.get("measured_accept_len"), "accept_ci": None,
             "chain_offline": (group.get("chain_model") or {}).get(_key(steps)),
-            "chain_histogram": None, "cycle_ms": None,
-            "speedup": (claims.get("spec.speedup") or {}).get("observed"),
+            "chain_histogram": None,
         })
     return sorted(out, key=lambda r: (r["steps"], r["source"]))
 
