@@ -352,6 +352,18 @@ def test_skip_on_the_simulator_says_its_acceptance_is_synthetic() -> None:
     assert "acceptance is synthetic" in result.message
 
 
+def test_on_the_simulator_a_given_dump_is_not_judged_either(known: dict[str, Path],
+                                                             prediction: ServedPrediction) -> None:
+    # The simulator's acceptance does not come from the drafter's weights: a real profile dry-run
+    # against it must not fail this claim (as a loop dry run on the simulator did).
+    live = dataclasses.replace(_live(_everywhere(prediction, 1 / 1.5)), simulated=True)
+    result = _claim(known, live)
+    assert (result.status, result.reason) == (Status.SKIPPED, "simulated_acceptance")
+    assert result.message.startswith(f"[simulated server] [eval] hidden_states {known['dump']}")
+    # The same numbers from a real server fail (optimistic): the skip is the simulator's alone.
+    assert _claim(known, dataclasses.replace(live, simulated=False)).status is Status.FAILED
+
+
 def test_broken_with_the_server_like_the_other_live_claims(known: dict[str, Path]) -> None:
     failed = LiveResults("t", False, ConfigRun("baseline"), ConfigRun(
         "speculative", failure=Failure("start", "the server exited with code 1", "CUDA OOM")))

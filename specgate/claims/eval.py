@@ -320,6 +320,13 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                               "so there is no offline prediction to compare"
                               + (SIMULATED_NOTE if simulated else ""),
                               details={"missing_input": "eval.hidden_states"})
+    if simulated:
+        return claims.skipped(cid, LIVE_PHASE, sim + f"[eval] hidden_states {dump} is given, but "
+                              "the server is specgate's simulator: its acceptance is set per "
+                              "draft position in the drafter's specgate_sim.json, not computed "
+                              "from the drafter's weights, so no offline prediction can agree or "
+                              "disagree with it; the claim is judged against real SGLang",
+                              reason="simulated_acceptance", details={"dump": str(dump)})
     steps, topk = _served_chain(profile, live)
     if topk is not None and topk > 1:
         return claims.skipped(cid, LIVE_PHASE, sim + f"the served config is a tree (eagle_topk = "
