@@ -56,6 +56,22 @@ def test_the_profile_name_carries_the_served_flags_so_regress_compares_like_with
     assert six["bench"]["baseline_max_age_h"] > 0
 
 
+def test_fresh_baseline_profile_turns_reuse_off_and_still_parses(loop: ModuleType,
+                                                                 tmp_path: Path) -> None:
+    from specgate.core.profile import parse_profile
+
+    for model in ("target", "drafter", "scratch"):
+        (tmp_path / model).mkdir()
+    reusing = loop.profile(tmp_path, ["python3"], False, 128, served=loop.Served(10))
+    fresh = loop.profile(tmp_path, ["python3"], False, 128, served=loop.Served(10),
+                         reuse_baseline=False)
+    assert parse_profile(reusing).bench.baseline_max_age_h == loop.BASELINE_MAX_AGE_H
+    assert parse_profile(fresh).bench.baseline_max_age_h is None
+    # Nothing else changes: the same fingerprint, so a fresh baseline is stored for later reuse.
+    assert {k: v for k, v in reusing["bench"].items() if k != "baseline_max_age_h"} == (
+        fresh["bench"])
+
+
 def test_from_tune_reads_the_best_key_that_specgate_tune_writes(loop: ModuleType,
                                                                  tmp_path: Path) -> None:
     from specgate.measure import tune
