@@ -102,6 +102,8 @@ class Size:
     draft_vocab: int
     corpus_files: int  # standard-library sources the tokenizer is trained on
     heldout_prompts: int  # 0: every built-in probe prompt
+    # SGLang's eagle_aux_hidden_state_layer_ids: it captures the inputs of layers id + 1.
+    aux_layers: tuple[int, ...] = AUX_LAYER_IDS
 
 
 SIZES = {
@@ -200,7 +202,10 @@ def build_target(out: Path, size: Size, seed: int) -> Any:
 @torch.no_grad()
 def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
            batch: int = 64) -> list[list[int]]:
-    """Greedy continuations (stopping after </s>), batched with left padding, no KV cache."""
+    """Greedy continuations (stopping after </s>), batched with left padding, with the KV cache
+    (one token per sequence per forward after the prompt; a deep target made the recomputing
+    version far too slow). make_samples recomputes every sample unpadded in one forward and
+    keeps it only up to the first token where that forward's argmax disagrees."""
     outs: list[list[int]] = []
     for start in range(0, len(prompts), batch):
         group = prompts[start:start + batch]
@@ -213,16 +218,18 @@ def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
         ids, mask = ids.to(device), mask.to(device)
         done = torch.zeros(len(group), dtype=torch.bool, device=device)
         gen = []
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         for _ in range(new_tokens):
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
-            nxt = logits.float().argmax(-1)
+            nxt = out.logits[:, -1].float().argmax(-1)
             gen.append(nxt)
             done |= nxt == EOS
-            ids = torch.cat([ids, nxt[:, None]], 1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-            if bool(done.all()):
+            if bool(done.all()) or len(gen) == new_tokens:
                 break
+            pos = mask.sum(-1, keepdim=True)  # the new token's position: real tokens before it
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                        past_key_values=out.past_key_values, use_cache=True)
         table = torch.stack(gen, 1).tolist()
         for row in table:
             cut = row.index(EOS) + 1 if EOS in row else len(row)
@@ -231,12 +238,13 @@ def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
 
 
 @torch.no_grad()
-def capture(model: Any, ids: list[int], device: str) -> dict[str, torch.Tensor]:
+def capture(model: Any, ids: list[int], device: str,
+            aux_layers: tuple[int, ...] = AUX_LAYER_IDS) -> dict[str, torch.Tensor]:
     """One unpadded forward: aux states (inputs of layers id+1), final hidden, argmax, logits."""
     layers = model.model.layers
     grabbed: dict[int, torch.Tensor] = {}
     hooks = []
-    for layer_id in AUX_LAYER_IDS:
+    for layer_id in aux_layers:
         index = layer_id + 1
 
         def hook(_mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -254,9 +262,9 @@ def capture(model: Any, ids: list[int], device: str) -> dict[str, torch.Tensor]:
         for h in hooks:
             h.remove()
     hs = out.hidden_states
-    aux = torch.cat([grabbed[i + 1] for i in AUX_LAYER_IDS], -1)
+    aux = torch.cat([grabbed[i + 1] for i in aux_layers], -1)
     # transformers' hidden_states[i] is the input of decoder layer i (i < n_layers)
-    agree = max(float((grabbed[i + 1] - hs[i + 1][0]).abs().max()) for i in AUX_LAYER_IDS)
+    agree = max(float((grabbed[i + 1] - hs[i + 1][0]).abs().max()) for i in aux_layers)
     return {"aux": aux, "final": final["h"], "next": out.logits[0].float().argmax(-1),
             "hook_vs_hidden_states": torch.tensor(agree)}
 
@@ -276,13 +284,14 @@ def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
 
 
 def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_tokens: int,
-                 device: str, batch: int = 64) -> tuple[list[dict[str, Any]], dict[str, float]]:
+                 device: str, batch: int = 64, aux_layers: tuple[int, ...] = AUX_LAYER_IDS,
+                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Generate, recompute unpadded, keep each sample up to its first generation/argmax split."""
     conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
     samples, agree, total, worst = [], 0, 0, 0.0
     for (name, category, prompt), cont in zip(prompts, conts, strict=True):
         ids = prompt + cont
-        cap = capture(model, ids, device)
+        cap = capture(model, ids, device, aux_layers)
         worst = max(worst, float(cap["hook_vs_hidden_states"]))
         # The target's argmax at t should be the generated token at t + 1.
         nxt = cap["next"].cpu()
@@ -371,11 +380,19 @@ def vocab_map(samples: list[dict[str, Any]], vocab: int, vd: int) -> tuple[torch
     return ids - torch.arange(vd), t2d
 
 
+def default_aux_layers(layers: int) -> tuple[int, ...]:
+    """The first three layers' inputs for the 4-layer target; for a deeper one the layers SGLang
+    captures when a drafter names none (inputs of layers 2, L // 2 and L - 3)."""
+    if layers <= 4:
+        return AUX_LAYER_IDS
+    return (1, layers // 2 - 1, layers - 4)
+
+
 def drafter_config(size: Size) -> dict[str, Any]:
     return dict(llama_kwargs(size), architectures=["LlamaForCausalLMEagle3"], model_type="llama",
                 num_hidden_layers=1, draft_vocab_size=size.draft_vocab,
                 target_hidden_size=size.hidden,
-                eagle_config={"eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
+                eagle_config={"eagle_aux_hidden_state_layer_ids": list(size.aux_layers),
                               "use_aux_hidden_state": True})
 
 
@@ -633,6 +650,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout-tokens", type=int, help="new tokens per held-out prompt")
     parser.add_argument("--heldout-prompts", type=int, help="0: all built-in probe prompts")
     parser.add_argument("--draft-vocab", type=int, help="draft_vocab_size (<= 1024)")
+    parser.add_argument("--layers", type=int,
+                        help="the target's decoder layers (default 4); a deeper target costs "
+                             "the GPU more per forward, in decode and verify alike")
+    parser.add_argument("--aux-layers",
+                        help="eagle_aux_hidden_state_layer_ids, comma-separated (default: 0,1,2 "
+                             "for 4 layers, else SGLang's own choice for the depth)")
     parser.add_argument("--max-steps", type=int, default=5, help="deepest config predicted")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--gen-batch", type=int, default=64,
@@ -644,7 +667,13 @@ def main(argv: list[str] | None = None) -> int:
                              ("train_tokens", args.train_tokens),
                              ("heldout_tokens", args.heldout_tokens),
                              ("heldout_prompts", args.heldout_prompts),
-                             ("draft_vocab", args.draft_vocab)) if v is not None})
+                             ("draft_vocab", args.draft_vocab),
+                             ("layers", args.layers)) if v is not None})
+    aux = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers
+           else default_aux_layers(size.layers))
+    if len(aux) != 3 or not all(0 <= i < size.layers - 1 for i in aux):
+        parser.error(f"--aux-layers {aux}: need three ids in [0, {size.layers - 2}]")
+    size = dataclasses.replace(size, aux_layers=aux)
     if args.threads:
         torch.set_num_threads(args.threads)
     out: Path = args.out
@@ -673,16 +702,16 @@ def main(argv: list[str] | None = None) -> int:
     train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
                             probe_prompts.choose_template(None, target_dir))
     train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device,
-                                              args.gen_batch)
+                                              args.gen_batch, size.aux_layers)
     held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device,
-                                            args.gen_batch)
+                                            args.gen_batch, size.aux_layers)
     lap("generate+capture")
     embed_w = target.model.embed_tokens.weight.detach()
     meta = {"format": "specgate.hidden_states", "version": 1,
-            "aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
-            "captured_layer_inputs": [i + 1 for i in AUX_LAYER_IDS],
+            "aux_hidden_state_layer_ids": list(size.aux_layers),
+            "captured_layer_inputs": [i + 1 for i in size.aux_layers],
             "target_model_type": "llama", "target_hidden_size": size.hidden,
-            "num_aux_hidden_states": len(AUX_LAYER_IDS), "dtype": "bfloat16",
+            "num_aux_hidden_states": len(size.aux_layers), "dtype": "bfloat16",
             "generated_by": "benchmarks/real_sglang/train_drafter.py (transformers forward)"}
     for name, samples, stats, extra in (
             ("train", train_samples, train_stats, {}),
