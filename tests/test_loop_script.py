@@ -153,3 +153,25 @@ def test_a_server_still_starting_is_reported_as_stopped(loop: ModuleType,
     assert proc.poll() is not None
     assert result["note"].startswith("still starting after")
     assert result["note"].endswith("stopped")
+
+
+def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
+    """A training run that ends without a drafter (here: a bad flag) is said as such; the probe
+    is not started against a profile whose drafter is missing."""
+    import subprocess
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(HERE / "loop.py"), "--work", str(work), "--out", str(out),
+         "--root", str(HERE.parent.parent), "--launcher",
+         f"{sys.executable} -m specgate.testing.simulator", "--sim",
+         "--deadline", str(time.time() + 300), "--skip-phase1",
+         "--train-args=--no-such-flag"],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = json.loads((out / "loop_summary.json").read_text())
+    assert summary["steps"]["train"]["exit"] == 2
+    assert summary["steps"]["probe"]["note"] == f"not run: no drafter in {work / 'model'}"
+    assert not (work / "probe.log").exists()
+    assert "nothing to probe" in done.stdout
+    assert f"- not run: no drafter in {work / 'model'}" in (out / "loop_summary.md").read_text()

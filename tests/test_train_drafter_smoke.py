@@ -84,3 +84,74 @@ def test_dumps_and_prediction(run: Path) -> None:
     assert 1.0 <= overall["predicted"]["steps1_topk1_draft2"] <= tau <= 4.0
     assert len(overall["conditional_acceptance"]) == 3
     assert "predicted accept length" in (run / "stdout.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def deep_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A deeper target (8 layers) and a deadline already past when the data is made."""
+    import time
+
+    out = tmp_path_factory.mktemp("train_drafter_deep")
+    cmd = [sys.executable, str(SCRIPT), str(out), "--size", "tiny", "--device", "cpu",
+           "--threads", "1", "--layers", "8", "--train-prompts", "6", "--train-tokens", "16",
+           "--heldout-prompts", "2", "--heldout-tokens", "8", "--scratch-seconds", "30",
+           "--finetune-seconds", "10", "--max-steps", "2", "--deadline", f"{time.time() + 1:.0f}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out, done.stdout
+
+
+def test_a_deeper_target_captures_the_layers_sglang_would(deep_run: tuple[Path, str]) -> None:
+    out, _ = deep_run
+    config = json.loads((out / "target" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 8
+    drafter = json.loads((out / "drafter" / "config.json").read_text())
+    # SGLang's own choice for 8 layers when a drafter names none: inputs of layers 2, 4, 5.
+    assert drafter["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    for name in ("train", "heldout"):
+        dump = open_dump(out / "dump" / name)
+        assert dump.metadata["aux_hidden_state_layer_ids"] == [1, 3, 4]
+        assert dump.metadata["captured_layer_inputs"] == [2, 4, 5]
+        assert dump.metadata["hook_vs_hidden_states_max_abs"] == 0.0
+        assert dump.samples[0].aux.shape[1] == 3 * 64
+
+
+def test_a_past_deadline_shrinks_the_training_instead_of_losing_the_drafter(
+        deep_run: tuple[Path, str]) -> None:
+    out, stdout = deep_run
+    summary = json.loads((out / "summary.json").read_text())
+    fitted = summary["training_seconds"]
+    assert fitted["asked"] == [30.0, 10.0]
+    assert fitted["given"] == [0.0, 0.0]
+    assert "deadline" in fitted["note"]
+    assert "deadline:" in stdout
+    assert (out / "drafter" / "model.safetensors").exists()
+    assert (out / "prediction.json").exists()
+
+
+def test_fit_training_shrinks_both_runs_in_proportion() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_drafter_mod", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[spec.name]
+    assert mod.fit_training(60, 20, None) == (60, 20, "")
+    assert mod.fit_training(60, 20, 100, after_s=20) == (60, 20, "")
+    scratch, finetune, note = mod.fit_training(60, 20, 60, after_s=20)
+    assert (scratch, finetune) == (30, 10)
+    assert "training 30 + 10 s instead of 60 + 20 s" in note
+    assert mod.fit_training(60, 20, 5, after_s=20)[:2] == (0, 0)
+
+
+def test_bad_aux_layers_are_refused_with_the_flag_named(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "x"), "--size", "tiny",
+                           "--device", "cpu", "--layers", "8", "--aux-layers", "1,1,4"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert "--aux-layers 1,1,4: need three distinct ids" in done.stderr

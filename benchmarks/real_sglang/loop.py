@@ -60,6 +60,8 @@ def served_key(steps: int) -> str:
 # (specgate/measure/reuse.py): the loop's calls share one reports folder, so a tune's baseline
 # serves the probe after it, and a second probe launches only the speculative server.
 BASELINE_MAX_AGE_H = 2.0
+# train_drafter.py's deadline comes this long before the loop's own time bound on it.
+TRAIN_DEADLINE_MARGIN_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,8 +406,11 @@ def main() -> int:
         if not args.skip_probe:
             budget = min(budget, 300)
         try:
+            # The deadline lets train_drafter.py shrink its training to what is left once the
+            # data is made (a deep target's data takes minutes), rather than be killed unsaved.
             code, took = run([py, str(HERE / "train_drafter.py"), str(model),
                               "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
+                              "--deadline", f"{time.time() + budget - TRAIN_DEADLINE_MARGIN_S:.0f}",
                               *shlex.split(args.train_args)],
                              work / "train.log", budget, args.root)
             summary["steps"]["train"] = {"exit": code, "seconds": round(took, 1)}
@@ -426,6 +431,12 @@ def main() -> int:
     # One reports folder for every call: the stored baselines (reuse) and the run history
     # (regress.*) carry from one probe, or tune, to the next; each call's files are packed below.
     reports = work / "reports"
+    if not args.skip_probe and not (model / "drafter" / "config.json").exists():
+        log(f"no drafter in {model} (training did not finish: see {work / 'train.log'}); "
+            "nothing to probe")
+        summary["steps"]["probe"] = {"exit": 3, "seconds": 0.0, "claims": [],
+                                     "note": f"not run: no drafter in {model}"}
+        args.skip_probe = True
     if not args.skip_probe:
         for stale in (reports / "verdict.json", reports / "live"):
             if stale.is_dir():
@@ -458,6 +469,8 @@ def main() -> int:
         lines += [f"## warm-up: {summary['warm_up'].get('note')}", ""]
     for step, info in summary["steps"].items():
         lines.append(f"## {step}: exit {info['exit']}, {info['seconds']} s")
+        if info.get("note"):
+            lines.append(f"- {info['note']}")
         for c in info.get("claims", []):
             lines.append(f"- {c['id']}: **{c['status']}** — {str(c['message'])[:300]}")
         lines.append("")

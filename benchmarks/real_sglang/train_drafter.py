@@ -85,6 +85,8 @@ AUX_LAYER_IDS = (0, 1, 2)
 SPECIALS = ["<unk>", "<s>", "</s>"]
 BOS, EOS = 1, 2
 TTT_DECAY = 0.8
+AFTER_TRAINING_S = 20.0  # saving both drafters and the prediction, with room to spare
+CAPTURE_BATCH = 64  # sequences per capture forward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,9 +240,13 @@ def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
 
 
 @torch.no_grad()
-def capture(model: Any, ids: list[int], device: str,
-            aux_layers: tuple[int, ...] = AUX_LAYER_IDS) -> dict[str, torch.Tensor]:
-    """One unpadded forward: aux states (inputs of layers id+1), final hidden, argmax, logits."""
+def capture(model: Any, seqs: list[list[int]], device: str,
+            aux_layers: tuple[int, ...] = AUX_LAYER_IDS) -> list[dict[str, torch.Tensor]]:
+    """One forward over a batch of sequences, right-padded from position 0: each real token sees
+    only the tokens before it (causal), so its states are the unpadded forward's up to bf16
+    rounding of the batch's shapes (make_samples cuts a sample where the argmax stops agreeing
+    with the generation). Per sequence: aux states (inputs of layers id + 1), final hidden
+    (after the norm), argmax, and how far the hooks' states are from output_hidden_states."""
     layers = model.model.layers
     grabbed: dict[int, torch.Tensor] = {}
     hooks = []
@@ -250,23 +256,36 @@ def capture(model: Any, ids: list[int], device: str,
         def hook(_mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                  index: int = index) -> None:
             x = args[0] if args else kwargs["hidden_states"]
-            grabbed[index] = x[0].detach()
+            grabbed[index] = x.detach()
 
         hooks.append(layers[index].register_forward_pre_hook(hook, with_kwargs=True))
     final: dict[str, torch.Tensor] = {}
     hooks.append(model.model.norm.register_forward_hook(
-        lambda _m, _a, out: final.__setitem__("h", out[0].detach())))
+        lambda _m, _a, out: final.__setitem__("h", out.detach())))
+    width = max(len(ids) for ids in seqs)
+    batch = torch.full((len(seqs), width), EOS, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, ids in enumerate(seqs):
+        batch[i, :len(ids)] = torch.tensor(ids)
+        mask[i, :len(ids)] = 1
     try:
-        out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True)
+        out = model(input_ids=batch.to(device), attention_mask=mask.to(device),
+                    output_hidden_states=True)
     finally:
         for h in hooks:
             h.remove()
     hs = out.hidden_states
     aux = torch.cat([grabbed[i + 1] for i in aux_layers], -1)
-    # transformers' hidden_states[i] is the input of decoder layer i (i < n_layers)
-    agree = max(float((grabbed[i + 1] - hs[i + 1][0]).abs().max()) for i in aux_layers)
-    return {"aux": aux, "final": final["h"], "next": out.logits[0].float().argmax(-1),
-            "hook_vs_hidden_states": torch.tensor(agree)}
+    nxt = out.logits.float().argmax(-1)
+    result = []
+    for row, ids in enumerate(seqs):
+        n = len(ids)
+        # transformers' hidden_states[i] is the input of decoder layer i (i < n_layers)
+        agree = max(float((grabbed[i + 1][row, :n] - hs[i + 1][row, :n]).abs().max())
+                    for i in aux_layers)
+        result.append({"aux": aux[row, :n], "final": final["h"][row, :n], "next": nxt[row, :n],
+                       "hook_vs_hidden_states": torch.tensor(agree)})
+    return result
 
 
 def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
@@ -286,12 +305,15 @@ def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
 def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_tokens: int,
                  device: str, batch: int = 64, aux_layers: tuple[int, ...] = AUX_LAYER_IDS,
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Generate, recompute unpadded, keep each sample up to its first generation/argmax split."""
+    """Generate, recompute in right-padded batches, keep each sample up to its first
+    generation/argmax split."""
     conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
+    seqs = [p + c for (_, _, p), c in zip(prompts, conts, strict=True)]
+    caps: list[dict[str, torch.Tensor]] = []
+    for start in range(0, len(seqs), CAPTURE_BATCH):
+        caps += capture(model, seqs[start:start + CAPTURE_BATCH], device, aux_layers)
     samples, agree, total, worst = [], 0, 0, 0.0
-    for (name, category, prompt), cont in zip(prompts, conts, strict=True):
-        ids = prompt + cont
-        cap = capture(model, ids, device, aux_layers)
+    for (name, category, prompt), ids, cap in zip(prompts, seqs, caps, strict=True):
         worst = max(worst, float(cap["hook_vs_hidden_states"]))
         # The target's argmax at t should be the generated token at t + 1.
         nxt = cap["next"].cpu()
@@ -381,9 +403,9 @@ def vocab_map(samples: list[dict[str, Any]], vocab: int, vd: int) -> tuple[torch
 
 
 def default_aux_layers(layers: int) -> tuple[int, ...]:
-    """The first three layers' inputs for the 4-layer target; for a deeper one the layers SGLang
-    captures when a drafter names none (inputs of layers 2, L // 2 and L - 3)."""
-    if layers <= 4:
+    """The first three layers' inputs below 8 layers (the 4-layer target); for a deeper one the
+    layers SGLang captures when a drafter names none (inputs of layers 2, L // 2 and L - 3)."""
+    if layers < 8:
         return AUX_LAYER_IDS
     return (1, layers // 2 - 1, layers - 4)
 
@@ -421,6 +443,22 @@ def init_weights(size: Size, target: Any, hot: torch.Tensor, seed: int,
         "lm_head.weight": target.lm_head.weight.detach().float().cpu()[hot].clone(),
     }
     return {k: v.to(device).requires_grad_(True) for k, v in w.items()}
+
+
+def fit_training(scratch_s: float, finetune_s: float, left_s: float | None,
+                 after_s: float = AFTER_TRAINING_S) -> tuple[float, float, str]:
+    """The two training runs' seconds, shrunk in proportion so that they end `after_s` before
+    the deadline (saving and the prediction come after them), and a line saying so. With no
+    deadline (left_s None) or enough time, the asked seconds."""
+    asked = scratch_s + finetune_s
+    if left_s is None or asked <= 0 or left_s - after_s >= asked:
+        return scratch_s, finetune_s, ""
+    room = max(left_s - after_s, 0.0)
+    scale = room / asked
+    note = (f"deadline: {left_s:.0f} s left after the data, {after_s:.0f} s kept for saving and "
+            f"the prediction; training {scratch_s * scale:.0f} + {finetune_s * scale:.0f} s "
+            f"instead of {scratch_s:.0f} + {finetune_s:.0f} s")
+    return scratch_s * scale, finetune_s * scale, note
 
 
 def make_model(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor) -> EagleDrafter:
@@ -650,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout-tokens", type=int, help="new tokens per held-out prompt")
     parser.add_argument("--heldout-prompts", type=int, help="0: all built-in probe prompts")
     parser.add_argument("--draft-vocab", type=int, help="draft_vocab_size (<= 1024)")
+    parser.add_argument("--deadline", type=float,
+                        help="Unix time by which everything must be written: the training "
+                             "seconds shrink to fit once the data is made (loop.py sets it)")
     parser.add_argument("--layers", type=int,
                         help="the target's decoder layers (default 4); a deeper target costs "
                              "the GPU more per forward, in decode and verify alike")
@@ -671,8 +712,10 @@ def main(argv: list[str] | None = None) -> int:
                              ("layers", args.layers)) if v is not None})
     aux = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers
            else default_aux_layers(size.layers))
-    if len(aux) != 3 or not all(0 <= i < size.layers - 1 for i in aux):
-        parser.error(f"--aux-layers {aux}: need three ids in [0, {size.layers - 2}]")
+    if len(aux) != 3 or list(aux) != sorted(set(aux)) or not all(
+            0 <= i < size.layers - 1 for i in aux):
+        parser.error(f"--aux-layers {','.join(map(str, aux))}: need three distinct ids in "
+                     f"increasing order within [0, {size.layers - 2}] for {size.layers} layers")
     size = dataclasses.replace(size, aux_layers=aux)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -743,7 +786,12 @@ def main(argv: list[str] | None = None) -> int:
              "loss_mask": s["loss_mask"].bool().to(device)} for s in train_samples]
     embed = Embeddings(embed_w.float().to(device))
     weights = init_weights(size, target, hot, args.seed, device)
-    scratch = train(size, weights, d2t, t2d, embed, data, seconds=args.scratch_seconds,
+    scratch_s, finetune_s, note = fit_training(
+        args.scratch_seconds, args.finetune_seconds,
+        None if args.deadline is None else args.deadline - time.time())
+    if note:
+        log(note)
+    scratch = train(size, weights, d2t, t2d, embed, data, seconds=scratch_s,
                     max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.lr,
                     log_path=out / "logs" / "scratch.jsonl", seed=args.seed,
@@ -757,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     lap("train scratch")
     finetune = None
     if args.finetune_seconds > 0:
-        finetune = train(size, weights, d2t, t2d, embed, data, seconds=args.finetune_seconds,
+        finetune = train(size, weights, d2t, t2d, embed, data, seconds=finetune_s,
                          max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.finetune_lr,
                          log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1,
@@ -781,7 +829,11 @@ def main(argv: list[str] | None = None) -> int:
     lap("predict")
     summary = {"size": args.size, "device": device, "seconds": times,
                "total_seconds": round(time.perf_counter() - t0, 2),
-               "train_tokens": n_train, "heldout_tokens": n_held, "scratch": scratch,
+               "train_tokens": n_train, "heldout_tokens": n_held,
+               "training_seconds": {"asked": [args.scratch_seconds, args.finetune_seconds],
+                                    "given": [round(scratch_s, 1), round(finetune_s, 1)],
+                                    "note": note},
+               "scratch": scratch,
                "finetune": finetune, "prediction": str(out / "prediction.json")}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
