@@ -11,6 +11,8 @@ seconds (the smoke test).
    vocab 1024, bf16) with seeded random weights saved by transformers' save_pretrained (so SGLang
    serves exactly these weights with --load-format auto), and a byte-level BPE tokenizer trained
    here from local text (the Python standard library's sources and generated sentences).
+   `--layers N` makes it deeper at the same width (a forward that costs the GPU more than
+   SGLang's host-side work per step); its drafter then reads the layers SGLang picks by default.
 2. dump/train, dump/heldout: the target's own greedy continuations (temperature 0, stopping at
    </s>) and its hidden states from a plain torch forward, in specgate's dump format (see
    specgate/model/evaluate.py): per sample `input_ids` [T] int64, `aux_hidden_states` [T, 3 × 256]
@@ -39,6 +41,8 @@ seconds (the smoke test).
    fc.weight, norm.weight, lm_head.weight; int64 d2t, bool t2d; no embed_tokens: SGLang uses the
    target's), tokenizer copies. vocab_map.safetensors: the training data's d2t/t2d (SpecForge's
    construction: the draft_vocab_size most frequent loss-masked tokens, sorted).
+   With `--deadline` (Unix time, set by loop.py) both runs shrink in proportion to what is left
+   once the data is made, so a drafter is saved rather than killed unsaved.
 5. prediction.json: `specgate eval` (teacher_forced) of drafter/ on dump/heldout at --max-steps
    draft steps; predicted accept length per (steps, topk 1, draft tokens steps + 1) config, overall
    and per prompt category, per verify pass (the served walk: greedy serving replayed on the
