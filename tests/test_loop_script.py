@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,8 @@ def test_fresh_baseline_profile_turns_reuse_off_and_still_parses(loop: ModuleTyp
                          reuse_baseline=False)
     assert parse_profile(reusing).bench.baseline_max_age_h == loop.BASELINE_MAX_AGE_H
     assert parse_profile(fresh).bench.baseline_max_age_h is None
-    # Nothing else changes: the same fingerprint, so a fresh baseline is stored for later reuse.
+    # Nothing else in [bench] changes. (Without baseline_max_age_h specgate neither reuses a
+    # stored baseline nor stores the one it launches: specgate/measure/live.py.)
     assert {k: v for k, v in reusing["bench"].items() if k != "baseline_max_age_h"} == (
         fresh["bench"])
 
@@ -155,23 +157,48 @@ def test_a_server_still_starting_is_reported_as_stopped(loop: ModuleType,
     assert result["note"].endswith("stopped")
 
 
-def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
-    """A training run that ends without a drafter (here: a bad flag) is said as such; the probe
-    is not started against a profile whose drafter is missing."""
-    import subprocess
-
-    work, out = tmp_path / "work", tmp_path / "out"
-    done = subprocess.run(
+def _run_loop(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, str(HERE / "loop.py"), "--work", str(work), "--out", str(out),
          "--root", str(HERE.parent.parent), "--launcher",
          f"{sys.executable} -m specgate.testing.simulator", "--sim",
-         "--deadline", str(time.time() + 300), "--skip-phase1",
-         "--train-args=--no-such-flag"],
+         "--deadline", str(time.time() + 300), *extra],
         capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
+    """A training run that ends without a drafter (here: a bad flag) is said as such; the probe
+    is not started against a profile whose drafter is missing, and the call fails."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    done = _run_loop(work, out, "--skip-phase1", "--train-args=--no-such-flag")
     assert done.returncode == 1, done.stdout + done.stderr
+    # The training was given the loop's deadline (train_drafter.py then rejected the bad flag).
+    assert "train_drafter.py" in done.stdout
+    assert " --deadline " in done.stdout
     summary = json.loads((out / "loop_summary.json").read_text())
     assert summary["steps"]["train"]["exit"] == 2
     assert summary["steps"]["probe"]["note"] == f"not run: no drafter in {work / 'model'}"
+    assert "phase1" not in summary["steps"]
     assert not (work / "probe.log").exists()
-    assert "nothing to probe" in done.stdout
+    assert "training did not finish" in done.stdout
     assert f"- not run: no drafter in {work / 'model'}" in (out / "loop_summary.md").read_text()
+    assert not (out / "model.tar.gz").exists()
+
+
+def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -> None:
+    """A later call (no training: prediction.json is there) on a model without a drafter: neither
+    the probe nor the Phase 1/2 claims run, and the exit says so, whatever was skipped."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "prediction.json").write_text("{}")
+    for extra in ((), ("--skip-phase1",), ("--skip-probe",)):
+        done = _run_loop(work, out, *extra)
+        assert done.returncode == 1, (extra, done.stdout + done.stderr)
+        assert "and this call did not train one" in done.stdout
+        steps = json.loads((out / "loop_summary.json").read_text())["steps"]
+        assert "train" not in steps
+        expected = {"probe", "phase1"} - {x.removeprefix("--skip-") for x in extra}
+        assert set(steps) == expected
+        assert all(steps[s]["note"].startswith("not run: no drafter") for s in expected)
+        assert not (work / "phase1.log").exists()
+        assert not (work / "probe.log").exists()

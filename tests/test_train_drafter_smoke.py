@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,20 +128,30 @@ def test_a_past_deadline_shrinks_the_training_instead_of_losing_the_drafter(
     assert "deadline:" in stdout
     assert (out / "drafter" / "model.safetensors").exists()
     assert (out / "prediction.json").exists()
+    # The hard end beats min_epochs (1): past the deadline no update is made, only epoch 0 (the
+    # untrained model) is logged.
+    for log in ("scratch.jsonl", "finetune.jsonl"):
+        rows = (out / "logs" / log).read_text().splitlines()
+        assert [json.loads(r)["epoch"] for r in rows] == [0]
 
 
-def test_fit_training_shrinks_both_runs_in_proportion() -> None:
+@pytest.fixture(scope="module")
+def mod() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("train_drafter_mod", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     try:
-        spec.loader.exec_module(mod)
+        spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
+    return module
+
+
+def test_fit_training_shrinks_both_runs_in_proportion(mod: Any) -> None:
     assert mod.fit_training(60, 20, None) == (60, 20, "")
     assert mod.fit_training(60, 20, 100, after_s=20) == (60, 20, "")
     scratch, finetune, note = mod.fit_training(60, 20, 60, after_s=20)
@@ -155,3 +166,55 @@ def test_bad_aux_layers_are_refused_with_the_flag_named(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert "--aux-layers 1,1,4: need three distinct ids" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def fp32_target() -> Any:
+    """A small random Llama in float32, where left padding, the KV cache and right padding
+    change no argmax (bf16 would, at near-ties)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8, max_position_embeddings=128)
+    return LlamaForCausalLM(config).eval()
+
+
+def _prompts() -> list[list[int]]:
+    import random
+
+    rng = random.Random(5)
+    return [[rng.randrange(3, 64) for _ in range(rng.randrange(2, 12))] for _ in range(9)]
+
+
+def test_batched_cached_greedy_equals_one_prompt_at_a_time(mod: Any, fp32_target: Any) -> None:
+    import torch
+
+    got = mod.greedy(fp32_target, _prompts(), 12, "cpu", batch=9)
+    for prompt, continuation in zip(_prompts(), got, strict=True):
+        ids, want = list(prompt), []
+        with torch.no_grad():
+            for _ in range(12):
+                nxt = int(fp32_target(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+                want.append(nxt)
+                ids.append(nxt)
+                if nxt == mod.EOS:
+                    break
+        assert continuation == want
+
+
+def test_batched_capture_equals_one_sequence_at_a_time(mod: Any, fp32_target: Any) -> None:
+    import torch
+
+    seqs = _prompts()
+    aux = (0, 1, 3)
+    batched = mod.capture(fp32_target, seqs, "cpu", aux)
+    for seq, got in zip(seqs, batched, strict=True):
+        (alone,) = mod.capture(fp32_target, [seq], "cpu", aux)
+        assert got["aux"].shape == (len(seq), 3 * 32)
+        assert torch.allclose(got["aux"], alone["aux"], atol=1e-5)
+        assert torch.allclose(got["final"], alone["final"], atol=1e-5)
+        assert torch.equal(got["next"], alone["next"])
+        assert float(got["hook_vs_hidden_states"]) == 0.0

@@ -431,13 +431,17 @@ def main() -> int:
     # One reports folder for every call: the stored baselines (reuse) and the run history
     # (regress.*) carry from one probe, or tune, to the next; each call's files are packed below.
     reports = work / "reports"
-    if not args.skip_probe and not (model / "drafter" / "config.json").exists():
-        log(f"no drafter in {model} (training did not finish: see {work / 'train.log'}); "
-            "nothing to probe")
-        summary["steps"]["probe"] = {"exit": 3, "seconds": 0.0, "claims": [],
-                                     "note": f"not run: no drafter in {model}"}
-        args.skip_probe = True
-    if not args.skip_probe:
+    # No drafter (training did not finish, or never ran): nothing is judged, the call fails.
+    no_drafter = not (model / "drafter" / "config.json").exists()
+    if no_drafter:
+        why = (f"training did not finish: see {work / 'train.log'}" if trained
+               else "and this call did not train one")
+        log(f"no drafter in {model} ({why}); nothing to probe or judge")
+        for step in ("probe", "phase1"):
+            if not getattr(args, f"skip_{step}"):
+                summary["steps"][step] = {"exit": 3, "seconds": 0.0, "claims": [],
+                                          "note": f"not run: no drafter in {model}"}
+    if not args.skip_probe and not no_drafter:
         for stale in (reports / "verdict.json", reports / "live"):
             if stale.is_dir():
                 shutil.rmtree(stale)
@@ -450,7 +454,7 @@ def main() -> int:
         summary["steps"]["probe"] = {"exit": code, "seconds": round(took, 1),
                                      "claims": claims(reports)}
     reports1 = work / "reports-phase1"
-    if not args.skip_phase1:
+    if not args.skip_phase1 and not no_drafter:
         (reports1 / "verdict.json").unlink(missing_ok=True)  # never report an earlier call's
         code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
                           f"--reports={reports1}", "-p", "no:cacheprovider"],
@@ -460,7 +464,7 @@ def main() -> int:
     summary["served"] = {"steps": served.steps, "topk": served.topk,
                          "draft_tokens": served.draft_tokens,
                          "server_args": suite.server_flags(args.sim)}
-    if not args.skip_probe:
+    if not args.skip_probe and not no_drafter:
         summary["predicted_vs_measured"] = compare(model, reports, served)
     (out / f"loop_summary{tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["# Closing the loop on real SGLang" + (" (simulator dry run)" if args.sim else ""),
@@ -485,10 +489,11 @@ def main() -> int:
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
     (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
     with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
-        phase1 = () if args.skip_phase1 else (work / "phase1.log", reports1 / "verdict.json")
-        probe = () if args.skip_probe else (work / f"probe{tag}.log", reports / "verdict.json",
-                                            reports / "live", reports / "baselines",
-                                            reports / "history")
+        phase1: tuple[Path, ...] = () if args.skip_phase1 or no_drafter else (
+            work / "phase1.log", reports1 / "verdict.json")
+        probe: tuple[Path, ...] = () if args.skip_probe or no_drafter else (
+            work / f"probe{tag}.log", reports / "verdict.json", reports / "live",
+            reports / "baselines", reports / "history")
         made = (work / "train.log", work / "warm-up.log") if trained else ()
         for path in (prof, *made, *probe, *phase1,
                      model / "summary.json", model / "prediction.json", model / "logs",
@@ -497,13 +502,16 @@ def main() -> int:
                 tar.add(path, arcname=str(path.relative_to(work)))
     # The trained drafter and the held-out dump travel back too (about 15 MB), so the offline
     # prediction can be re-run off the GPU machine (`specgate eval --served-steps`).
-    if not (out / "model.tar.gz").exists():
+    if not no_drafter and not (out / "model.tar.gz").exists():
         with tarfile.open(out / "model.tar.gz", "w:gz") as tar:
             for path in (model / "drafter", model / "target" / "config.json",
                          model / "target" / "tokenizer.json",
                          model / "target" / "tokenizer_config.json", model / "dump" / "heldout"):
                 if path.exists():
                     tar.add(path, arcname=str(path.relative_to(work)))
+    if no_drafter:
+        log(f"no drafter, nothing judged; summary in {out}")
+        return 1
     judged = "phase1" if args.skip_probe else "probe"
     if args.skip_probe and args.skip_phase1:  # a training call: its exit decides
         ok = summary["steps"].get("train", {}).get("exit", 0) == 0

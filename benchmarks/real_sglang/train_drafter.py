@@ -12,13 +12,14 @@ seconds (the smoke test).
    serves exactly these weights with --load-format auto), and a byte-level BPE tokenizer trained
    here from local text (the Python standard library's sources and generated sentences).
    `--layers N` makes it deeper at the same width (a forward that costs the GPU more than
-   SGLang's host-side work per step); its drafter then reads the layers SGLang picks by default.
+   SGLang's own fixed work per step); its drafter then reads the layers SGLang picks by default.
 2. dump/train, dump/heldout: the target's own greedy continuations (temperature 0, stopping at
    </s>) and its hidden states from a plain torch forward, in specgate's dump format (see
    specgate/model/evaluate.py): per sample `input_ids` [T] int64, `aux_hidden_states` [T, 3 × 256]
-   bf16 (the inputs of decoder layers 1, 2, 3: what SGLang captures for
+   bf16 (for the 4-layer target the inputs of decoder layers 1, 2, 3: what SGLang captures for
    eagle_aux_hidden_state_layer_ids [0, 1, 2], since it adds 1 to each id and records
-   `hidden_states + residual` entering that layer; = transformers' hidden_states[1..3]),
+   `hidden_states + residual` entering that layer; = transformers' hidden_states[1..3]; a
+   deeper target's ids are in metadata.json and the drafter's config),
    `loss_mask` [T] u8 (1 on generated tokens), plus `final_hidden_states` [T, 256] bf16 (after the
    final norm, what lm_head sees) and `target_next_ids` [T] int64 (the target's argmax at t).
    embeddings.safetensors holds the target's embed_tokens; metadata.json the capture layers.
@@ -37,12 +38,14 @@ seconds (the smoke test).
    figures); epoch 0 is the untrained model measured before the first update. specgate reads them
    as [finetune] log (finetune.jsonl) and reference_log (scratch.jsonl), with init = scratch/.
 4. drafter/ (and scratch/): config.json (LlamaForCausalLMEagle3, draft_vocab_size,
-   target_hidden_size, eagle_config aux ids [0, 1, 2]), model.safetensors (bf16 midlayer.*,
-   fc.weight, norm.weight, lm_head.weight; int64 d2t, bool t2d; no embed_tokens: SGLang uses the
-   target's), tokenizer copies. vocab_map.safetensors: the training data's d2t/t2d (SpecForge's
-   construction: the draft_vocab_size most frequent loss-masked tokens, sorted).
+   target_hidden_size, eagle_config aux ids, [0, 1, 2] by default), model.safetensors (bf16
+   midlayer.*, fc.weight, norm.weight, lm_head.weight; int64 d2t, bool t2d; no embed_tokens:
+   SGLang uses the target's), tokenizer copies. vocab_map.safetensors: the training data's
+   d2t/t2d (SpecForge's construction: the draft_vocab_size most frequent loss-masked tokens,
+   sorted).
    With `--deadline` (Unix time, set by loop.py) both runs shrink in proportion to what is left
-   once the data is made, so a drafter is saved rather than killed unsaved.
+   once the data is made, and stop before any update past it, so a drafter is saved as long as
+   the data itself is made in time.
 5. prediction.json: `specgate eval` (teacher_forced) of drafter/ on dump/heldout at --max-steps
    draft steps; predicted accept length per (steps, topk 1, draft tokens steps + 1) config, overall
    and per prompt category, per verify pass (the served walk: greedy serving replayed on the
@@ -210,8 +213,8 @@ def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
            batch: int = 64) -> list[list[int]]:
     """Greedy continuations (stopping after </s>), batched with left padding, with the KV cache
     (one token per sequence per forward after the prompt; a deep target made the recomputing
-    version far too slow). make_samples recomputes every sample unpadded in one forward and
-    keeps it only up to the first token where that forward's argmax disagrees."""
+    version far too slow). make_samples recomputes every sample (capture: right-padded batches)
+    and keeps it only up to the first token where that forward's argmax disagrees."""
     outs: list[list[int]] = []
     for start in range(0, len(prompts), batch):
         group = prompts[start:start + batch]
@@ -525,8 +528,10 @@ def pack(data: list[dict[str, torch.Tensor]], order: list[int],
 def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
           embed: Embeddings, data: list[dict[str, torch.Tensor]], *, seconds: float,
           max_epochs: int, min_epochs: int, ttt: int, lr: float, log_path: Path,
-          seed: int, pack_tokens: int = 0) -> dict[str, Any]:
+          seed: int, pack_tokens: int = 0, stop_at: float | None = None) -> dict[str, Any]:
     """Train in place for `seconds` (whole epochs, at least min_epochs); one JSON line per epoch.
+    stop_at (Unix time) is a hard end: checked before every update, it cuts the epoch short
+    (its line says "partial": true), min_epochs notwithstanding.
 
     pack_tokens > 0: each update sees shuffled samples packed into one sequence of about that
     many tokens (attention kept within each sample), instead of one sample per update.
@@ -543,13 +548,13 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
     rows: list[dict[str, Any]] = []
 
     def record(epoch: int, step: int, loss: list[float], hits: list[int], counts: list[int],
-               lr_now: float, elapsed: float) -> None:
+               lr_now: float, elapsed: float, partial: bool = False) -> None:
         acc = [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
         row = {"epoch": epoch, "step": step, "loss": round(loss[0] / max(counts[0], 1), 5),
                "accuracy": round(acc[0], 5),
                "loss_steps": [round(x / max(c, 1), 5) for x, c in zip(loss, counts, strict=True)],
                "accuracy_steps": [round(a, 5) for a in acc], "lr": lr_now,
-               "seconds": round(elapsed, 2)}
+               "seconds": round(elapsed, 2), **({"partial": True} if partial else {})}
         rows.append(row)
         with log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
@@ -572,7 +577,11 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
         rng.shuffle(order)
         batches = pack(data, order, pack_tokens) if pack_tokens > 0 else [data[i] for i in order]
         tot, hit, cnt = [0.0] * ttt, [0] * ttt, [0] * ttt
+        cut = False
         for batch in batches:
+            if stop_at is not None and time.time() >= stop_at:
+                cut = True
+                break
             frac = min(1.0, (time.perf_counter() - started) / max(seconds, 1e-9))
             lr_now = lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(
                 math.pi * frac)))
@@ -591,8 +600,10 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
                 hit[k] += hits[k]
                 cnt[k] += counts[k]
         elapsed = time.perf_counter() - started
-        record(epoch, step, tot, hit, cnt, lr_now, elapsed)
-        if elapsed >= seconds and epoch >= min_epochs:
+        if cut and not cnt[0]:  # the deadline came before this epoch's first update
+            break
+        record(epoch, step, tot, hit, cnt, lr_now, elapsed, partial=cut)
+        if cut or (elapsed >= seconds and epoch >= min_epochs):
             break
     return {"epochs": rows[-1]["epoch"], "steps": step, "seconds": rows[-1]["seconds"],
             "initial_loss": rows[0]["loss"], "final_loss": rows[-1]["loss"],
@@ -700,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
                              "the GPU more per forward, in decode and verify alike")
     parser.add_argument("--aux-layers",
                         help="eagle_aux_hidden_state_layer_ids, comma-separated (default: 0,1,2 "
-                             "for 4 layers, else SGLang's own choice for the depth)")
+                             "below 8 layers, else SGLang's own choice for the depth)")
     parser.add_argument("--max-steps", type=int, default=5, help="deepest config predicted")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--gen-batch", type=int, default=64,
@@ -714,8 +725,11 @@ def main(argv: list[str] | None = None) -> int:
                              ("heldout_prompts", args.heldout_prompts),
                              ("draft_vocab", args.draft_vocab),
                              ("layers", args.layers)) if v is not None})
-    aux = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers
-           else default_aux_layers(size.layers))
+    try:
+        aux = (tuple(int(x) for x in args.aux_layers.split(",")) if args.aux_layers
+               else default_aux_layers(size.layers))
+    except ValueError:
+        parser.error(f"--aux-layers {args.aux_layers}: not comma-separated integers")
     if len(aux) != 3 or list(aux) != sorted(set(aux)) or not all(
             0 <= i < size.layers - 1 for i in aux):
         parser.error(f"--aux-layers {','.join(map(str, aux))}: need three distinct ids in "
@@ -733,8 +747,13 @@ def main(argv: list[str] | None = None) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     target_dir = out / "target"
-    if target_dir.exists():
-        shutil.rmtree(target_dir)
+    # Nothing of an earlier run may survive into this one: a drafter left by a killed run would
+    # otherwise be served against the new target.
+    for stale in ("target", "drafter", "scratch", "logs", "dump"):
+        if (out / stale).exists():
+            shutil.rmtree(out / stale)
+    for stale in ("summary.json", "prediction.json", "vocab_map.safetensors"):
+        (out / stale).unlink(missing_ok=True)
     rng = random.Random(args.seed)
     corpus = _stdlib_texts(size.corpus_files) + _sentences(random.Random(12345), 2000)
     tok = build_tokenizer(target_dir, size.vocab, corpus)
@@ -773,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     n_train = sum(int(s["loss_mask"].sum()) for s in train_samples)
     n_held = sum(int(s["loss_mask"].sum()) for s in held_samples)
     log(f"data: train {len(train_samples)} samples / {n_train} generated tokens, held-out "
-        f"{len(held_samples)} / {n_held}; generation vs unpadded argmax agreement "
+        f"{len(held_samples)} / {n_held}; generation vs capture-forward argmax agreement "
         f"{train_stats['argmax_agreement']:.4f} / {held_stats['argmax_agreement']:.4f}; "
         f"hooks vs output_hidden_states max |diff| {hook_diff:.3g}")
     lap("write dumps")
@@ -795,11 +814,14 @@ def main(argv: list[str] | None = None) -> int:
         None if args.deadline is None else args.deadline - time.time())
     if note:
         log(note)
+    # Hard ends: whole epochs may overrun the seconds, the deadline may not.
+    end = None if args.deadline is None else args.deadline - AFTER_TRAINING_S
     scratch = train(size, weights, d2t, t2d, embed, data, seconds=scratch_s,
                     max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.lr,
                     log_path=out / "logs" / "scratch.jsonl", seed=args.seed,
-                    pack_tokens=args.pack_tokens)
+                    pack_tokens=args.pack_tokens,
+                    stop_at=None if end is None else end - finetune_s)
     save_drafter(out / "scratch", size, weights, d2t, t2d, target_dir)
     log(f"scratch: {scratch['epochs']} epochs / {scratch['steps']} steps in "
         f"{scratch['seconds']} s; step-0 loss {scratch['initial_loss']:.3f} -> "
@@ -813,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
                          max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.finetune_lr,
                          log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1,
-                         pack_tokens=args.pack_tokens)
+                         pack_tokens=args.pack_tokens, stop_at=end)
         save_drafter(out / "drafter", size, weights, d2t, t2d, target_dir)
         log(f"finetune: {finetune['epochs']} epochs / {finetune['steps']} steps in "
             f"{finetune['seconds']} s; step-0 loss {finetune['initial_loss']:.3f} -> "
