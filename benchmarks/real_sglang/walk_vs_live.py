@@ -1,4 +1,4 @@
-"""Offline prediction against live measurement, for every chain a tune launched.
+"""Offline prediction against live measurement, for every chain a tune or probe measured.
 
 usage: python3 benchmarks/real_sglang/walk_vs_live.py PREDICTION_JSON TUNE_JSON
            [LOOP_SUMMARY_JSON ...] [--out FILE]
@@ -6,10 +6,11 @@ usage: python3 benchmarks/real_sglang/walk_vs_live.py PREDICTION_JSON TUNE_JSON
 PREDICTION_JSON is train_drafter.py's prediction.json (`specgate eval` of the drafter on the
 held-out dump of the probe's prompts: the served walk per verify pass and per request, and the
 chain model averaged over every position). TUNE_JSON is a `specgate tune` result on the same
-drafter and prompts; each LOOP_SUMMARY_JSON a loop.py probe of it. Prints (or writes) a Markdown
-table: per chain, the offline walk against the measured tokens per verify in decode
-(tau_decode) and per request (accept length as SGLang counts it), with the relative error, beside
-the two chain models (offline over every position, and the tune's from SGLang's histogram).
+drafter and prompts, or - when no tune ran; each LOOP_SUMMARY_JSON a loop.py probe of it.
+Prints (or writes) a Markdown table: per chain, the offline walk against the measured tokens
+per verify in decode (tau_decode) and per request (accept length as SGLang counts it), with the
+relative error, beside the two chain models (offline over every position, and the tune's from
+SGLang's histogram).
 """
 
 from __future__ import annotations
@@ -103,13 +104,13 @@ def markdown(table: list[dict[str, Any]], prediction: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("prediction", type=Path)
-    ap.add_argument("tune", type=Path)
+    ap.add_argument("tune", help="tune.json, or - when no tune ran (probes only)")
     ap.add_argument("probes", type=Path, nargs="*")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     try:
         prediction = json.loads(args.prediction.read_text())
-        tune = json.loads(args.tune.read_text())
+        tune = {} if args.tune == "-" else json.loads(Path(args.tune).read_text())
         probes = [json.loads(p.read_text()) for p in args.probes]
     except (OSError, ValueError) as exc:
         print(f"walk_vs_live: cannot read the inputs: {exc}", file=sys.stderr)
