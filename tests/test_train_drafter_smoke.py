@@ -160,12 +160,19 @@ def test_fit_training_shrinks_both_runs_in_proportion(mod: Any) -> None:
     assert mod.fit_training(60, 20, 5, after_s=20)[:2] == (0, 0)
 
 
-def test_bad_aux_layers_are_refused_with_the_flag_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("value", "message"), [
+    ("1,1,4", "--aux-layers 1,1,4: need three distinct ids"),
+    ("1,3,7", "--aux-layers 1,3,7: need three distinct ids in increasing order within [0, 6]"),
+    ("1,x,4", "--aux-layers 1,x,4: not comma-separated integers"),
+])
+def test_bad_aux_layers_are_refused_with_the_flag_named(tmp_path: Path, value: str,
+                                                        message: str) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "x"), "--size", "tiny",
-                           "--device", "cpu", "--layers", "8", "--aux-layers", "1,1,4"],
+                           "--device", "cpu", "--layers", "8", "--aux-layers", value],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
-    assert "--aux-layers 1,1,4: need three distinct ids" in done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.fixture(scope="module")
