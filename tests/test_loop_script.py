@@ -3,7 +3,6 @@ server's clean-up (the parts of the GPU-machine loop that can be checked without
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -14,19 +13,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_sglang"
+from helpers_scripts import REAL_SGLANG as HERE
+from helpers_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def loop() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rs_loop", HERE / "loop.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rs_loop"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("loop")
 
 
 def test_served_parses_a_chain_and_a_tune_key_and_refuses_what_sglang_would(

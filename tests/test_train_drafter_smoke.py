@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_scripts import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -137,18 +138,7 @@ def test_a_past_deadline_shrinks_the_training_instead_of_losing_the_drafter(
 
 @pytest.fixture(scope="module")
 def mod() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_drafter_mod", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script("train_drafter")
 
 
 def test_fit_training_shrinks_both_runs_in_proportion(mod: Any) -> None:

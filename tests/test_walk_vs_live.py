@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers_scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "real-sglang-0.5.17"
@@ -15,15 +14,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "real-sglang-0.5.17"
 
 @pytest.fixture(scope="module")
 def wvl() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rs_walk_vs_live",
-                                                  ROOT / "benchmarks" / "real_sglang" /
-                                                  "walk_vs_live.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("walk_vs_live")
 
 
 def test_a_tune_and_its_probes_give_one_row_per_measured_chain(
