@@ -72,6 +72,7 @@ import sys
 import sysconfig
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -316,11 +317,15 @@ def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_toke
     generation/argmax split."""
     conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
     seqs = [p + c for (_, _, p), c in zip(prompts, conts, strict=True)]
-    caps: list[dict[str, torch.Tensor]] = []
-    for start in range(0, len(seqs), CAPTURE_BATCH):
-        caps += capture(model, seqs[start:start + CAPTURE_BATCH], device, aux_layers)
+
+    def captured() -> Iterator[dict[str, torch.Tensor]]:
+        # One batch on the device at a time: each sample is copied to the CPU below before the
+        # next batch's forward.
+        for start in range(0, len(seqs), CAPTURE_BATCH):
+            yield from capture(model, seqs[start:start + CAPTURE_BATCH], device, aux_layers)
+
     samples, agree, total, worst = [], 0, 0, 0.0
-    for (name, category, prompt), ids, cap in zip(prompts, seqs, caps, strict=True):
+    for (name, category, prompt), ids, cap in zip(prompts, seqs, captured(), strict=True):
         worst = max(worst, float(cap["hook_vs_hidden_states"]))
         # The target's argmax at t should be the generated token at t + 1.
         nxt = cap["next"].cpu()
