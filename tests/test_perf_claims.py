@@ -76,6 +76,29 @@ def test_speedup_fails_below_one_with_interval():
     assert result.observed == pytest.approx(66.0 / 82.0, rel=1e-3)
 
 
+def test_speedup_names_the_prompts_that_are_not_faster():
+    # Four prompts: the drafter doubles two and runs two at 0.5× (a blind spot: accept length
+    # 1), as the 64-layer drafter of the fifth real-SGLang session did on 11 of 42 prompts.
+    base = _measurement("baseline", tps_per_repeat=[100.0] * 3)
+    spec = _measurement("speculative", tps_per_repeat=[100.0] * 3, verify=40, completion=83,
+                        prompt_factors=[0.5, 2.0, 0.6, 2.0])
+    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    assert "per prompt (median 1.30×) not above 1 on 2 of 4: p0 0.50×" in result.message
+    assert "p2 0.60×, accept length 2.08" in result.message
+    rows = result.details["per_prompt"]
+    assert [r["prompt_id"] for r in rows] == ["p0", "p2", "p1", "p3"]  # slowest first
+    assert rows[0]["speedup"] == pytest.approx(0.5) and rows[-1]["category"] == "chat"
+
+
+def test_speedup_spread_when_every_prompt_is_faster():
+    base = _measurement("baseline", tps_per_repeat=[100.0] * 3)
+    spec = _measurement("speculative", tps_per_repeat=[150.0] * 3, verify=40,
+                        prompt_factors=[1.0, 1.2, 1.1, 1.3])
+    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    assert "per prompt 1.50× to 1.95× (median 1.73×), above 1 on all 4" in result.message
+    assert "not above" not in result.message
+
+
 def test_accept_len_against_breakeven_threshold():
     base, spec = _seeds_story()
     result = perf_claims.accept_len_claim(_profile(accept_len_min="breakeven"), _live(base, spec))

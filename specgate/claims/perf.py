@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -482,6 +484,26 @@ def _r(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else round(value, 4)
 
 
+def _spread(rows: Sequence[bench.PromptSpeedup], threshold: float) -> str:
+    """Where the prompts fall against the threshold: a wide paired interval comes from them."""
+    if len(rows) < 2:
+        return ""
+    median = statistics.median(r.speedup for r in rows)
+    behind = [r for r in rows if r.speedup <= threshold]
+    if not behind:
+        return (f"; per prompt {rows[0].speedup:.2f}× to {rows[-1].speedup:.2f}× (median "
+                f"{median:.2f}×), above {threshold:g} on all {len(rows)}")
+
+    def one(r: bench.PromptSpeedup) -> str:
+        tau = f", accept length {r.accept_len:.2f}" if r.accept_len is not None else ""
+        return f"{r.prompt_id} {r.speedup:.2f}×{tau}"
+
+    named = "; ".join(one(r) for r in behind[:3])
+    more = f"; {len(behind) - 3} more" if len(behind) > 3 else ""
+    return (f"; per prompt (median {median:.2f}×) not above {threshold:g} on {len(behind)} of "
+            f"{len(rows)}: {named}{more}")
+
+
 def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.speedup: speculative ÷ baseline decode tok/s > speedup_min, with its interval."""
     cid = "spec.speedup"
@@ -503,14 +525,17 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     interval = (f", {pct} % CI [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] (paired jackknife "
                 f"over {ratio.n} prompts)" if ratio.has_interval else "")
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
+    rows = bench.speedup_by_prompt(spec, base)
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
-               f"required > {threshold:g}: {how}{slower}{_reused_baseline(live)}")
+               f"required > {threshold:g}: {how}{slower}{_spread(rows, threshold)}"
+               f"{_reused_baseline(live)}")
     return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x",
                          details={"speedup": ratio.to_json(),
                                   "spec_tps": spec.stats["tps"].to_json(),
-                                  "baseline_tps": base.stats["tps"].to_json()},
+                                  "baseline_tps": base.stats["tps"].to_json(),
+                                  "per_prompt": [r.to_json() for r in rows]},
                          attachments=(*_attachments(live, live.speculative, live.baseline),
                                       live_plots.tps_repeats(base, spec)))
 

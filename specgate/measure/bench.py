@@ -397,6 +397,42 @@ def measure(client: SGLangClient, bench: BenchSection, *, config: Config,
                              server_spec=server_spec)
 
 
+@dataclasses.dataclass(frozen=True)
+class PromptSpeedup:
+    """One prompt's speculative ÷ baseline decode tok/s (its repeats pooled on each side)."""
+
+    prompt_id: str
+    category: str
+    speedup: float
+    accept_len: float | None  # the speculative side's completion tokens per verify pass
+
+    def to_json(self) -> dict[str, object]:
+        return {"prompt_id": self.prompt_id, "category": self.category,
+                "speedup": round(self.speedup, 4),
+                "accept_len": None if self.accept_len is None else round(self.accept_len, 3)}
+
+
+def speedup_by_prompt(spec: Measurement, base: Measurement) -> list[PromptSpeedup]:
+    """Each prompt both servers measured, slowest first (prompts with no decode time left out).
+
+    The paired interval of speedup() is wide when prompts disagree; this is the list that
+    shows which ones do (a drafter blind to some prompts' text runs them at ~1/cycle-ratio).
+    """
+    categories = {s.prompt_id: s.category for s in spec.samples}
+    spec_units, base_units = per_prompt(spec.samples), per_prompt(base.samples)
+    rows = []
+    for pid, unit in spec_units.items():
+        if pid not in base_units:
+            continue
+        num, den = _tps(unit), _tps(base_units[pid])
+        if not (math.isfinite(num) and math.isfinite(den)) or den <= 0:
+            continue
+        tau = _per_verify(unit.completion_tokens, unit)
+        rows.append(PromptSpeedup(pid, categories[pid], num / den,
+                                  tau if math.isfinite(tau) else None))
+    return sorted(rows, key=lambda r: (r.speedup, r.prompt_id))
+
+
 def straddles(summary: Summary | None, threshold: float | None, what: str) -> str | None:
     """A keep_going reason when the interval contains the threshold, else None."""
     if summary is None or threshold is None or not summary.has_interval:
