@@ -427,3 +427,83 @@ def test_a_device_torch_cannot_use_breaks_the_claim_with_its_name(
     assert result.status is Status.BROKEN, result.message
     assert "could not be made" in result.message
     assert "[eval] device = 'cuda:97', but torch sees 1 CUDA device here" in result.message
+
+
+# -- per prompt: blind spots ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def blind(known: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dump of three probe prompts: chat-1 clean, math-1 noisy (60 %), chat-3 all noise (the
+    drafter is never right: no draft accepted, as on 7 of 40 prompts in the fifth real-SGLang
+    session)."""
+    root = tmp_path_factory.mktemp("blind")
+    wrong = generate_dump(root / "wrong", known["drafter"], samples=1, tokens=TOKENS,
+                          prompt_tokens=PROMPT_TOKENS, noise=1.0, seed=1)
+    dump = root / "dump"
+    dump.mkdir()
+    shutil.copy(known["dump"] / "chat-1.safetensors", dump / "chat-1.safetensors")
+    shutil.copy(known["dump"] / "math-1.safetensors", dump / "math-1.safetensors")
+    shutil.copy(wrong / "sample_00000.safetensors", dump / "chat-3.safetensors")
+    shutil.copy(known["dump"] / "embeddings.safetensors", dump / "embeddings.safetensors")
+    meta = json.loads((known["dump"] / "metadata.json").read_text())
+    meta["samples"] = {"math-1": {"category": "math"}}
+    (dump / "metadata.json").write_text(json.dumps(meta))
+    return dump
+
+
+def test_prediction_per_sample_in_the_same_pass(known: dict[str, Path], blind: Path,
+                                                prediction: ServedPrediction) -> None:
+    assert prediction.samples == {}  # only when asked for
+    per = predict_served(known["drafter"], blind, steps=1, names=PROBE_NAMES, by_sample=True)
+    assert sorted(per.samples) == ["chat-1", "chat-3", "math-1"]
+    assert per.samples["chat-1"].per_verify == CLEAN
+    assert per.samples["chat-3"].per_verify < 1.1  # never right: (almost) one token per verify
+    assert 1.1 < per.samples["math-1"].per_verify < 1.8
+    assert per.samples["math-1"].per_verify == per.categories["math"].per_verify  # one sample
+    assert per.to_json()["samples"]["chat-3"]["samples"] == 1
+
+
+def test_specgate_eval_by_sample(blind: Path, known: dict[str, Path],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_eval(["--drafter", str(known["drafter"]), "--hidden-states", str(blind),
+                      "--served-steps", "1", "--by-sample"]) == 0
+    out = capsys.readouterr().out
+    assert "per sample (one sample each" in out
+    row = next(line for line in out.splitlines() if line.startswith("chat-1 "))
+    assert f"{CLEAN:.3f}" in row
+
+
+def test_agreement_per_prompt_ranks_and_names_the_blind_spots(
+        known: dict[str, Path], blind: Path) -> None:
+    profile = parse_profile({"name": "t", "drafter": {"path": str(known["drafter"])},
+                             "speculative": {"num_steps": 1, "eagle_topk": 1,
+                                             "num_draft_tokens": 2},
+                             "eval": {"hidden_states": str(blind), "min_tokens": 100}})
+    ids = {"chat": ["chat-1", "chat-3"], "math": ["math-1"]}
+
+    def live(chat1: float, math1: float, chat3: float) -> LiveResults:
+        run = _live({"chat": (["chat-1"], chat1), "math": (["math-1"], math1),
+                     "x": (["chat-3"], chat3)}, spread=0.0)
+        samples = [dataclasses.replace(s, category="chat") if s.prompt_id in ids["chat"] else s
+                   for s in run.speculative.measurement.samples]  # type: ignore[union-attr]
+        spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
+                                 bench=BenchSection(max_repeats=3), samples=samples)
+        return dataclasses.replace(run, speculative=dataclasses.replace(run.speculative,
+                                                                        measurement=spec))
+
+    same = eval_claims.live_agreement_claim(profile, live(2.0, 1.3, 1.0))
+    assert "per prompt (3 in the dump and the probe): rank correlation 1.00" in same.message
+    assert ("the offline walk predicts almost no accepted draft (< 1.1 per verify) on 1: "
+            "chat-3; measured 1.00 on each there") in same.message
+    rows = {r["prompt_id"]: r for r in same.details["per_prompt"]}
+    assert rows["chat-3"]["measured"] == pytest.approx(1.0)
+    assert rows["chat-1"]["predicted_per_verify"] == pytest.approx(CLEAN, abs=1e-4)
+    table = next(a.body for a in same.attachments
+                 if a.name == "predicted vs measured per prompt.csv")
+    assert isinstance(table, str)
+    assert [r["prompt_id"] for r in csv.DictReader(io.StringIO(table))] == [
+        "chat-1", "math-1", "chat-3"]
+    # Measured in the opposite order: the ranks say so.
+    reversed_ = eval_claims.live_agreement_claim(profile, live(1.0, 1.3, 2.0))
+    assert "rank correlation -1.00" in reversed_.message
+    assert "measured 2.00 on each there" in reversed_.message

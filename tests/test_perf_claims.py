@@ -87,7 +87,8 @@ def test_speedup_names_the_prompts_that_are_not_faster():
     assert "p2 0.60×, accept length 2.08" in result.message
     rows = result.details["per_prompt"]
     assert [r["prompt_id"] for r in rows] == ["p0", "p2", "p1", "p3"]  # slowest first
-    assert rows[0]["speedup"] == pytest.approx(0.5) and rows[-1]["category"] == "chat"
+    assert rows[0]["speedup"] == pytest.approx(0.5)
+    assert rows[-1]["category"] == "chat"
 
 
 def test_speedup_spread_when_every_prompt_is_faster():

@@ -179,3 +179,18 @@ def test_sequential_repeats_keep_the_false_pass_rate_at_its_level():
             values.append(rng.gauss(100.0, 5.0))
         passes += verdict == "above"
     assert passes / trials <= 0.025
+
+
+def test_spearman_ranks_ties_and_degenerate_inputs():
+    from specgate.measure.stats import spearman
+
+    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert spearman([1.0, 2.0, 3.0, 4.0], [9.0, 1.0, 0.5, 0.1]) == pytest.approx(-1.0)
+    # monotone but not linear: ranks only
+    assert spearman([1.0, 2.0, 3.0], [1.0, 100.0, 101.0]) == pytest.approx(1.0)
+    # ties share their mean rank: x ranks (1.5, 1.5, 3), y ranks (1, 2, 3) -> 0.866
+    assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(math.sqrt(3) / 2)
+    assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))  # one side constant
+    assert math.isnan(spearman([1.0], [2.0]))
+    with pytest.raises(ValueError, match="3 values against 2"):
+        spearman([1.0, 2.0, 3.0], [1.0, 2.0])

@@ -269,6 +269,85 @@ def agreements(prediction: ServedPrediction, spec: Measurement, tolerance: float
     return whole, per_category
 
 
+# A prompt whose served walk yields under this many tokens per verify accepts (almost) no draft:
+# the drafter is blind to that prompt's text (in the fifth real-SGLang session, 7 of 40 prompts
+# were predicted at exactly 1.000, and the same 7 measured 1.01).
+BLIND_PER_VERIFY = 1.1
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptAgreement:
+    """One prompt: the dump sample's predicted accept length against its measured one."""
+
+    prompt_id: str
+    category: str
+    predicted_per_verify: float
+    predicted: float  # per request, at this prompt's mean completion count
+    measured: float  # Σ completion / Σ verify over the prompt's requests
+    requests: int
+
+    @property
+    def blind(self) -> bool:
+        return self.predicted_per_verify < BLIND_PER_VERIFY
+
+    def to_json(self) -> dict[str, object]:
+        return {"prompt_id": self.prompt_id, "category": self.category,
+                "predicted_per_verify": _r(self.predicted_per_verify),
+                "predicted_per_request": _r(self.predicted), "measured": _r(self.measured),
+                "requests": self.requests}
+
+
+def prompt_agreements(prediction: ServedPrediction,
+                      spec: Measurement) -> list[PromptAgreement]:
+    """Each measured prompt that has a dump sample of the same name (the probe's prompt id), in
+    the order the probe ran them; prompts without a verify pass are left out."""
+    by_prompt: dict[str, list[RequestSample]] = {}
+    for sample in spec.samples:
+        by_prompt.setdefault(sample.prompt_id, []).append(sample)
+    rows = []
+    for pid, chosen in by_prompt.items():
+        predicted = prediction.samples.get(pid)
+        if predicted is None:
+            continue
+        mean = sum(s.completion_tokens for s in chosen) / len(chosen)
+        measured = bench.metric_of("accept_len", [bench.Totals.of(chosen)])
+        if mean <= 1 or not math.isfinite(measured):
+            continue
+        rows.append(PromptAgreement(pid, chosen[0].category, predicted.per_verify,
+                                    predicted.per_request(mean), measured, len(chosen)))
+    return rows
+
+
+def prompt_summary(rows: Sequence[PromptAgreement]) -> str:
+    """`; per prompt (40 in both): rank correlation 0.91; ...blind...` for the message."""
+    if len(rows) < 3:
+        return ""
+    rho = stats.spearman([r.predicted for r in rows], [r.measured for r in rows])
+    text = f"; per prompt ({len(rows)} in the dump and the probe): rank correlation " + (
+        f"{rho:.2f}" if math.isfinite(rho) else "undefined (one side is constant)")
+    blind = [r for r in rows if r.blind]
+    if blind:
+        names = ", ".join(r.prompt_id for r in blind[:5]) + (
+            f" and {len(blind) - 5} more" if len(blind) > 5 else "")
+        low, high = f"{min(r.measured for r in blind):.2f}", f"{max(r.measured for r in blind):.2f}"
+        measured = f"{low} on each" if low == high else f"{low} to {high}"
+        text += (f"; the offline walk predicts almost no accepted draft (< {BLIND_PER_VERIFY:g} "
+                 f"per verify) on {len(blind)}: {names}; measured {measured} there")
+    return text
+
+
+def prompt_csv(rows: Sequence[PromptAgreement]) -> str:
+    """Predicted and measured per prompt, one row each."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["prompt_id", "category", "predicted_per_verify", "predicted_per_request",
+                     "measured_accept_len", "requests"])
+    for r in rows:
+        writer.writerow([r.prompt_id, r.category, f"{r.predicted_per_verify:.4f}",
+                         f"{r.predicted:.4f}", f"{r.measured:.4f}", r.requests])
+    return out.getvalue()
+
+
 def agreement_csv(rows: Sequence[Agreement]) -> str:
     """Predicted and measured side by side, one row per group."""
     out = io.StringIO()
@@ -363,7 +442,7 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         prediction = predict_served(drafter, dump, steps=steps,
                                     target_path=profile.resolve(profile.target.path),
                                     names=names, min_tokens=profile.eval.min_tokens,
-                                    device=eval_device(profile))
+                                    device=eval_device(profile), by_sample=True)
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
         return claims.broken(cid, LIVE_PHASE, f"the offline prediction could not be made from "
                              f"[eval] hidden_states {dump} and the drafter {drafter}: {exc}")
@@ -376,19 +455,22 @@ def _judge_agreement(cid: str, sim: str, prediction: ServedPrediction, spec: Mea
                      tolerance: float) -> ClaimResult:
     pct = stats.percent(spec.confidence)
     rows = [whole, *per_category]
+    prompts = prompt_agreements(prediction, spec)
     details: dict[str, object] = {
         "steps": prediction.steps, "tolerance": tolerance, "confidence": spec.confidence,
         "overall": whole.to_json(), "per_category": {a.group: a.to_json() for a in per_category},
-        "prediction": prediction.to_json()}
+        "per_prompt": [p.to_json() for p in prompts], "prediction": prediction.to_json()}
     attachments = (
         Attachment("predicted vs measured.csv", agreement_csv(rows), "csv"),
+        *((Attachment("predicted vs measured per prompt.csv", prompt_csv(prompts), "csv"),)
+          if prompts else ()),
         Attachment("offline prediction", served_table(prediction), "text"),
         Attachment("offline prediction.json", json.dumps(prediction.to_json(), indent=2),
                    "json"))
     categories = "; ".join(a.short() for a in per_category)
     tail = (f". Per category (predicted vs measured [{pct} % CI]): {categories}"
             if categories else "")
-    notes = "".join(f"; note: {n}" for n in prediction.notes)
+    notes = prompt_summary(prompts) + "".join(f"; note: {n}" for n in prediction.notes)
     pred, bounds, m = whole.per_request, whole.bounds, whole.measured
     if not whole.judged or pred is None or bounds is None or m is None:
         shown = f"predicted {pred:.3f} per request; " if pred is not None else ""

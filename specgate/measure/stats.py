@@ -193,6 +193,36 @@ def jackknife(units: Sequence[U], statistic: Callable[[Sequence[U]], float],
     return Summary(n, full, std, cv, full - half, full + half, confidence, float(n - 1))
 
 
+def _ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (Pearson's over tie-averaged ranks); nan with fewer than
+    two pairs or when either side is constant."""
+    if len(xs) != len(ys):
+        raise ValueError(f"spearman needs pairs: {len(xs)} values against {len(ys)}")
+    if len(xs) < 2:
+        return math.nan
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = math.fsum(rx) / len(rx), math.fsum(ry) / len(ry)
+    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = math.fsum((a - mx) ** 2 for a in rx)
+    syy = math.fsum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else math.nan
+
+
 def percent(confidence: float) -> str:
     """A confidence level as people write it: 95, 98.75, 99.17 (not 98.75000000000001)."""
     return f"{confidence * 100:.4g}"

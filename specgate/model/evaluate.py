@@ -469,6 +469,8 @@ class ServedPrediction:
     completion_tokens: float | None = None
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    # one per dump sample (by file stem: the probe's prompt id), when asked for (by_sample)
+    samples: dict[str, GroupPrediction] = dataclasses.field(default_factory=dict)
 
     @property
     def groups(self) -> tuple[GroupPrediction, ...]:
@@ -483,6 +485,8 @@ class ServedPrediction:
                 "completion_tokens": None if n is None else round(n, 3),
                 "overall": self.overall.to_json(n),
                 "categories": {c: g.to_json(n) for c, g in sorted(self.categories.items())},
+                **({"samples": {k: g.to_json(n) for k, g in sorted(self.samples.items())}}
+                   if self.samples else {}),
                 "notes": list(self.notes), "seconds": round(self.seconds, 3)}
 
 
@@ -538,11 +542,13 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
                    target_path: Path | str | None = None,
                    names: Mapping[str, str] | None = None,
                    completion_tokens: float | None = None, min_tokens: int = MIN_TOKENS,
-                   device: str = "cpu", dtype: str = "float32") -> ServedPrediction:
+                   device: str = "cpu", dtype: str = "float32",
+                   by_sample: bool = False) -> ServedPrediction:
     """Predicted accept length of a served chain (topk 1, `steps` draft steps), overall and per
     category (see sample_categories for `names`), per verify pass and, at a mean completion
-    count, per request as SGLang counts it. Needs torch; raises DataError / CheckpointError
-    naming the file for a bad dump or drafter."""
+    count, per request as SGLang counts it; with by_sample, per dump sample too (in the same
+    pass over the dump). Needs torch; raises DataError / CheckpointError naming the file for a
+    bad dump or drafter."""
     import torch
 
     from specgate.model.eagle import EagleDrafter
@@ -559,17 +565,23 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
     categories, category_source = sample_categories(dump, names)
     groups = {c: {stem for stem, cat in categories.items() if cat == c}
               for c in sorted(set(categories.values()))}
+    stems = [sample.file.stem for sample in dump.samples] if by_sample else []
+    keyed = {**{f"category:{c}": members for c, members in groups.items()},
+             **{f"sample:{stem}": {stem} for stem in stems}}
     started = time.perf_counter()
-    total, parts = evaluate_groups(model, dump, embed, steps=steps, groups=groups,
+    total, parts = evaluate_groups(model, dump, embed, steps=steps, groups=keyed,
                                    drafter_label=str(drafter.path), embedding_source=source)
     note = _rope_note(drafter)
     return ServedPrediction(
         drafter=str(drafter.path), dump=str(dump.path), steps=steps, embedding_source=source,
         category_source=category_source,
         overall=group_prediction(ALL, total, steps, min_tokens),
-        categories={c: group_prediction(c, r, steps, min_tokens) for c, r in parts.items()},
+        categories={c: group_prediction(c, parts[f"category:{c}"], steps, min_tokens)
+                    for c in groups},
         completion_tokens=completion_tokens, notes=(note,) if note else (),
-        seconds=time.perf_counter() - started)
+        seconds=time.perf_counter() - started,
+        samples={stem: group_prediction(stem, parts[f"sample:{stem}"], steps, min_tokens)
+                 for stem in stems})
 
 
 def served_table(prediction: ServedPrediction) -> str:
@@ -586,6 +598,13 @@ def served_table(prediction: ServedPrediction) -> str:
                + (f"{g.per_request(n):>12.3f}" if n is not None else "")
                + f"{g.chain_model:>12.3f}")
         lines.append(f"{row}  {g.note}".rstrip())
+    if prediction.samples:
+        lines.append("per sample (one sample each: figures for finding blind spots, not judged)")
+        for g in (prediction.samples[k] for k in sorted(prediction.samples)):
+            lines.append(f"{g.name:<16}{g.samples:>8}{g.tokens:>9}{g.positions:>10}"
+                         f"{g.per_verify:>11.3f}"
+                         + (f"{g.per_request(n):>12.3f}" if n is not None else "")
+                         + f"{g.chain_model:>12.3f}")
     lines.append("per verify: the served walk (chains anchored where greedy serving anchors "
                  "them); chain model: acceptance averaged over every position, biased high")
     if n is not None:
@@ -667,7 +686,7 @@ def _plan(args: argparse.Namespace) -> _EvalPlan | str:
                     "(a chain's acceptance cannot tell how often a second-ranked draft would "
                     "have been right). Give --served-steps N to predict a chain of N steps")
         served = spec.num_steps
-    if served is None and args.by_category:
+    if served is None and (args.by_category or args.by_sample):
         served = args.steps
     if served is not None and served < 1:
         return f"--served-steps must be at least 1, got {served}"
@@ -700,6 +719,9 @@ def main_eval(argv: Sequence[str] | None = None, *, probe_names: ProbeNames | No
     parser.add_argument("--by-category", action="store_true", help="the served prediction per "
                         "category too (from the dump's metadata.json samples, else sample files "
                         "named after the probe's prompt ids)")
+    parser.add_argument("--by-sample", action="store_true", help="the served prediction per "
+                        "dump sample too (a probe dump's samples are its prompts: the ones the "
+                        "drafter is blind to show up near 1.0)")
     parser.add_argument("--completion-tokens", type=float, help="also the per-request figure "
                         "SGLang reports (completion tokens / verify passes) at this mean number "
                         "of completion tokens per request")
@@ -727,7 +749,7 @@ def main_eval(argv: Sequence[str] | None = None, *, probe_names: ProbeNames | No
                                       target_path=plan.target, names=names,
                                       completion_tokens=args.completion_tokens,
                                       min_tokens=plan.min_tokens, device=args.device,
-                                      dtype=args.dtype)
+                                      dtype=args.dtype, by_sample=args.by_sample)
                 served.append(pred if args.by_category
                               else dataclasses.replace(pred, categories={}))
     except (SpecgateError, KeyError, ValueError) as exc:
