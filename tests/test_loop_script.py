@@ -195,3 +195,15 @@ def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -
         assert all(steps[s]["note"].startswith("not run: no drafter") for s in expected)
         assert not (work / "phase1.log").exists()
         assert not (work / "probe.log").exists()
+
+
+def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> None:
+    """A call that names --train-args asked for a new drafter: it trains even where an earlier
+    call left a model (the fifth session lost a device call to the old rule, which served it)."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "prediction.json").write_text("{}")
+    done = _run_loop(work, out, "--skip-phase1", "--skip-probe", "--train-args=--no-such-flag")
+    assert f"training again in {work / 'model'}: --train-args was given" in done.stdout
+    summary = json.loads((out / "loop_summary.json").read_text())
+    assert summary["steps"]["train"]["exit"] == 2  # train_drafter.py ran (and refused the flag)

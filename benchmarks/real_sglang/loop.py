@@ -395,7 +395,13 @@ def main() -> int:
     def left() -> float:
         return args.deadline - time.time()
 
-    trained = not (model / "prediction.json").exists()
+    # A model from an earlier call is served as it is, unless this call names training flags:
+    # then it asked for a new drafter (train_drafter.py clears the old one's files first).
+    present = (model / "prediction.json").exists()
+    trained = not present or bool(args.train_args.strip())
+    if trained and present:
+        log(f"training again in {model}: --train-args was given (a call without it serves "
+            "the model that is there)")
     if trained:
         warm = WarmUp.start(work, shlex.split(args.launcher), args.root, args.sim) \
             if args.warm_up else None

@@ -7,8 +7,9 @@
 #   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
 #        [--steps N|sN-kK-dD | --from-tune TUNE_JSON] [--tag T] [--skip-phase1] [--skip-probe]
 #        [--warm-up] [--fresh-baseline]
-# A second call on the same warm machine finds the trained model in $RS_WORK/model and only
-# serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1). --skip-probe trains and judges
+# A second call on the same warm machine without --train-args finds the trained model in
+# $RS_WORK/model and only serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1); with
+# --train-args it trains a new one there. --skip-probe trains and judges
 # the Phase 1/2 claims only; --warm-up starts and stops one SGLang server while the drafter
 # trains, so a later call's launches find SGLang's kernels compiled. Every call's probe writes to
 # $RS_WORK/reports (stored baselines and history carry over: a second probe, or a probe after
