@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,13 @@ def test_loss_went_down_and_the_logs_read(run: Path) -> None:
 
 
 def test_dumps_and_prediction(run: Path) -> None:
+    stdout = (run / "stdout.txt").read_text()
+    assert re.search(r"generation \d+\.\d s, capture \d+\.\d s", stdout)
+    assert re.search(r"one-token loops: \d+ of \d+ training answers end in one, on \d+ "
+                     r"distinct tokens; \d+ of 3 held-out answers", stdout)
+    meta = json.loads((run / "dump" / "train" / "metadata.json").read_text())
+    assert meta["generate_s"] >= 0
+    assert meta["capture_s"] >= 0
     for name in ("train", "heldout"):
         dump = open_dump(run / "dump" / name)
         assert dump.samples
@@ -215,3 +223,73 @@ def test_batched_capture_equals_one_sequence_at_a_time(mod: Any, fp32_target: An
         assert torch.allclose(got["final"], alone["final"], atol=1e-5)
         assert torch.equal(got["next"], alone["next"])
         assert float(got["hook_vs_hidden_states"]) == 0.0
+
+
+class _Tok:
+    """A stand-in tokenizer: one id per character (what train_prompts needs of one)."""
+
+    class _Enc:
+        def __init__(self, ids: list[int]) -> None:
+            self.ids = ids
+
+    def encode(self, text: str) -> _Enc:
+        return self._Enc([3 + ord(c) % 500 for c in text])
+
+
+def test_prompt_mix_sets_the_kinds_in_proportion_and_long_prompts_stay_long(mod: Any) -> None:
+    import random
+
+    mix = mod.parse_mix("code=3,random=1,long=2")
+    assert mix == (("code", 3), ("random", 1), ("long", 2))
+    got = mod.train_prompts(_Tok(), 60, random.Random(0), 1024, None, mix)
+    kinds = [k for _, k, _ in got]
+    assert kinds[:6] == ["code", "code", "code", "random", "long", "long"]
+    assert (kinds.count("code"), kinds.count("random"), kinds.count("long")) == (30, 10, 20)
+    lengths = {k: max(len(ids) for _, kind, ids in got if kind == k) for k in set(kinds)}
+    assert lengths["long"] == mod.LONG_PROMPT_TOKENS  # 4-8 sentences, cut at 224
+    assert lengths["code"] <= 64
+    assert lengths["random"] <= 64
+    # Without a mix: the recipe of every earlier session, a third each without a template.
+    plain = mod.train_prompts(_Tok(), 6, random.Random(0), 1024)
+    assert [k for _, k, _ in plain] == ["sentence", "code", "random"] * 2
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("code=3,poems=1", "unknown prompt kind 'poems'"),
+    ("code=0", "code=0: the weight must be a positive integer"),
+    ("code", "code=: the weight must be a positive integer"),
+    ("code=1,code=2", "prompt kind 'code' given twice"),
+])
+def test_bad_prompt_mix_is_refused_with_the_flag_named(tmp_path: Path, value: str,
+                                                      message: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "x"), "--size", "tiny",
+                           "--device", "cpu", "--prompt-mix", value],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert f"--prompt-mix {value}: {message}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_chat_prompts_need_a_template(mod: Any) -> None:
+    import random
+
+    with pytest.raises(ValueError, match="chat needs the probe's chat template"):
+        mod.train_prompts(_Tok(), 4, random.Random(0), 1024, None, (("chat", 1),))
+
+
+def test_loop_tokens_counts_answers_that_end_in_one_repeated_token(mod: Any) -> None:
+    import torch
+
+    def sample(prompt: list[int], answer: list[int]) -> dict[str, Any]:
+        mask = torch.zeros(len(prompt) + len(answer), dtype=torch.uint8)
+        mask[len(prompt):] = 1
+        return {"input_ids": torch.tensor(prompt + answer), "loss_mask": mask}
+
+    tail = mod.LOOP_TAIL
+    found = mod.loop_tokens([
+        sample([5, 6], [9, 8] + [7] * tail),  # a loop on 7
+        sample([7] * 30, [4] * (tail - 1)),  # the prompt's 7s do not count; 15 fours are short
+        sample([1], [2, 3] * tail),  # period 2: not a one-token loop
+        sample([1], [7] * (tail + 5)),
+        sample([1], [11] * tail)])
+    assert found == {7: 2, 11: 1}

@@ -95,6 +95,7 @@ BOS, EOS = 1, 2
 TTT_DECAY = 0.8
 AFTER_TRAINING_S = 20.0  # saving both drafters and the prediction, with room to spare
 CAPTURE_BATCH = 64  # sequences per capture forward
+LOOP_TAIL = 16  # answer tokens that must all be one token for loop_tokens to count a loop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,7 +316,9 @@ def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_toke
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Generate, recompute in right-padded batches, keep each sample up to its first
     generation/argmax split."""
+    started = time.perf_counter()
     conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
+    generated_s = time.perf_counter() - started
     seqs = [p + c for (_, _, p), c in zip(prompts, conts, strict=True)]
 
     def captured() -> Iterator[dict[str, torch.Tensor]]:
@@ -347,7 +350,20 @@ def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_toke
             "next": nxt[:length].to(torch.int64).contiguous(),
             "loss_mask": mask})
     return samples, {"generated": float(total), "argmax_agreement": agree / max(total, 1),
-                     "hook_vs_hidden_states_max_abs": worst}
+                     "hook_vs_hidden_states_max_abs": worst,
+                     "generate_s": round(generated_s, 2),
+                     "capture_s": round(time.perf_counter() - started - generated_s, 2)}
+
+
+def loop_tokens(samples: list[dict[str, Any]], tail: int = LOOP_TAIL) -> Counter[int]:
+    """How many answers end in a loop of one repeated token, per token: the last `tail` answer
+    tokens all equal (a random target falls into such loops on most prompts)."""
+    found: Counter[int] = Counter()
+    for s in samples:
+        answer = s["input_ids"][s["loss_mask"].bool()].tolist()
+        if len(answer) >= tail and len(set(answer[-tail:])) == 1:
+            found[answer[-1]] += 1
+    return found
 
 
 QUESTIONS = ["Explain what this line does: {}", "Summarize in one sentence: {}",
@@ -355,27 +371,67 @@ QUESTIONS = ["Explain what this line does: {}", "Summarize in one sentence: {}",
              "List the nouns in: {}", "Continue the story: {}", "Why would someone write: {}"]
 
 
+PROMPT_KINDS = ("sentence", "code", "random", "chat", "long")
+LONG_PROMPT_TOKENS = 224  # the probe's summarization prompts are 160-210 tokens
+
+
+def parse_mix(text: str) -> tuple[tuple[str, int], ...]:
+    """`code=3,random=3,sentence=1,chat=1,long=2` -> the kinds in that order with their weights."""
+    mix = []
+    for part in text.split(","):
+        kind, _, weight = part.strip().partition("=")
+        if kind not in PROMPT_KINDS:
+            raise ValueError(f"unknown prompt kind {kind!r} (kinds: {', '.join(PROMPT_KINDS)})")
+        if not weight.isdigit() or int(weight) < 1:
+            raise ValueError(f"{kind}={weight}: the weight must be a positive integer")
+        if any(kind == k for k, _ in mix):
+            raise ValueError(f"prompt kind {kind!r} given twice")
+        mix.append((kind, int(weight)))
+    return tuple(mix)
+
+
 def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int,
-                  template: Any = None) -> list[tuple[str, str, list[int]]]:
-    """Varied prompts, a quarter each: sentences, stdlib code lines, random token strings, and
-    questions rendered with the chat template the probe uses (none of the probe's own texts)."""
+                  template: Any = None,
+                  mix: tuple[tuple[str, int], ...] | None = None,
+                  ) -> list[tuple[str, str, list[int]]]:
+    """Varied prompts (none of the probe's own texts). By default a quarter each: sentences,
+    stdlib code lines, random token strings, and questions rendered with the chat template the
+    probe uses (a third each of the first three without a template). With a mix, the kinds in
+    proportion to their weights, in turn; "long" is 4-8 sentences, up to LONG_PROMPT_TOKENS.
+
+    Every kind other than long is cut to 64 tokens. The random target falls into a loop of one
+    repeated token on most prompts, and each kind leads to its own loops. Over the recipe's
+    prompts (a CPU rebuild, fifth session) code and random strings gave 4-6 times more distinct
+    loop tokens per prompt than sentences and chat, and long prompts 2.6 times more than short
+    ones. The drafter only learns the loops that it sees.
+    """
+    if mix is None:
+        order = [("sentence", "code", "random", "chat")[i]
+                 for i in range(4 if template is not None else 3)]
+    else:
+        order = [kind for kind, weight in mix for _ in range(weight)]
+        if "chat" in order and template is None:
+            raise ValueError("prompt kind chat needs the probe's chat template")
     code_lines = [ln.strip() for t in _stdlib_texts(60) for ln in t.splitlines()
                   if 20 < len(ln.strip()) < 120]
     sentences = _sentences(rng, 400)
     out = []
     for i in range(n):
-        kind = i % 4 if template is not None else i % 3
-        if kind == 0:
+        kind = order[i % len(order)]
+        limit = 64
+        if kind == "sentence":
             ids = tok.encode(" ".join(rng.sample(sentences, 2))).ids
-        elif kind == 1:
+        elif kind == "code":
             ids = tok.encode(rng.choice(code_lines)).ids
-        elif kind == 2:
+        elif kind == "random":
             ids = [rng.randrange(3, vocab) for _ in range(rng.randrange(6, 24))]
+        elif kind == "long":
+            ids = tok.encode(" ".join(rng.sample(sentences, rng.randrange(4, 9)))).ids
+            limit = LONG_PROMPT_TOKENS
         else:
             body = rng.choice(QUESTIONS).format(rng.choice(sentences + code_lines))
             ids = tok.encode(template.render(body)).ids[-64:]
-        out.append((f"train_{i:05d}", ("sentence", "code", "random", "chat")[kind],
-                    ids[:64] or [BOS]))
+        out.append((f"train_{i:05d}", kind, ids[:limit] or [BOS]))
     return out
 
 
@@ -721,7 +777,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--gen-batch", type=int, default=64,
                         help="prompts per batch of the greedy generation")
+    parser.add_argument("--prompt-mix",
+                        help="training prompt kinds and weights, e.g. code=3,random=3,"
+                             "sentence=1,chat=1,long=2 (kinds: " + ", ".join(PROMPT_KINDS)
+                             + "; default a quarter each of the first four)")
     args = parser.parse_args(argv)
+    try:
+        mix = parse_mix(args.prompt_mix) if args.prompt_mix else None
+    except ValueError as exc:
+        parser.error(f"--prompt-mix {args.prompt_mix}: {exc}")
     size = dataclasses.replace(
         SIZES[args.size],
         **{k: v for k, v in (("train_prompts", args.train_prompts),
@@ -771,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
     held_p, template = heldout_prompts(tok, target_dir, size.heldout_prompts)
     from specgate.measure import prompts as probe_prompts
     train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
-                            probe_prompts.choose_template(None, target_dir))
+                            probe_prompts.choose_template(None, target_dir), mix)
     train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device,
                                               args.gen_batch, size.aux_layers)
     held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device,
@@ -799,7 +863,16 @@ def main(argv: list[str] | None = None) -> int:
     log(f"data: train {len(train_samples)} samples / {n_train} generated tokens, held-out "
         f"{len(held_samples)} / {n_held}; generation vs capture-forward argmax agreement "
         f"{train_stats['argmax_agreement']:.4f} / {held_stats['argmax_agreement']:.4f}; "
-        f"hooks vs output_hidden_states max |diff| {hook_diff:.3g}")
+        f"hooks vs output_hidden_states max |diff| {hook_diff:.3g}; generation "
+        f"{train_stats['generate_s'] + held_stats['generate_s']:.1f} s, capture "
+        f"{train_stats['capture_s'] + held_stats['capture_s']:.1f} s")
+    seen, held_loops = loop_tokens(train_samples), loop_tokens(held_samples)
+    unseen = sorted({t for t in held_loops if t not in seen})
+    log(f"one-token loops: {sum(seen.values())} of {len(train_samples)} training answers end in "
+        f"one, on {len(seen)} distinct tokens; {sum(held_loops.values())} of "
+        f"{len(held_samples)} held-out answers, on {len(held_loops)}, of which "
+        f"{len(unseen)} never loop in training{': ' + str(unseen) if unseen else ''} "
+        "(the drafter cannot know those: expect no accepted draft there)")
     lap("write dumps")
 
     d2t, t2d = vocab_map(train_samples, size.vocab, size.draft_vocab)
