@@ -439,14 +439,18 @@ def blind(known: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> P
     root = tmp_path_factory.mktemp("blind")
     wrong = generate_dump(root / "wrong", known["drafter"], samples=1, tokens=TOKENS,
                           prompt_tokens=PROMPT_TOKENS, noise=1.0, seed=1)
+    # math-2: never right either, but its answer stops after 6 tokens (too short to call)
+    short = generate_dump(root / "short", known["drafter"], samples=1, tokens=PROMPT_TOKENS + 6,
+                          prompt_tokens=PROMPT_TOKENS, noise=1.0, seed=1)
     dump = root / "dump"
     dump.mkdir()
     shutil.copy(known["dump"] / "chat-1.safetensors", dump / "chat-1.safetensors")
     shutil.copy(known["dump"] / "math-1.safetensors", dump / "math-1.safetensors")
     shutil.copy(wrong / "sample_00000.safetensors", dump / "chat-3.safetensors")
+    shutil.copy(short / "sample_00000.safetensors", dump / "math-2.safetensors")
     shutil.copy(known["dump"] / "embeddings.safetensors", dump / "embeddings.safetensors")
     meta = json.loads((known["dump"] / "metadata.json").read_text())
-    meta["samples"] = {"math-1": {"category": "math"}}
+    meta["samples"] = {"math-1": {"category": "math"}, "math-2": {"category": "math"}}
     (dump / "metadata.json").write_text(json.dumps(meta))
     return dump
 
@@ -455,11 +459,18 @@ def test_prediction_per_sample_in_the_same_pass(known: dict[str, Path], blind: P
                                                 prediction: ServedPrediction) -> None:
     assert prediction.samples == {}  # only when asked for
     per = predict_served(known["drafter"], blind, steps=1, names=PROBE_NAMES, by_sample=True)
-    assert sorted(per.samples) == ["chat-1", "chat-3", "math-1"]
+    assert sorted(per.samples) == ["chat-1", "chat-3", "math-1", "math-2"]
+    # only the samples asked for (the claim asks for the prompt ids the probe measured)
+    assert sorted(predict_served(known["drafter"], blind, steps=1,
+                                 by_sample={"chat-1", "nope"}).samples) == ["chat-1"]
     assert per.samples["chat-1"].per_verify == CLEAN
     assert per.samples["chat-3"].per_verify < 1.1  # never right: (almost) one token per verify
     assert 1.1 < per.samples["math-1"].per_verify < 1.8
-    assert per.samples["math-1"].per_verify == per.categories["math"].per_verify  # one sample
+    assert per.samples["math-2"].positions == 6  # the short answer
+    # the categories are the same as without by_sample (one pass serves both)
+    plain = predict_served(known["drafter"], blind, steps=1, names=PROBE_NAMES)
+    assert {c: g.per_verify for c, g in per.categories.items()} == {
+        c: g.per_verify for c, g in plain.categories.items()}
     assert per.to_json()["samples"]["chat-3"]["samples"] == 1
 
 
@@ -482,7 +493,7 @@ def test_agreement_per_prompt_ranks_and_names_the_blind_spots(
     ids = {"chat": ["chat-1", "chat-3"], "math": ["math-1"]}
 
     def live(chat1: float, math1: float, chat3: float) -> LiveResults:
-        run = _live({"chat": (["chat-1"], chat1), "math": (["math-1"], math1),
+        run = _live({"chat": (["chat-1"], chat1), "math": (["math-1", "math-2"], math1),
                      "x": (["chat-3"], chat3)}, spread=0.0)
         samples = [dataclasses.replace(s, category="chat") if s.prompt_id in ids["chat"] else s
                    for s in run.speculative.measurement.samples]  # type: ignore[union-attr]
@@ -492,17 +503,20 @@ def test_agreement_per_prompt_ranks_and_names_the_blind_spots(
                                                                         measurement=spec))
 
     same = eval_claims.live_agreement_claim(profile, live(2.0, 1.3, 1.0))
-    assert "per prompt (3 in the dump and the probe): rank correlation 1.00" in same.message
+    assert ("per prompt (3 in the dump and the probe; 1 more left out, their dump answers "
+            "scored at under 20 positions): rank correlation 1.00") in same.message
     assert ("the offline walk predicts almost no accepted draft (< 1.1 per verify) on 1: "
             "chat-3; measured 1.00 on each there") in same.message
     rows = {r["prompt_id"]: r for r in same.details["per_prompt"]}
     assert rows["chat-3"]["measured"] == pytest.approx(1.0)
     assert rows["chat-1"]["predicted_per_verify"] == pytest.approx(CLEAN, abs=1e-4)
+    assert rows["math-2"]["ranked"] is False  # predicted ~1 per verify, yet not called blind
+    assert rows["math-2"]["dump_positions"] < 20
     table = next(a.body for a in same.attachments
                  if a.name == "predicted vs measured per prompt.csv")
     assert isinstance(table, str)
     assert [r["prompt_id"] for r in csv.DictReader(io.StringIO(table))] == [
-        "chat-1", "math-1", "chat-3"]
+        "chat-1", "math-1", "math-2", "chat-3"]
     # Measured in the opposite order: the ranks say so.
     reversed_ = eval_claims.live_agreement_claim(profile, live(1.0, 1.3, 2.0))
     assert "rank correlation -1.00" in reversed_.message

@@ -201,9 +201,13 @@ def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> Non
     """A call that names --train-args asked for a new drafter: it trains even where an earlier
     call left a model (the fifth session lost a device call to the old rule, which served it)."""
     work, out = tmp_path / "work", tmp_path / "out"
-    (work / "model").mkdir(parents=True)
+    (work / "model" / "drafter").mkdir(parents=True)
     (work / "model" / "prediction.json").write_text("{}")
-    done = _run_loop(work, out, "--skip-phase1", "--skip-probe", "--train-args=--no-such-flag")
+    (work / "model" / "drafter" / "config.json").write_text("{}")  # the old drafter
+    done = _run_loop(work, out, "--skip-phase1", "--train-args=--no-such-flag")
     assert f"training again in {work / 'model'}: --train-args was given" in done.stdout
     summary = json.loads((out / "loop_summary.json").read_text())
     assert summary["steps"]["train"]["exit"] == 2  # train_drafter.py ran (and refused the flag)
+    # The refused training left no drafter, and the old one is not probed in its place.
+    assert summary["steps"]["probe"]["note"] == f"not run: no drafter in {work / 'model'}"
+    assert done.returncode == 1

@@ -401,7 +401,10 @@ def main() -> int:
     trained = not present or bool(args.train_args.strip())
     if trained and present:
         log(f"training again in {model}: --train-args was given (a call without it serves "
-            "the model that is there)")
+            "the model that is there); the old model is removed first")
+        # Before train_drafter.py runs: if it refuses its flags, the old drafter must not be
+        # left behind to be probed and judged as the new one.
+        shutil.rmtree(model)
     if trained:
         warm = WarmUp.start(work, shlex.split(args.launcher), args.root, args.sim) \
             if args.warm_up else None

@@ -834,8 +834,12 @@ def main(argv: list[str] | None = None) -> int:
 
     held_p, template = heldout_prompts(tok, target_dir, size.heldout_prompts)
     from specgate.measure import prompts as probe_prompts
-    train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
-                            probe_prompts.choose_template(None, target_dir), mix)
+    try:
+        train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
+                                probe_prompts.choose_template(None, target_dir), mix)
+    except ValueError as exc:  # a mix the target cannot serve (chat without a template)
+        print(f"train_drafter.py: --prompt-mix {args.prompt_mix}: {exc}", file=sys.stderr)
+        return 2
     train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device,
                                               args.gen_batch, size.aux_layers)
     held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device,

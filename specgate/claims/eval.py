@@ -273,6 +273,11 @@ def agreements(prediction: ServedPrediction, spec: Measurement, tolerance: float
 # the drafter is blind to that prompt's text (in the fifth real-SGLang session, 7 of 40 prompts
 # were predicted at exactly 1.000, and the same 7 measured 1.01).
 BLIND_PER_VERIFY = 1.1
+# A dump sample scored at fewer chain positions says little about its prompt: its answer was cut
+# short (an end of sequence, or a near-tie where the dump's forward and generation disagree), and
+# a walk over a couple of positions ends at the dump's end, one token per verify, whatever the
+# drafter does. Such prompts are listed but not ranked or called blind.
+MIN_PROMPT_POSITIONS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,17 +289,24 @@ class PromptAgreement:
     predicted_per_verify: float
     predicted: float  # per request, at this prompt's mean completion count
     measured: float  # Σ completion / Σ verify over the prompt's requests
+    measured_decode: float  # (Σ completion − requests) / Σ verify: what the walk predicts
     requests: int
+    positions: int  # the dump sample's scored chain positions
+
+    @property
+    def ranked(self) -> bool:
+        return self.positions >= MIN_PROMPT_POSITIONS
 
     @property
     def blind(self) -> bool:
-        return self.predicted_per_verify < BLIND_PER_VERIFY
+        return self.ranked and self.predicted_per_verify < BLIND_PER_VERIFY
 
     def to_json(self) -> dict[str, object]:
         return {"prompt_id": self.prompt_id, "category": self.category,
                 "predicted_per_verify": _r(self.predicted_per_verify),
                 "predicted_per_request": _r(self.predicted), "measured": _r(self.measured),
-                "requests": self.requests}
+                "measured_decode": _r(self.measured_decode), "requests": self.requests,
+                "dump_positions": self.positions, "ranked": self.ranked}
 
 
 def prompt_agreements(prediction: ServedPrediction,
@@ -310,22 +322,32 @@ def prompt_agreements(prediction: ServedPrediction,
         if predicted is None:
             continue
         mean = sum(s.completion_tokens for s in chosen) / len(chosen)
-        measured = bench.metric_of("accept_len", [bench.Totals.of(chosen)])
-        if mean <= 1 or not math.isfinite(measured):
+        totals = [bench.Totals.of(chosen)]
+        measured = bench.metric_of("accept_len", totals)
+        decode = bench.metric_of("tau_decode", totals)
+        if mean <= 1 or not (math.isfinite(measured) and math.isfinite(decode)):
             continue
         rows.append(PromptAgreement(pid, chosen[0].category, predicted.per_verify,
-                                    predicted.per_request(mean), measured, len(chosen)))
+                                    predicted.per_request(mean), measured, decode, len(chosen),
+                                    predicted.positions))
     return rows
 
 
 def prompt_summary(rows: Sequence[PromptAgreement]) -> str:
     """`; per prompt (40 in both): rank correlation 0.91; ...blind...` for the message."""
-    if len(rows) < 3:
+    ranked = [r for r in rows if r.ranked]
+    if len(ranked) < 3:
         return ""
-    rho = stats.spearman([r.predicted for r in rows], [r.measured for r in rows])
-    text = f"; per prompt ({len(rows)} in the dump and the probe): rank correlation " + (
-        f"{rho:.2f}" if math.isfinite(rho) else "undefined (one side is constant)")
-    blind = [r for r in rows if r.blind]
+    # per verify on both sides: tokens per verify pass in decode, free of the prefill token
+    rho = stats.spearman([r.predicted_per_verify for r in ranked],
+                         [r.measured_decode for r in ranked])
+    short = len(rows) - len(ranked)
+    left_out = (f"; {short} more left out, their dump answers scored at under "
+                f"{MIN_PROMPT_POSITIONS} positions" if short else "")
+    text = (f"; per prompt ({len(ranked)} in the dump and the probe{left_out}): rank "
+            "correlation " + (f"{rho:.2f}" if math.isfinite(rho)
+                              else "undefined (one side is constant)"))
+    blind = [r for r in ranked if r.blind]
     if blind:
         names = ", ".join(r.prompt_id for r in blind[:5]) + (
             f" and {len(blind) - 5} more" if len(blind) > 5 else "")
@@ -341,10 +363,12 @@ def prompt_csv(rows: Sequence[PromptAgreement]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["prompt_id", "category", "predicted_per_verify", "predicted_per_request",
-                     "measured_accept_len", "requests"])
+                     "measured_accept_len", "measured_decode_per_verify", "requests",
+                     "dump_positions"])
     for r in rows:
         writer.writerow([r.prompt_id, r.category, f"{r.predicted_per_verify:.4f}",
-                         f"{r.predicted:.4f}", f"{r.measured:.4f}", r.requests])
+                         f"{r.predicted:.4f}", f"{r.measured:.4f}", f"{r.measured_decode:.4f}",
+                         r.requests, r.positions])
     return out.getvalue()
 
 
@@ -442,7 +466,7 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         prediction = predict_served(drafter, dump, steps=steps,
                                     target_path=profile.resolve(profile.target.path),
                                     names=names, min_tokens=profile.eval.min_tokens,
-                                    device=eval_device(profile), by_sample=True)
+                                    device=eval_device(profile), by_sample=set(names))
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:
         return claims.broken(cid, LIVE_PHASE, f"the offline prediction could not be made from "
                              f"[eval] hidden_states {dump} and the drafter {drafter}: {exc}")

@@ -543,12 +543,13 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
                    names: Mapping[str, str] | None = None,
                    completion_tokens: float | None = None, min_tokens: int = MIN_TOKENS,
                    device: str = "cpu", dtype: str = "float32",
-                   by_sample: bool = False) -> ServedPrediction:
+                   by_sample: bool | Collection[str] = False) -> ServedPrediction:
     """Predicted accept length of a served chain (topk 1, `steps` draft steps), overall and per
     category (see sample_categories for `names`), per verify pass and, at a mean completion
     count, per request as SGLang counts it; with by_sample, per dump sample too (in the same
-    pass over the dump). Needs torch; raises DataError / CheckpointError naming the file for a
-    bad dump or drafter."""
+    pass over the dump; True: every sample, a collection: the samples of those file stems, such
+    as the prompt ids a probe measured). Needs torch; raises DataError / CheckpointError naming
+    the file for a bad dump or drafter."""
     import torch
 
     from specgate.model.eagle import EagleDrafter
@@ -565,7 +566,9 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
     categories, category_source = sample_categories(dump, names)
     groups = {c: {stem for stem, cat in categories.items() if cat == c}
               for c in sorted(set(categories.values()))}
-    stems = [sample.file.stem for sample in dump.samples] if by_sample else []
+    wanted = None if isinstance(by_sample, bool) else frozenset(by_sample)
+    stems = [sample.file.stem for sample in dump.samples
+             if by_sample is True or (wanted is not None and sample.file.stem in wanted)]
     keyed = {**{f"category:{c}": members for c, members in groups.items()},
              **{f"sample:{stem}": {stem} for stem in stems}}
     started = time.perf_counter()
@@ -601,10 +604,11 @@ def served_table(prediction: ServedPrediction) -> str:
     if prediction.samples:
         lines.append("per sample (one sample each: figures for finding blind spots, not judged)")
         for g in (prediction.samples[k] for k in sorted(prediction.samples)):
-            lines.append(f"{g.name:<16}{g.samples:>8}{g.tokens:>9}{g.positions:>10}"
-                         f"{g.per_verify:>11.3f}"
-                         + (f"{g.per_request(n):>12.3f}" if n is not None else "")
-                         + f"{g.chain_model:>12.3f}")
+            row = (f"{g.name:<16}{g.samples:>8}{g.tokens:>9}{g.positions:>10}"
+                   f"{g.per_verify:>11.3f}"
+                   + (f"{g.per_request(n):>12.3f}" if n is not None else "")
+                   + f"{g.chain_model:>12.3f}")
+            lines.append(row)  # [eval] min_tokens is for groups; the positions column says
     lines.append("per verify: the served walk (chains anchored where greedy serving anchors "
                  "them); chain model: acceptance averaged over every position, biased high")
     if n is not None:
