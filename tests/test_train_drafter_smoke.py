@@ -105,7 +105,8 @@ def deep_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     cmd = [sys.executable, str(SCRIPT), str(out), "--size", "tiny", "--device", "cpu",
            "--threads", "1", "--layers", "8", "--train-prompts", "6", "--train-tokens", "16",
            "--heldout-prompts", "2", "--heldout-tokens", "8", "--scratch-seconds", "30",
-           "--finetune-seconds", "10", "--max-steps", "2", "--deadline", f"{time.time() + 1:.0f}"]
+           "--finetune-seconds", "10", "--max-steps", "2", "--gen-batch", "2",
+           "--deadline", f"{time.time() + 1:.0f}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, done.stdout
@@ -135,6 +136,9 @@ def test_a_past_deadline_shrinks_the_training_instead_of_losing_the_drafter(
     assert fitted["given"] == [0.0, 0.0]
     assert "deadline" in fitted["note"]
     assert "deadline:" in stdout
+    # The data stopped growing too: only the first generation batch (2 prompts) was made.
+    assert "the deadline stopped the generation after 2 of 6 training prompts" in stdout
+    assert json.loads((out / "dump" / "train" / "metadata.json").read_text())["prompts"] == 2
     assert (out / "drafter" / "model.safetensors").exists()
     assert (out / "prediction.json").exists()
     # The hard end beats min_epochs (1): past the deadline no update is made, only epoch 0 (the

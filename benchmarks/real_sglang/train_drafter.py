@@ -44,8 +44,9 @@ seconds (the smoke test).
    d2t/t2d (SpecForge's construction: the draft_vocab_size most frequent loss-masked tokens,
    sorted).
    With `--deadline` (Unix time, set by loop.py) both runs shrink in proportion to what is left
-   once the data is made, and stop before any update past it, so a drafter is saved as long as
-   the data itself is made in time.
+   once the data is made, and stop before any update past it. The training data stops growing
+   DATA_RESERVE_S before the deadline (no generation batch starts later), so a drafter is saved
+   even when the data would have taken too long; the log says how many prompts were used.
 5. prediction.json: `specgate eval` (teacher_forced) of drafter/ on dump/heldout at --max-steps
    draft steps; predicted accept length per (steps, topk 1, draft tokens steps + 1) config, overall
    and per prompt category, per verify pass (the served walk: greedy serving replayed on the
@@ -94,6 +95,10 @@ SPECIALS = ["<unk>", "<s>", "</s>"]
 BOS, EOS = 1, 2
 TTT_DECAY = 0.8
 AFTER_TRAINING_S = 20.0  # saving both drafters and the prediction, with room to spare
+# With a deadline, the training data stops growing (no new generation batch starts) this long
+# before it: room for the held-out data, writing the dumps and at least a short training. A
+# drafter from fewer prompts beats no drafter at all.
+DATA_RESERVE_S = 170.0
 CAPTURE_BATCH = 64  # sequences per capture forward
 LOOP_TAIL = 16  # answer tokens that must all be one token for loop_tokens to count a loop
 
@@ -212,13 +217,16 @@ def build_target(out: Path, size: Size, seed: int) -> Any:
 
 @torch.no_grad()
 def greedy(model: Any, prompts: list[list[int]], new_tokens: int, device: str,
-           batch: int = 64) -> list[list[int]]:
+           batch: int = 64, stop_at: float | None = None) -> list[list[int]]:
     """Greedy continuations (stopping after </s>), batched with left padding, with the KV cache
     (one token per sequence per forward after the prompt; a deep target made the recomputing
     version far too slow). make_samples recomputes every sample (capture: right-padded batches)
-    and keeps it only up to the first token where that forward's argmax disagrees."""
+    and keeps it only up to the first token where that forward's argmax disagrees. With stop_at
+    (Unix time), no batch starts after it: the first len(result) prompts are continued."""
     outs: list[list[int]] = []
     for start in range(0, len(prompts), batch):
+        if stop_at is not None and start > 0 and time.time() >= stop_at:
+            break
         group = prompts[start:start + batch]
         width = max(len(p) for p in group)
         ids = torch.full((len(group), width), EOS, dtype=torch.long)
@@ -313,12 +321,14 @@ def write_dump(folder: Path, samples: list[dict[str, Any]], embed: torch.Tensor,
 
 def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_tokens: int,
                  device: str, batch: int = 64, aux_layers: tuple[int, ...] = AUX_LAYER_IDS,
+                 stop_at: float | None = None,
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Generate, recompute in right-padded batches, keep each sample up to its first
-    generation/argmax split."""
+    generation/argmax split. With stop_at, only the prompts whose batch started before it."""
     started = time.perf_counter()
-    conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch)
+    conts = greedy(model, [p for _, _, p in prompts], new_tokens, device, batch, stop_at)
     generated_s = time.perf_counter() - started
+    prompts = prompts[:len(conts)]
     seqs = [p + c for (_, _, p), c in zip(prompts, conts, strict=True)]
 
     def captured() -> Iterator[dict[str, torch.Tensor]]:
@@ -350,7 +360,7 @@ def make_samples(model: Any, prompts: list[tuple[str, str, list[int]]], new_toke
             "next": nxt[:length].to(torch.int64).contiguous(),
             "loss_mask": mask})
     return samples, {"generated": float(total), "argmax_agreement": agree / max(total, 1),
-                     "hook_vs_hidden_states_max_abs": worst,
+                     "hook_vs_hidden_states_max_abs": worst, "prompts": float(len(prompts)),
                      "generate_s": round(generated_s, 2),
                      "capture_s": round(time.perf_counter() - started - generated_s, 2)}
 
@@ -840,8 +850,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a mix the target cannot serve (chat without a template)
         print(f"train_drafter.py: --prompt-mix {args.prompt_mix}: {exc}", file=sys.stderr)
         return 2
+    data_stop = None if args.deadline is None else args.deadline - DATA_RESERVE_S
     train_samples, train_stats = make_samples(target, train_p, size.train_tokens, device,
-                                              args.gen_batch, size.aux_layers)
+                                              args.gen_batch, size.aux_layers, data_stop)
+    if train_stats["prompts"] < len(train_p):
+        log(f"data: the deadline stopped the generation after {train_stats['prompts']:.0f} of "
+            f"{len(train_p)} training prompts ({DATA_RESERVE_S:.0f} s kept for the held-out "
+            "data and training)")
     held_samples, held_stats = make_samples(target, held_p, size.heldout_tokens, device,
                                             args.gen_batch, size.aux_layers)
     lap("generate+capture")
