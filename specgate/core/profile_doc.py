@@ -111,8 +111,9 @@ DESCRIPTIONS: dict[str, str] = {
     "eval.hidden_states": "a hidden-state dump of the served target on the probe's prompts "
                           "(sample files named by prompt id, or categories in its "
                           "metadata.json): `eval.live_agreement` compares the accept length "
-                          "the offline evaluation predicts from it with the measured one; "
-                          "unset: that claim is skipped",
+                          "the offline evaluation predicts from it with the measured one "
+                          "(overall, per category, and per prompt where the sample files are "
+                          "named by prompt id); unset: that claim is skipped",
     "eval.tolerance": "`eval.live_agreement` passes when the prediction lies within the "
                       "measured interval widened by this fraction on each side",
     "eval.min_tokens": "`eval.live_agreement` judges a group (all, or one category) only when "
