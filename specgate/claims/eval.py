@@ -313,23 +313,20 @@ def prompt_agreements(prediction: ServedPrediction,
                       spec: Measurement) -> list[PromptAgreement]:
     """Each measured prompt that has a dump sample of the same name (the probe's prompt id), in
     the order the probe ran them; prompts without a verify pass are left out."""
-    by_prompt: dict[str, list[RequestSample]] = {}
-    for sample in spec.samples:
-        by_prompt.setdefault(sample.prompt_id, []).append(sample)
+    categories = {s.prompt_id: s.category for s in spec.samples}
     rows = []
-    for pid, chosen in by_prompt.items():
+    for pid, totals in bench.per_prompt(spec.samples).items():
         predicted = prediction.samples.get(pid)
         if predicted is None:
             continue
-        mean = sum(s.completion_tokens for s in chosen) / len(chosen)
-        totals = [bench.Totals.of(chosen)]
-        measured = bench.metric_of("accept_len", totals)
-        decode = bench.metric_of("tau_decode", totals)
+        mean = totals.completion_tokens / totals.requests
+        measured = bench.metric_of("accept_len", [totals])
+        decode = bench.metric_of("tau_decode", [totals])
         if mean <= 1 or not (math.isfinite(measured) and math.isfinite(decode)):
             continue
-        rows.append(PromptAgreement(pid, chosen[0].category, predicted.per_verify,
-                                    predicted.per_request(mean), measured, decode, len(chosen),
-                                    predicted.positions))
+        rows.append(PromptAgreement(pid, categories[pid], predicted.per_verify,
+                                    predicted.per_request(mean), measured, decode,
+                                    totals.requests, predicted.positions))
     return rows
 
 
