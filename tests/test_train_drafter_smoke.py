@@ -288,3 +288,50 @@ def test_loop_tokens_counts_answers_that_end_in_one_repeated_token(mod: Any) -> 
         sample([1], [7] * (tail + 5)),
         sample([1], [11] * tail)])
     assert found == {7: 2, 11: 1}
+
+
+def _tiny_size(mod: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(mod.SIZES["tiny"], hidden=32, intermediate=64, heads=4,
+                               kv_heads=2, head_dim=8, layers=5, vocab=64, draft_vocab=64,
+                               aux_layers=(0, 1, 3))
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_freeze_head_keeps_the_targets_rows_and_trains_the_rest(
+        mod: Any, fp32_target: Any, tmp_path: Path, freeze: bool) -> None:
+    import torch
+
+    from specgate.model.eagle import Embeddings
+
+    size = _tiny_size(mod)
+    hot = torch.arange(64)
+    weights = mod.init_weights(size, fp32_target, hot, 0, "cpu")
+    before = {k: v.detach().clone() for k, v in weights.items()}
+    assert torch.equal(before["lm_head.weight"], fp32_target.lm_head.weight.detach())
+    seqs = _prompts()
+    data = [{"input_ids": torch.tensor(s), "aux": c["aux"].float(),
+             "loss_mask": torch.ones(len(s), dtype=torch.bool)}
+            for s, c in zip(seqs, mod.capture(fp32_target, seqs, "cpu", size.aux_layers),
+                            strict=True)]
+    d2t, t2d = torch.zeros(64, dtype=torch.int64), torch.ones(64, dtype=torch.bool)
+    embed = Embeddings(fp32_target.model.embed_tokens.weight.detach().float())
+    mod.train(size, weights, d2t, t2d, embed, data, seconds=0.0, max_epochs=2, min_epochs=2,
+              ttt=2, lr=1e-2, log_path=tmp_path / "log.jsonl", seed=0,
+              frozen=("lm_head.weight",) if freeze else ())
+    assert torch.equal(weights["lm_head.weight"], before["lm_head.weight"]) is freeze
+    assert not torch.equal(weights["fc.weight"], before["fc.weight"])
+    assert not torch.equal(weights["midlayer.mlp.up_proj.weight"],
+                           before["midlayer.mlp.up_proj.weight"])
+
+
+def test_fc_init_last_passes_the_deepest_aux_state_through(mod: Any, fp32_target: Any) -> None:
+    import torch
+
+    size = _tiny_size(mod)
+    fc = mod.init_weights(size, fp32_target, torch.arange(64), 0, "cpu", "last")["fc.weight"]
+    aux = torch.randn(5, 3 * 32)
+    assert torch.equal(aux @ fc.detach().T, aux[:, 64:])
+    random_fc = mod.init_weights(size, fp32_target, torch.arange(64), 0, "cpu")["fc.weight"]
+    assert float(random_fc.detach().abs().max()) < 0.2

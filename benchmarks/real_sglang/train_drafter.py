@@ -73,7 +73,7 @@ import sys
 import sysconfig
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -497,15 +497,22 @@ def drafter_config(size: Size) -> dict[str, Any]:
 
 
 def init_weights(size: Size, target: Any, hot: torch.Tensor, seed: int,
-                 device: str) -> dict[str, torch.Tensor]:
+                 device: str, fc_init: str = "random") -> dict[str, torch.Tensor]:
+    """Small random weights, norms at one, the target's lm_head rows for the draft vocabulary.
+    fc_init "last": fc starts as the identity on the deepest aux state (zero on the others), so
+    the untrained drafter's residual stream is the target's own state a few layers before its
+    output, and with the target's head it starts out naming roughly the target's next token."""
     g = torch.Generator().manual_seed(seed + 1)
     h, i, d = size.hidden, size.intermediate, size.head_dim
 
     def normal(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * 0.02
 
+    fc = normal(h, 3 * h)
+    if fc_init == "last":
+        fc = torch.cat([torch.zeros(h, 2 * h), torch.eye(h)], 1)
     w = {
-        "fc.weight": normal(h, 3 * h),
+        "fc.weight": fc,
         "midlayer.self_attn.q_proj.weight": normal(size.heads * d, 2 * h),
         "midlayer.self_attn.k_proj.weight": normal(size.kv_heads * d, 2 * h),
         "midlayer.self_attn.v_proj.weight": normal(size.kv_heads * d, 2 * h),
@@ -599,16 +606,20 @@ def pack(data: list[dict[str, torch.Tensor]], order: list[int],
 def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: torch.Tensor,
           embed: Embeddings, data: list[dict[str, torch.Tensor]], *, seconds: float,
           max_epochs: int, min_epochs: int, ttt: int, lr: float, log_path: Path,
-          seed: int, pack_tokens: int = 0, stop_at: float | None = None) -> dict[str, Any]:
+          seed: int, pack_tokens: int = 0, stop_at: float | None = None,
+          frozen: Collection[str] = ()) -> dict[str, Any]:
     """Train in place for `seconds` (whole epochs, at least min_epochs); one JSON line per epoch.
     stop_at (Unix time) is a hard end: checked before every update, it cuts the epoch short
     (its line says "partial": true), min_epochs notwithstanding.
 
     pack_tokens > 0: each update sees shuffled samples packed into one sequence of about that
     many tokens (attention kept within each sample), instead of one sample per update.
+    frozen: weight names left as they are (e.g. lm_head.weight).
     """
     model = make_model(size, weights, d2t)
-    params = list(weights.values())
+    for name in frozen:
+        weights[name].requires_grad_(False)
+    params = [v for k, v in weights.items() if k not in frozen]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     device = params[0].device
     t2d_index = torch.full((size.vocab,), -1, dtype=torch.long)
@@ -791,6 +802,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="training prompt kinds and weights, e.g. code=3,random=3,"
                              "sentence=1,chat=1,long=2 (kinds: " + ", ".join(PROMPT_KINDS)
                              + "; default a quarter each of the first four)")
+    parser.add_argument("--freeze-head", action="store_true",
+                        help="keep lm_head at the target's rows: tokens rare in the training "
+                             "data keep the target's own output direction")
+    parser.add_argument("--fc-init", choices=("random", "last"), default="random",
+                        help="fc's start: small random, or the identity on the deepest aux state")
     args = parser.parse_args(argv)
     try:
         mix = parse_mix(args.prompt_mix) if args.prompt_mix else None
@@ -905,7 +921,8 @@ def main(argv: list[str] | None = None) -> int:
     data = [{"input_ids": s["input_ids"].to(device), "aux": s["aux"].to(device),
              "loss_mask": s["loss_mask"].bool().to(device)} for s in train_samples]
     embed = Embeddings(embed_w.float().to(device))
-    weights = init_weights(size, target, hot, args.seed, device)
+    weights = init_weights(size, target, hot, args.seed, device, args.fc_init)
+    frozen = ("lm_head.weight",) if args.freeze_head else ()
     scratch_s, finetune_s, note = fit_training(
         args.scratch_seconds, args.finetune_seconds,
         None if args.deadline is None else args.deadline - time.time())
@@ -918,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
                     ttt=args.ttt_steps, lr=args.lr,
                     log_path=out / "logs" / "scratch.jsonl", seed=args.seed,
                     pack_tokens=args.pack_tokens,
-                    stop_at=None if end is None else end - finetune_s)
+                    stop_at=None if end is None else end - finetune_s, frozen=frozen)
     save_drafter(out / "scratch", size, weights, d2t, t2d, target_dir)
     log(f"scratch: {scratch['epochs']} epochs / {scratch['steps']} steps in "
         f"{scratch['seconds']} s; step-0 loss {scratch['initial_loss']:.3f} -> "
@@ -932,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
                          max_epochs=args.max_epochs, min_epochs=args.min_epochs,
                     ttt=args.ttt_steps, lr=args.finetune_lr,
                          log_path=out / "logs" / "finetune.jsonl", seed=args.seed + 1,
-                         pack_tokens=args.pack_tokens, stop_at=end)
+                         pack_tokens=args.pack_tokens, stop_at=end, frozen=frozen)
         save_drafter(out / "drafter", size, weights, d2t, t2d, target_dir)
         log(f"finetune: {finetune['epochs']} epochs / {finetune['steps']} steps in "
             f"{finetune['seconds']} s; step-0 loss {finetune['initial_loss']:.3f} -> "
