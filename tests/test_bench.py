@@ -113,6 +113,8 @@ def test_measurement_matches_simulator_truth(sim):
     back = bench.Measurement.from_json(json.loads(json.dumps(spec.to_json())))
     assert back.stats["accept_len"].mean == spec.stats["accept_len"].mean
     assert back.samples == spec.samples
+    assert all(len(s.output_ids) == s.completion_tokens for s in spec.samples)
+    assert "output_ids" not in spec.samples_csv().splitlines()[0]
     assert spec.samples_csv().count("\n") == len(spec.samples) + 1
     assert "accept_len" in spec.stats_table()
 

@@ -521,3 +521,50 @@ def test_agreement_per_prompt_ranks_and_names_the_blind_spots(
     reversed_ = eval_claims.live_agreement_claim(profile, live(1.0, 1.3, 2.0))
     assert "rank correlation -1.00" in reversed_.message
     assert "measured 2.00 on each there" in reversed_.message
+
+
+def test_served_answers_are_compared_with_the_dumps_token_by_token(
+        known: dict[str, Path], blind: Path) -> None:
+    """A greedy answer that leaves the dump's (another kernel deciding a near-tie otherwise) is
+    another text: the claim says where each served answer left the dump's, and how far off the
+    prediction was there against where the texts are the same."""
+    from specgate.io.dump import open_dump, read_answer
+
+    answers = {s.file.stem: read_answer(s) for s in open_dump(blind).samples}
+    assert len(answers["chat-1"]) == TOKENS - PROMPT_TOKENS
+    profile = parse_profile({"name": "t", "drafter": {"path": str(known["drafter"])},
+                             "speculative": {"num_steps": 1, "eagle_topk": 1,
+                                             "num_draft_tokens": 2},
+                             "eval": {"hidden_states": str(blind), "min_tokens": 100}})
+    run = _live({"chat": (["chat-1", "chat-3"], 1.5), "math": (["math-1"], 1.5)}, spread=0.0)
+    spec = run.speculative.measurement
+    assert spec is not None
+
+    def served(ids: dict[str, tuple[int, ...]]) -> LiveResults:
+        samples = [dataclasses.replace(s, output_ids=ids.get(s.prompt_id, ()))
+                   for s in spec.samples]
+        measured = build_measurement(config="speculative", url="http://x", template=PLAIN,
+                                     bench=BenchSection(max_repeats=3), samples=samples)
+        return dataclasses.replace(run, speculative=dataclasses.replace(
+            run.speculative, measurement=measured))
+
+    unknown = eval_claims.live_agreement_claim(profile, served({}))
+    assert "the server sent no output_ids, so whether it served the dump's answers is not " \
+           "known" in unknown.message
+    left = answers["math-1"][:5] + tuple(t + 1 for t in answers["math-1"][5:])
+    same = eval_claims.live_agreement_claim(profile, served(
+        {"chat-1": answers["chat-1"] + (7, 7), "chat-3": answers["chat-3"], "math-1": left}))
+    assert "the served answer leaves the dump's on 1 of 3 prompts (after 5 to 5 tokens, " \
+           "median 5)" in same.message
+    rows = {r["prompt_id"]: r for r in same.details["per_prompt"]}
+    assert rows["math-1"]["same_answer_tokens"] == 5
+    assert rows["chat-1"]["same_answer_tokens"] == len(answers["chat-1"])  # longer: not left
+    assert rows["chat-1"]["dump_answer_tokens"] == len(answers["chat-1"])
+    table = next(a.body for a in same.attachments
+                 if a.name == "predicted vs measured per prompt.csv")
+    assert isinstance(table, str)
+    by_id = {r["prompt_id"]: r for r in csv.DictReader(io.StringIO(table))}
+    assert by_id["math-1"]["same_answer_tokens"] == "5"
+    whole = eval_claims.live_agreement_claim(profile, served(
+        {"chat-1": answers["chat-1"], "chat-3": answers["chat-3"], "math-1": answers["math-1"]}))
+    assert "every served answer is the dump's over all its tokens (3 prompts" in whole.message

@@ -168,6 +168,19 @@ def test_recorded_stream_is_read_as_real_sglang_sent_it(replay: type[Replay]) ->
     assert rec.stamps[1][0] <= gen.ttft_s < rec.stamps[1][0] + 0.02
     assert len(gen.arrivals_s) == 24
     assert gen.meta_info["spec_correct_drafts_histogram"] == [23]
+    # every message carries the whole answer so far: the last one has all 24 ids
+    assert gen.output_ids == (877, 813) * 12
+
+
+def test_output_ids_are_kept_only_when_they_are_the_whole_answer() -> None:
+    from specgate.serving.client import _output_ids
+
+    meta = {"completion_tokens": 3}
+    assert _output_ids([5, 6, 7], meta) == (5, 6, 7)
+    assert _output_ids([7], meta) == ()  # only the newest ids (incremental streaming)
+    assert _output_ids(None, meta) == ()
+    assert _output_ids([5, "6", 7], meta) == ()
+    assert _output_ids([5, True, 7], meta) == ()
 
 
 def test_recorded_one_token_answer_has_no_spec_fields_and_counts_zero_verifies(

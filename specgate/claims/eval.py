@@ -292,10 +292,20 @@ class PromptAgreement:
     measured_decode: float  # (Σ completion − requests) / Σ verify: what the walk predicts
     requests: int
     positions: int  # the dump sample's scored chain positions
+    dump_answer: int = 0  # tokens of the dump sample's answer
+    # tokens the served answer (its first request) shares with the dump's from the start; None
+    # when the server sent no output_ids
+    same: int | None = None
 
     @property
     def ranked(self) -> bool:
         return self.positions >= MIN_PROMPT_POSITIONS
+
+    @property
+    def diverged(self) -> bool:
+        """The served answer leaves the dump's before the dump's answer ends: past that token
+        the prediction is about a text that was not served."""
+        return self.same is not None and self.same < self.dump_answer
 
     @property
     def blind(self) -> bool:
@@ -306,7 +316,8 @@ class PromptAgreement:
                 "predicted_per_verify": _r(self.predicted_per_verify),
                 "predicted_per_request": _r(self.predicted), "measured": _r(self.measured),
                 "measured_decode": _r(self.measured_decode), "requests": self.requests,
-                "dump_positions": self.positions, "ranked": self.ranked}
+                "dump_positions": self.positions, "ranked": self.ranked,
+                "dump_answer_tokens": self.dump_answer, "same_answer_tokens": self.same}
 
 
 def prompt_agreements(prediction: ServedPrediction,
@@ -314,11 +325,18 @@ def prompt_agreements(prediction: ServedPrediction,
     """Each measured prompt that has a dump sample of the same name (the probe's prompt id), in
     the order the probe ran them; prompts without a verify pass are left out."""
     categories = {s.prompt_id: s.category for s in spec.samples}
+    served: dict[str, tuple[int, ...]] = {}
+    for s in spec.samples:
+        if s.output_ids and s.prompt_id not in served:
+            served[s.prompt_id] = s.output_ids
     rows = []
     for pid, totals in bench.per_prompt(spec.samples).items():
         predicted = prediction.samples.get(pid)
         if predicted is None:
             continue
+        answer = prediction.answers.get(pid, ())
+        ids = served.get(pid)
+        same = None if ids is None or not answer else _common_prefix(answer, ids)
         mean = totals.completion_tokens / totals.requests
         measured = bench.metric_of("accept_len", [totals])
         decode = bench.metric_of("tau_decode", [totals])
@@ -326,8 +344,17 @@ def prompt_agreements(prediction: ServedPrediction,
             continue
         rows.append(PromptAgreement(pid, categories[pid], predicted.per_verify,
                                     predicted.per_request(mean), measured, decode,
-                                    totals.requests, predicted.positions))
+                                    totals.requests, predicted.positions, len(answer), same))
     return rows
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def prompt_summary(rows: Sequence[PromptAgreement]) -> str:
@@ -352,7 +379,32 @@ def prompt_summary(rows: Sequence[PromptAgreement]) -> str:
         measured = f"{low} on each" if low == high else f"{low} to {high}"
         text += (f"; the offline walk predicts almost no accepted draft (< {BLIND_PER_VERIFY:g} "
                  f"per verify) on {len(blind)}: {names}; measured {measured} there")
-    return text
+    return text + _divergence_summary(ranked)
+
+
+def _divergence_summary(ranked: Sequence[PromptAgreement]) -> str:
+    """How many served answers left the dump's answer, and how far off the prediction was on
+    those against the rest: a greedy answer that differs (a near-tie decided otherwise by
+    another kernel) is another text, with its own acceptance."""
+    known = [r for r in ranked if r.same is not None]
+    if not known:
+        return ("; the server sent no output_ids, so whether it served the dump's answers is "
+                "not known")
+
+    def off(rows: Sequence[PromptAgreement]) -> str:
+        errors = sorted(abs(r.predicted_per_verify - r.measured_decode) / r.measured_decode
+                        for r in rows if r.measured_decode > 0)
+        return f"{100 * errors[len(errors) // 2]:.0f} %" if errors else "n/a"
+
+    left = [r for r in known if r.diverged]
+    kept = [r for r in known if not r.diverged]
+    if not left:
+        return (f"; every served answer is the dump's over all its tokens ({len(kept)} "
+                f"prompts; median error per verify {off(kept)})")
+    where = sorted(r.same for r in left if r.same is not None)
+    return (f"; the served answer leaves the dump's on {len(left)} of {len(known)} prompts "
+            f"(after {where[0]} to {where[-1]} tokens, median {where[len(where) // 2]}): median "
+            f"error per verify {off(left)} there, {off(kept)} where it is the dump's")
 
 
 def prompt_csv(rows: Sequence[PromptAgreement]) -> str:
@@ -361,11 +413,12 @@ def prompt_csv(rows: Sequence[PromptAgreement]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["prompt_id", "category", "predicted_per_verify", "predicted_per_request",
                      "measured_accept_len", "measured_decode_per_verify", "requests",
-                     "dump_positions"])
+                     "dump_positions", "dump_answer_tokens", "same_answer_tokens"])
     for r in rows:
         writer.writerow([r.prompt_id, r.category, f"{r.predicted_per_verify:.4f}",
                          f"{r.predicted:.4f}", f"{r.measured:.4f}", f"{r.measured_decode:.4f}",
-                         r.requests, r.positions])
+                         r.requests, r.positions, r.dump_answer,
+                         "" if r.same is None else r.same])
     return out.getvalue()
 
 

@@ -113,6 +113,25 @@ def read_sample(sample: DumpSample) -> tuple[np.ndarray[Any, Any], np.ndarray[An
     return ids, aux, mask
 
 
+def read_answer(sample: DumpSample) -> tuple[int, ...]:
+    """The token ids of a sample's first answer: its first run of loss-masked tokens (the
+    continuation the dump's generator produced; the whole sample when it has no mask)."""
+    ids = read_array(sample.file, sample.input_ids).astype(np.int64).reshape(-1)
+    if sample.loss_mask is None:
+        return tuple(int(i) for i in ids)
+    mask = read_array(sample.file, sample.loss_mask).reshape(-1).astype(bool)
+    if mask.shape[0] != ids.shape[0]:
+        raise DataError(f"{sample.file}: input_ids [{ids.shape[0]}] and loss_mask "
+                        f"[{mask.shape[0]}]: expected one length")
+    on = np.flatnonzero(mask)
+    if not on.size:
+        return ()
+    start = int(on[0])
+    off = np.flatnonzero(~mask[start:])
+    end = start + int(off[0]) if off.size else ids.shape[0]
+    return tuple(int(i) for i in ids[start:end])
+
+
 def stored_as(array: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
     """array as the dump will store it, back in float32 (so generation sees what eval reads)."""
     if dtype == "BF16":

@@ -52,6 +52,9 @@ class RequestSample:
     drafts_histogram: tuple[int, ...] | None = None
     first_tokens: int = 1  # completion_tokens of the first streamed message
     median_gap_s: float | None = None  # median time between messages after the first
+    # the answer's token ids as the server streamed them (SGLang's output_ids); empty when the
+    # server sent none or they do not add up to completion_tokens
+    output_ids: tuple[int, ...] = ()
 
     @property
     def decode_tokens(self) -> int:
@@ -226,7 +229,8 @@ class Measurement:
         fields = dict(data)
         fields["samples"] = tuple(
             RequestSample(**{**s, "drafts_histogram": tuple(s["drafts_histogram"])
-                             if s.get("drafts_histogram") else None})
+                             if s.get("drafts_histogram") else None,
+                             "output_ids": tuple(s.get("output_ids") or ())})
             for s in data["samples"])
         fields["passes"] = tuple(PassResult(**p) for p in data["passes"])
         fields["stats"] = {k: Summary.from_json(v) for k, v in data["stats"].items()}
@@ -234,7 +238,8 @@ class Measurement:
 
     def samples_csv(self) -> str:
         buf = io.StringIO()
-        names = [f.name for f in dataclasses.fields(RequestSample)]
+        # the answers' token ids stay in results.json: one CSV cell per answer would be unreadable
+        names = [f.name for f in dataclasses.fields(RequestSample) if f.name != "output_ids"]
         writer = csv.writer(buf)
         writer.writerow(["config", *names, "decode_tok_s"])
         for s in self.samples:
@@ -280,7 +285,8 @@ def run_pass(client: SGLangClient, prompts: Sequence[Prompt], template: ChatTemp
             spec_verify_ct=gen.spec_verify_ct, ttft_s=gen.ttft_s, e2e_s=gen.e2e_s,
             server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
             drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
-            first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s)))
+            first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s),
+            output_ids=gen.output_ids))
         if progress is not None and (i == len(prompts) or i % 10 == 0):
             progress(f"repeat {repeat}: {i}/{len(prompts)} requests")
     return samples

@@ -30,6 +30,7 @@ from specgate.io.dump import (
     HiddenStateDump,
     encode,
     open_dump,
+    read_answer,
     read_sample,
     stored_as,
 )
@@ -471,6 +472,9 @@ class ServedPrediction:
     seconds: float = 0.0
     # one per dump sample (by file stem: the probe's prompt id), when asked for (by_sample)
     samples: dict[str, GroupPrediction] = dataclasses.field(default_factory=dict)
+    # the same samples' first answers (token ids): what serving must produce for the prediction
+    # to be about the text it served
+    answers: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def groups(self) -> tuple[GroupPrediction, ...]:
@@ -584,7 +588,9 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
         completion_tokens=completion_tokens, notes=(note,) if note else (),
         seconds=time.perf_counter() - started,
         samples={stem: group_prediction(stem, parts[f"sample:{stem}"], steps, min_tokens)
-                 for stem in stems})
+                 for stem in stems},
+        answers={sample.file.stem: read_answer(sample) for sample in dump.samples
+                 if sample.file.stem in set(stems)})
 
 
 def served_table(prediction: ServedPrediction) -> str:

@@ -29,6 +29,10 @@ class Generation:
     # queued outputs, so the first message can carry more than the prefill's one token.
     first_tokens: int = 1
     arrivals_s: tuple[float, ...] = ()  # each message's arrival, from the request's start
+    # The answer's token ids: SGLang's streamed messages each carry the whole answer so far in
+    # output_ids, so the last one has them all. Empty when it has none, or when their count is
+    # not completion_tokens (a server streaming only each message's new ids, for one).
+    output_ids: tuple[int, ...] = ()
 
     @property
     def completion_tokens(self) -> int:
@@ -146,7 +150,8 @@ class SGLangClient:
                 _raise_embedded_error(url, body)
                 end = time.perf_counter()
                 meta = _meta(url, body)
-                return Generation(str(body.get("text", "")), meta, end - start, end - start, 1)
+                return Generation(str(body.get("text", "")), meta, end - start, end - start, 1,
+                                  output_ids=_output_ids(body.get("output_ids"), meta))
             return _read_stream(url, resp, start)
         finally:
             resp.close()
@@ -204,7 +209,16 @@ def _read_stream(url: str, resp: requests.Response, start: float,
                         else None, 1)
     return Generation(str(last.get("text", "")), meta, arrivals[0] - start, arrivals[-1] - start,
                       len(arrivals), first_tokens=first_tokens,
-                      arrivals_s=tuple(t - start for t in arrivals))
+                      arrivals_s=tuple(t - start for t in arrivals),
+                      output_ids=_output_ids(last.get("output_ids"), meta))
+
+
+def _output_ids(value: object, meta: dict[str, Any]) -> tuple[int, ...]:
+    """A message's output_ids when they are the whole answer (one int per completion token)."""
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return ()
+    return tuple(value) if len(value) == _int(meta.get("completion_tokens"), -1) else ()
 
 
 def _pieces(resp: requests.Response) -> Iterator[bytes]:
