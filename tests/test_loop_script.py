@@ -211,3 +211,54 @@ def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> Non
     # The refused training left no drafter, and the old one is not probed in its place.
     assert summary["steps"]["probe"]["note"] == f"not run: no drafter in {work / 'model'}"
     assert done.returncode == 1
+
+
+@pytest.fixture(scope="module")
+def returned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny trained model as model.tar.gz brings it back: everything but the target's
+    weights."""
+    pytest.importorskip("transformers")
+    work = tmp_path_factory.mktemp("returned")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "train_drafter.py"), str(work / "model"), "--size", "tiny",
+         "--device", "cpu", "--threads", "1", "--train-prompts", "6", "--train-tokens", "16",
+         "--heldout-prompts", "3", "--heldout-tokens", "12", "--scratch-seconds", "0",
+         "--finetune-seconds", "0", "--max-steps", "2"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (work / "model" / "target" / "model.safetensors").unlink()
+    return work
+
+
+def test_a_returned_model_gets_its_target_weights_made_again_from_the_seed(
+        returned_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(returned_model, work)
+    done = _run_loop(work, tmp_path / "out", "--skip-probe", "--skip-phase1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rebuild_target.py" in done.stdout
+    assert (work / "model" / "target" / "model.safetensors").is_file()
+    log = (work / "rebuild.log").read_text()
+    assert "(100.00%)" in log, log[-1000:]
+    steps = json.loads((tmp_path / "out" / "loop_summary.json").read_text())["steps"]
+    assert steps["rebuild_target"]["exit"] == 0
+
+
+def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(returned_model / "model", model)
+    done = subprocess.run([sys.executable, str(HERE / "rebuild_target.py"), str(model),
+                           "--seed", "1", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "these are not the weights the dump was made with" in done.stderr
+    (model / "target" / "config.json").write_text('{"hidden_size": "wide"}')
+    bad = subprocess.run([sys.executable, str(HERE / "rebuild_target.py"), str(model)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 2
+    assert f"{model / 'target' / 'config.json'}: config.json: hidden_size is 'wide'" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -134,7 +134,11 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
         "name": name + ("-sim" if sim else ""),
         "description": "tiny Llama target served by SGLang with a drafter trained by specgate",
         "target": {"path": str(model / "target")},
-        "drafter": {"path": str(model / "drafter"), "reference": str(model / "scratch")},
+        # The from-scratch drafter is the reference of the vocab and shape-parity claims; a
+        # model brought back without it (an older model.tar.gz) is served without a reference.
+        "drafter": {"path": str(model / "drafter"),
+                    **({"reference": str(model / "scratch")} if (model / "scratch").is_dir()
+                       else {})},
         "server": {"launcher": launcher, "host": "127.0.0.1", "port": 0, "tp": 1,
                    "startup_timeout_s": 480.0, "stop_timeout_s": 30.0,
                    "args": suite.server_flags(sim)},
@@ -428,6 +432,18 @@ def main() -> int:
                 summary["warm_up"] = warm.finish(min(max(left() - 30, 5), 240))
     elif args.warm_up:
         log(f"warm-up: skipped, {model} is trained already (no start while training)")
+    if (not trained and (model / "drafter").is_dir() and (model / "target").is_dir()
+            and not (model / "target" / "model.safetensors").exists()):
+        # A model brought back in model.tar.gz has no target weights: make them from the seed,
+        # checked against the held-out dump, or serve nothing.
+        code, took = run([py, str(HERE / "rebuild_target.py"), str(model)],
+                         work / "rebuild.log", min(180.0, max(left() - 60, 10)), args.root)
+        summary["steps"]["rebuild_target"] = {"exit": code, "seconds": round(took, 1)}
+        if code != 0:
+            log(f"the target's weights could not be made again (exit {code}); see "
+                f"{work / 'rebuild.log'}")
+            (out / f"loop_summary{args.tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
+            return 1
     for name in ("summary.json", "prediction.json"):
         path = model / name
         if path.exists():
@@ -503,7 +519,7 @@ def main() -> int:
         probe: tuple[Path, ...] = () if args.skip_probe or no_drafter else (
             work / f"probe{tag}.log", reports / "verdict.json", reports / "live",
             reports / "baselines", reports / "history")
-        made = (work / "train.log", work / "warm-up.log") if trained else ()
+        made = (work / "train.log", work / "warm-up.log") if trained else (work / "rebuild.log",)
         for path in (prof, *made, *probe, *phase1,
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):
@@ -513,9 +529,14 @@ def main() -> int:
     # prediction can be re-run off the GPU machine (`specgate eval --served-steps`).
     if not no_drafter and not (out / "model.tar.gz").exists():
         with tarfile.open(out / "model.tar.gz", "w:gz") as tar:
-            for path in (model / "drafter", model / "target" / "config.json",
+            # Everything but the target's weights (95 MB for 64 layers) and the training dump:
+            # rebuild_target.py makes the weights again from the seed on another machine.
+            for path in (model / "drafter", model / "scratch", model / "target" / "config.json",
                          model / "target" / "tokenizer.json",
-                         model / "target" / "tokenizer_config.json", model / "dump" / "heldout"):
+                         model / "target" / "tokenizer_config.json",
+                         model / "target" / "generation_config.json", model / "dump" / "heldout",
+                         model / "vocab_map.safetensors", model / "summary.json",
+                         model / "prediction.json", model / "logs"):
                 if path.exists():
                     tar.add(path, arcname=str(path.relative_to(work)))
     if no_drafter:
