@@ -262,3 +262,21 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
     assert bad.returncode == 2
     assert f"{model / 'target' / 'config.json'}: config.json: hidden_size is 'wide'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_path: Path) -> None:
+    """The sixth session's fresh machine: the speculative server was still compiling when the
+    probe's time ran out. Its verdict held one finished, passed claim; the call said PASSED."""
+    ok = [{"id": "config.target_compat", "status": "passed"}]
+    assert loop.passed({"exit": 0, "outcome": "passed", "claims": ok})
+    assert not loop.passed({"exit": 124, "outcome": "interrupted", "claims": ok})
+    assert not loop.passed({"exit": 0, "outcome": "interrupted", "claims": ok})
+    assert not loop.passed({"exit": 124, "outcome": "passed", "claims": ok})
+    assert not loop.passed({"exit": 0, "outcome": "passed", "claims": []})
+    assert not loop.passed({"exit": 1, "outcome": "failed",
+                            "claims": [*ok, {"id": "spec.speedup", "status": "failed"}]})
+    (tmp_path / "verdict.json").write_text('{"outcome": "interrupted", "claims": []}')
+    assert loop.outcome(tmp_path) == "interrupted"
+    (tmp_path / "verdict.json").write_text("[1, 2]")
+    assert loop.outcome(tmp_path) is None
+    assert loop.outcome(tmp_path / "nowhere") is None

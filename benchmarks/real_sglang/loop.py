@@ -322,6 +322,24 @@ def claims(reports: Path) -> list[dict[str, Any]]:
             for c in doc.get("claims", [])]
 
 
+def outcome(reports: Path) -> str | None:
+    """The verdict's outcome ("passed", "failed", "interrupted", ...), None without one."""
+    try:
+        value = json.loads((reports / "verdict.json").read_text()).get("outcome")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def passed(step: dict[str, Any]) -> bool:
+    """A pytest step passed: it exited 0 and its verdict says passed, over claims that all
+    passed or were skipped. A run killed at its time limit (exit 124) wrote a verdict of the
+    claims it finished, all of which may have passed: it is interrupted, not passed."""
+    got = step.get("claims") or []
+    return (step.get("exit") == 0 and step.get("outcome") == "passed" and bool(got)
+            and all(c["status"] in ("passed", "skipped") for c in got))
+
+
 def compare(model: Path, reports: Path, served: Served) -> dict[str, Any]:
     """Predicted (offline, teacher-forced on the held-out dump) against measured (live) accept
     length, in SGLang's per-request form Σcompletion/Σverify, overall and per category.
@@ -477,7 +495,7 @@ def main() -> int:
                          work / f"probe{tag}.log", left() - (10 if args.skip_phase1 else 40),
                          args.root)
         summary["steps"]["probe"] = {"exit": code, "seconds": round(took, 1),
-                                     "claims": claims(reports)}
+                                     "outcome": outcome(reports), "claims": claims(reports)}
     reports1 = work / "reports-phase1"
     if not args.skip_phase1 and not no_drafter:
         (reports1 / "verdict.json").unlink(missing_ok=True)  # never report an earlier call's
@@ -485,7 +503,7 @@ def main() -> int:
                           f"--reports={reports1}", "-p", "no:cacheprovider"],
                          work / "phase1.log", left() - 10, args.root)
         summary["steps"]["phase1"] = {"exit": code, "seconds": round(took, 1),
-                                      "claims": claims(reports1)}
+                                      "outcome": outcome(reports1), "claims": claims(reports1)}
     summary["served"] = {"steps": served.steps, "topk": served.topk,
                          "draft_tokens": served.draft_tokens,
                          "server_args": suite.server_flags(args.sim)}
@@ -497,7 +515,8 @@ def main() -> int:
     if "warm_up" in summary:
         lines += [f"## warm-up: {summary['warm_up'].get('note')}", ""]
     for step, info in summary["steps"].items():
-        lines.append(f"## {step}: exit {info['exit']}, {info['seconds']} s")
+        verdict = f", verdict {info['outcome']}" if info.get("outcome") else ""
+        lines.append(f"## {step}: exit {info['exit']}, {info['seconds']} s{verdict}")
         if info.get("note"):
             lines.append(f"- {info['note']}")
         for c in info.get("claims", []):
@@ -547,9 +566,10 @@ def main() -> int:
         ok = summary["steps"].get("train", {}).get("exit", 0) == 0
         log(f"trained {'ok' if ok else 'with errors'}; nothing judged; summary in {out}")
         return 0 if ok else 1
-    got = summary["steps"].get(judged, {}).get("claims") or []
-    ok = bool(got) and all(c["status"] in ("passed", "skipped") for c in got)
-    log(f"{judged} {'PASSED' if ok else 'not passed'}; summary in {out}")
+    step = summary["steps"].get(judged, {})
+    ok = passed(step)
+    log(f"{judged} {'PASSED' if ok else 'not passed'} (exit {step.get('exit')}, verdict "
+        f"{step.get('outcome')}); summary in {out}")
     return 0 if ok else 1
 
 
