@@ -551,6 +551,23 @@ def test_served_answers_are_compared_with_the_dumps_token_by_token(
     unknown = eval_claims.live_agreement_claim(profile, served({}))
     assert "the server sent no output_ids, so whether it served the dump's answers is not " \
            "known" in unknown.message
+    assert "cut short" not in unknown.message  # every dump answer is shorter than 1001 tokens
+    # Without output_ids, the prompts whose dump answer is as long as the served one stand
+    # apart from those where the dump's generator stopped early (at a near-tie).
+    n = len(answers["chat-1"])
+    full = [dataclasses.replace(s, completion_tokens=n, spec_verify_ct=round(n / 1.5))
+            if s.prompt_id == "chat-1" else s for s in spec.samples]
+    run_full = dataclasses.replace(run, speculative=dataclasses.replace(
+        run.speculative, measurement=build_measurement(
+            config="speculative", url="http://x", template=PLAIN,
+            bench=BenchSection(max_repeats=3), samples=full)))
+    split = eval_claims.live_agreement_claim(profile, run_full)
+    assert "(the dump's answer is as long as the served one on 1: median error per verify " \
+           in split.message
+    assert "; cut short on 2, where the dump's generator and its own forward split" \
+           in split.message
+    rows = {r["prompt_id"]: r for r in split.details["per_prompt"]}
+    assert (rows["chat-1"]["cut_short"], rows["math-1"]["cut_short"]) == (False, True)
     left = answers["math-1"][:5] + tuple(t + 1 for t in answers["math-1"][5:])
     same = eval_claims.live_agreement_claim(profile, served(
         {"chat-1": answers["chat-1"] + (7, 7), "chat-3": answers["chat-3"], "math-1": left}))

@@ -296,6 +296,14 @@ class PromptAgreement:
     # tokens the served answer (its first request) shares with the dump's from the start; None
     # when the server sent no output_ids
     same: int | None = None
+    served_tokens: float = 0.0  # mean completion tokens of the prompt's served answers
+
+    @property
+    def cut_short(self) -> bool:
+        """The dump's answer is shorter than the served one: its generator stopped it where
+        its own forward disagreed at a near-tie (or it ended), so past that token it does not
+        say what was served."""
+        return self.dump_answer < self.served_tokens
 
     @property
     def ranked(self) -> bool:
@@ -317,7 +325,8 @@ class PromptAgreement:
                 "predicted_per_request": _r(self.predicted), "measured": _r(self.measured),
                 "measured_decode": _r(self.measured_decode), "requests": self.requests,
                 "dump_positions": self.positions, "ranked": self.ranked,
-                "dump_answer_tokens": self.dump_answer, "same_answer_tokens": self.same}
+                "dump_answer_tokens": self.dump_answer, "same_answer_tokens": self.same,
+                "served_tokens": _r(self.served_tokens), "cut_short": self.cut_short}
 
 
 def prompt_agreements(prediction: ServedPrediction,
@@ -344,7 +353,8 @@ def prompt_agreements(prediction: ServedPrediction,
             continue
         rows.append(PromptAgreement(pid, categories[pid], predicted.per_verify,
                                     predicted.per_request(mean), measured, decode,
-                                    totals.requests, predicted.positions, len(answer), same))
+                                    totals.requests, predicted.positions, len(answer), same,
+                                    mean))
     return rows
 
 
@@ -386,15 +396,21 @@ def _divergence_summary(ranked: Sequence[PromptAgreement]) -> str:
     """How many served answers left the dump's answer, and how far off the prediction was on
     those against the rest: a greedy answer that differs (a near-tie decided otherwise by
     another kernel) is another text, with its own acceptance."""
-    known = [r for r in ranked if r.same is not None]
-    if not known:
-        return ("; the server sent no output_ids, so whether it served the dump's answers is "
-                "not known")
-
     def off(rows: Sequence[PromptAgreement]) -> str:
         errors = sorted(abs(r.predicted_per_verify - r.measured_decode) / r.measured_decode
                         for r in rows if r.measured_decode > 0)
         return f"{100 * errors[len(errors) // 2]:.0f} %" if errors else "n/a"
+
+    known = [r for r in ranked if r.same is not None]
+    if not known:
+        cut = [r for r in ranked if r.cut_short]
+        whole = [r for r in ranked if not r.cut_short]
+        split = (f" (the dump's answer is as long as the served one on {len(whole)}: median "
+                 f"error per verify {off(whole)}; cut short on {len(cut)}, where the dump's "
+                 f"generator and its own forward split at a near-tie that serving may decide "
+                 f"otherwise: {off(cut)})" if cut and whole else "")
+        return ("; the server sent no output_ids, so whether it served the dump's answers is "
+                "not known" + split)
 
     left = [r for r in known if r.diverged]
     kept = [r for r in known if not r.diverged]
