@@ -280,3 +280,18 @@ def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_pa
     (tmp_path / "verdict.json").write_text("[1, 2]")
     assert loop.outcome(tmp_path) is None
     assert loop.outcome(tmp_path / "nowhere") is None
+
+
+@pytest.mark.parametrize(("preinstalled", "code", "says"), [
+    ("0", 3, "COLD: /nonexistent lacks SGLang (bundle A)"),
+    # a machine of one's own: nothing installed, the imports checked (here SGLang is missing)
+    ("1", 5, "No module named"),
+])
+def test_env_installs_bundles_unless_told_sglang_is_there(
+        tmp_path: Path, preinstalled: str, code: int, says: str) -> None:
+    script = (f'ROOT=. WORK={tmp_path} SITE=/nonexistent SIM=0 PY={sys.executable} '
+              f'RS_PREINSTALLED={preinstalled}; . benchmarks/real_sglang/env.sh; echo "rc=$?"')
+    done = subprocess.run(["bash", "-c", script], cwd=HERE.parent.parent, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert f"rc={code}" in done.stdout, done.stdout + done.stderr
+    assert says in done.stdout + done.stderr

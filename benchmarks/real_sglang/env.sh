@@ -10,25 +10,29 @@ if [ "$SIM" = 1 ]; then
 else
   LAUNCHER=${RS_LAUNCHER:-python3 -m sglang.launch_server}
   TINY_FLAGS=
-  test -d "$SITE/sglang" -a -d "$SITE/sgl_kernel" -a -d "$SITE/flashinfer" \
-    || { echo "COLD: $SITE lacks SGLang (bundle A); redo call 1"; return 3; }
-  PIP="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE"
-  # Bundle B (SGLang's other dependencies), once per warm machine.
-  if [ ! -e "$SITE/.bundle-b-done" ]; then
-    ls .whlB/*.whl >/dev/null 2>&1 || { echo "bundle B missing: carry .whlB"; return 4; }
-    $PIP .whlB/*.whl && touch "$SITE/.bundle-b-done" || return 4
+  # RS_PREINSTALLED=1: a machine of your own, where $PY already imports SGLang 0.5.17, its
+  # kernels and specgate (with its test extras); nothing is installed, the imports are checked.
+  if [ "${RS_PREINSTALLED:-0}" != 1 ]; then
+    test -d "$SITE/sglang" -a -d "$SITE/sgl_kernel" -a -d "$SITE/flashinfer" \
+      || { echo "COLD: $SITE lacks SGLang (bundle A); redo call 1"; return 3; }
+    PIP="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE"
+    # Bundle B (SGLang's other dependencies), once per warm machine.
+    if [ ! -e "$SITE/.bundle-b-done" ]; then
+      ls .whlB/*.whl >/dev/null 2>&1 || { echo "bundle B missing: carry .whlB"; return 4; }
+      $PIP .whlB/*.whl && touch "$SITE/.bundle-b-done" || return 4
+    fi
+    # specgate's missing dependencies, and specgate itself (its pytest11 entry point loads the
+    # plugin): built from this working tree when setuptools is there, else the wheel in .whlP.
+    if ls .whlP/*.whl >/dev/null 2>&1; then
+      $PIP $(ls .whlP/*.whl | grep -v '/specgate-') || return 4
+    fi
+    if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-compile --no-cache-dir \
+          --upgrade --target "$SITE" . 2>"$WORK/pip-specgate.err"; then
+      echo "building specgate here failed ($(tail -n 1 "$WORK/pip-specgate.err")); using .whlP's wheel"
+      $PIP .whlP/specgate-*.whl || return 4
+    fi
+    export PYTHONPATH="$SITE"
   fi
-  # specgate's missing dependencies, and specgate itself (its pytest11 entry point loads the
-  # plugin): built from this working tree when setuptools is there, else the wheel in .whlP.
-  if ls .whlP/*.whl >/dev/null 2>&1; then
-    $PIP $(ls .whlP/*.whl | grep -v '/specgate-') || return 4
-  fi
-  if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-compile --no-cache-dir \
-        --upgrade --target "$SITE" . 2>"$WORK/pip-specgate.err"; then
-    echo "building specgate here failed ($(tail -n 1 "$WORK/pip-specgate.err")); using .whlP's wheel"
-    $PIP .whlP/specgate-*.whl || return 4
-  fi
-  export PYTHONPATH="$SITE"
   NV=$("$PY" -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null)
   export LD_LIBRARY_PATH="${NV}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
