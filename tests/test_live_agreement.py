@@ -549,8 +549,9 @@ def test_served_answers_are_compared_with_the_dumps_token_by_token(
             run.speculative, measurement=measured))
 
     unknown = eval_claims.live_agreement_claim(profile, served({}))
-    assert "the server sent no output_ids, so whether it served the dump's answers is not " \
-           "known" in unknown.message
+    assert "no whole-answer output_ids came back from the server (none sent, or not one per " \
+           "completion token), so whether it served the dump's answers is not known" \
+           in unknown.message
     assert "cut short" not in unknown.message  # every dump answer is shorter than 1001 tokens
     # Without output_ids, the prompts whose dump answer is as long as the served one stand
     # apart from those where the dump's generator stopped early (at a near-tie).
@@ -585,3 +586,27 @@ def test_served_answers_are_compared_with_the_dumps_token_by_token(
     whole = eval_claims.live_agreement_claim(profile, served(
         {"chat-1": answers["chat-1"], "chat-3": answers["chat-3"], "math-1": answers["math-1"]}))
     assert "every served answer is the dump's over all its tokens (3 prompts" in whole.message
+    # A served answer that stopped early (max_new_tokens) as a prefix of the dump's has not
+    # left it.
+    prefix = eval_claims.live_agreement_claim(profile, served(
+        {"chat-1": answers["chat-1"][:40], "chat-3": answers["chat-3"], "math-1": left}))
+    assert "leaves the dump's on 1 of 3 prompts (after 5 to 5 tokens" in prefix.message
+    rows = {r["prompt_id"]: r for r in prefix.details["per_prompt"]}
+    assert rows["chat-1"]["same_answer_tokens"] == 40
+
+
+def test_a_dump_answer_is_only_what_follows_a_prompt(known: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """read_answer: the first masked run after a prompt; nothing when there is no prompt before
+    it (the whole sample masked) or no mask at all."""
+    from specgate.io.dump import open_dump, read_answer
+
+    with_prompt = generate_dump(tmp_path / "p", known["drafter"], samples=1, tokens=20,
+                                prompt_tokens=4)
+    (sample,) = open_dump(with_prompt).samples
+    assert len(read_answer(sample)) == 16
+    no_prompt = generate_dump(tmp_path / "n", known["drafter"], samples=1, tokens=20,
+                              prompt_tokens=0)
+    (sample,) = open_dump(no_prompt).samples
+    assert read_answer(sample) == ()
+    assert read_answer(dataclasses.replace(sample, loss_mask=None)) == ()

@@ -240,6 +240,7 @@ def test_a_returned_model_gets_its_target_weights_made_again_from_the_seed(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rebuild_target.py" in done.stdout
     assert (work / "model" / "target" / "model.safetensors").is_file()
+    assert not (work / "model" / "target.rebuild").exists()
     log = (work / "rebuild.log").read_text()
     assert "(100.00%)" in log, log[-1000:]
     steps = json.loads((tmp_path / "out" / "loop_summary.json").read_text())["steps"]
@@ -256,6 +257,11 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "these are not the weights the dump was made with" in done.stderr
+    # refused weights are not left where the next call would find and serve them
+    assert not (model / "target" / "model.safetensors").exists()
+    assert not (model / "target.rebuild").exists()
+    # the seed train_drafter.py recorded is the default
+    assert json.loads((model / "summary.json").read_text())["seed"] == 0
     (model / "target" / "config.json").write_text('{"hidden_size": "wide"}')
     bad = subprocess.run([sys.executable, str(HERE / "rebuild_target.py"), str(model)],
                          capture_output=True, text=True, timeout=300, check=False)
@@ -286,6 +292,7 @@ def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_pa
     ("0", 3, "COLD: /nonexistent lacks SGLang (bundle A)"),
     # a machine of one's own: nothing installed, the imports checked (here SGLang is missing)
     ("1", 5, "No module named"),
+    ("yes", 4, "RS_PREINSTALLED=yes: set 1 (SGLang is installed) or 0"),
 ])
 def test_env_installs_bundles_unless_told_sglang_is_there(
         tmp_path: Path, preinstalled: str, code: int, says: str) -> None:

@@ -2,7 +2,8 @@
 # dependencies and specgate itself into $SITE (once per warm machine), and exports what SGLang
 # needs (PYTHONPATH, LD_LIBRARY_PATH, CUDA_HOME). Needs ROOT, WORK, SITE, SIM and PY set, and the
 # current directory at ROOT. Sets LAUNCHER and TINY_FLAGS. Returns 3 when bundle A is missing
-# (the machine went cold: redo call 1), 4-5 when setup fails.
+# (the machine went cold: redo call 1), 4-5 when setup fails. RS_PREINSTALLED=1 (a GPU machine
+# of your own with SGLang installed for $PY) installs nothing: see below.
 if [ "$SIM" = 1 ]; then
   LAUNCHER=${RS_LAUNCHER:-python -m specgate.testing.simulator}
   TINY_FLAGS=--no-tokenizer
@@ -11,8 +12,15 @@ else
   LAUNCHER=${RS_LAUNCHER:-python3 -m sglang.launch_server}
   TINY_FLAGS=
   # RS_PREINSTALLED=1: a machine of your own, where $PY already imports SGLang 0.5.17, its
-  # kernels and specgate (with its test extras); nothing is installed, the imports are checked.
-  if [ "${RS_PREINSTALLED:-0}" != 1 ]; then
+  # kernels and specgate; nothing is installed, the imports are checked, and the server is
+  # started by that same interpreter.
+  case "${RS_PREINSTALLED:-0}" in
+    0|1) ;;
+    *) echo "RS_PREINSTALLED=${RS_PREINSTALLED}: set 1 (SGLang is installed) or 0"; return 4 ;;
+  esac
+  if [ "${RS_PREINSTALLED:-0}" = 1 ]; then
+    LAUNCHER=${RS_LAUNCHER:-$PY -m sglang.launch_server}
+  else
     test -d "$SITE/sglang" -a -d "$SITE/sgl_kernel" -a -d "$SITE/flashinfer" \
       || { echo "COLD: $SITE lacks SGLang (bundle A); redo call 1"; return 3; }
     PIP="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $SITE"

@@ -538,7 +538,8 @@ def main() -> int:
         probe: tuple[Path, ...] = () if args.skip_probe or no_drafter else (
             work / f"probe{tag}.log", reports / "verdict.json", reports / "live",
             reports / "baselines", reports / "history")
-        made = (work / "train.log", work / "warm-up.log") if trained else (work / "rebuild.log",)
+        made = (work / "train.log", work / "warm-up.log") if trained else (
+            (work / "rebuild.log",) if "rebuild_target" in summary["steps"] else ())
         for path in (prof, *made, *probe, *phase1,
                      model / "summary.json", model / "prediction.json", model / "logs",
                      model / "drafter" / "config.json"):

@@ -967,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
                    args.max_steps, device, configs, size.heldout_tokens)
     (out / "prediction.json").write_text(json.dumps(pred, indent=2) + "\n")
     lap("predict")
-    summary = {"size": args.size, "device": device, "seconds": times,
+    summary = {"size": args.size, "device": device, "seed": args.seed, "seconds": times,
                "total_seconds": round(time.perf_counter() - t0, 2),
                "train_tokens": n_train, "heldout_tokens": n_held,
                "training_seconds": {"asked": [args.scratch_seconds, args.finetune_seconds],

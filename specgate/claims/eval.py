@@ -293,10 +293,12 @@ class PromptAgreement:
     requests: int
     positions: int  # the dump sample's scored chain positions
     dump_answer: int = 0  # tokens of the dump sample's answer
-    # tokens the served answer (its first request) shares with the dump's from the start; None
-    # when the server sent no output_ids
+    # tokens the served answer (the first of its requests with output_ids) shares with the
+    # dump's from the start; None when no whole-answer output_ids came back for it, or the dump
+    # sample has no answer to compare
     same: int | None = None
     served_tokens: float = 0.0  # mean completion tokens of the prompt's served answers
+    served_ids: int | None = None  # length of the served answer compared (its output_ids)
 
     @property
     def cut_short(self) -> bool:
@@ -311,9 +313,11 @@ class PromptAgreement:
 
     @property
     def diverged(self) -> bool:
-        """The served answer leaves the dump's before the dump's answer ends: past that token
-        the prediction is about a text that was not served."""
-        return self.same is not None and self.same < self.dump_answer
+        """The served answer leaves the dump's before either ends: past that token the
+        prediction is about a text that was not served. (A served answer that stops earlier,
+        at max_new_tokens, and is a prefix of the dump's has not left it.)"""
+        return (self.same is not None and self.served_ids is not None
+                and self.same < min(self.dump_answer, self.served_ids))
 
     @property
     def blind(self) -> bool:
@@ -354,7 +358,7 @@ def prompt_agreements(prediction: ServedPrediction,
         rows.append(PromptAgreement(pid, categories[pid], predicted.per_verify,
                                     predicted.per_request(mean), measured, decode,
                                     totals.requests, predicted.positions, len(answer), same,
-                                    mean))
+                                    mean, None if ids is None else len(ids)))
     return rows
 
 
@@ -402,6 +406,8 @@ def _divergence_summary(ranked: Sequence[PromptAgreement]) -> str:
         return f"{100 * errors[len(errors) // 2]:.0f} %" if errors else "n/a"
 
     known = [r for r in ranked if r.same is not None]
+    if not known and any(r.served_ids is not None for r in ranked):
+        return ("; no dump answer to compare the served answers' token ids with")
     if not known:
         cut = [r for r in ranked if r.cut_short]
         whole = [r for r in ranked if not r.cut_short]
@@ -409,8 +415,9 @@ def _divergence_summary(ranked: Sequence[PromptAgreement]) -> str:
                  f"error per verify {off(whole)}; cut short on {len(cut)}, where the dump's "
                  f"generator and its own forward split at a near-tie that serving may decide "
                  f"otherwise: {off(cut)})" if cut and whole else "")
-        return ("; the server sent no output_ids, so whether it served the dump's answers is "
-                "not known" + split)
+        return ("; no whole-answer output_ids came back from the server (none sent, or not one "
+                "per completion token), so whether it served the dump's answers is not known"
+                + split)
 
     left = [r for r in known if r.diverged]
     kept = [r for r in known if not r.diverged]
@@ -429,12 +436,13 @@ def prompt_csv(rows: Sequence[PromptAgreement]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["prompt_id", "category", "predicted_per_verify", "predicted_per_request",
                      "measured_accept_len", "measured_decode_per_verify", "requests",
-                     "dump_positions", "dump_answer_tokens", "same_answer_tokens"])
+                     "dump_positions", "dump_answer_tokens", "served_tokens", "cut_short",
+                     "same_answer_tokens"])
     for r in rows:
         writer.writerow([r.prompt_id, r.category, f"{r.predicted_per_verify:.4f}",
                          f"{r.predicted:.4f}", f"{r.measured:.4f}", f"{r.measured_decode:.4f}",
-                         r.requests, r.positions, r.dump_answer,
-                         "" if r.same is None else r.same])
+                         r.requests, r.positions, r.dump_answer, f"{r.served_tokens:g}",
+                         int(r.cut_short), "" if r.same is None else r.same])
     return out.getvalue()
 
 

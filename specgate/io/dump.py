@@ -114,17 +114,18 @@ def read_sample(sample: DumpSample) -> tuple[np.ndarray[Any, Any], np.ndarray[An
 
 
 def read_answer(sample: DumpSample) -> tuple[int, ...]:
-    """The token ids of a sample's first answer: its first run of loss-masked tokens (the
-    continuation the dump's generator produced; the whole sample when it has no mask)."""
-    ids = read_array(sample.file, sample.input_ids).astype(np.int64).reshape(-1)
+    """The token ids of a sample's first answer: its first run of loss-masked tokens after a
+    prompt (the continuation the dump's generator produced). Empty when that is not known: no
+    loss mask, no masked token, or a mask that starts at the first token (no prompt)."""
     if sample.loss_mask is None:
-        return tuple(int(i) for i in ids)
+        return ()
+    ids = read_array(sample.file, sample.input_ids).astype(np.int64).reshape(-1)
     mask = read_array(sample.file, sample.loss_mask).reshape(-1).astype(bool)
     if mask.shape[0] != ids.shape[0]:
         raise DataError(f"{sample.file}: input_ids [{ids.shape[0]}] and loss_mask "
                         f"[{mask.shape[0]}]: expected one length")
     on = np.flatnonzero(mask)
-    if not on.size:
+    if not on.size or on[0] == 0:
         return ()
     start = int(on[0])
     off = np.flatnonzero(~mask[start:])
