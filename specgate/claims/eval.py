@@ -304,8 +304,8 @@ class PromptAgreement:
     def cut_short(self) -> bool:
         """The dump's answer is shorter than the served one: its generator stopped it where
         its own forward disagreed at a near-tie (or it ended), so past that token it does not
-        say what was served."""
-        return self.dump_answer < self.served_tokens
+        say what was served. False when the dump's answer is not known (no loss mask)."""
+        return 0 < self.dump_answer < self.served_tokens
 
     @property
     def ranked(self) -> bool:
@@ -410,7 +410,7 @@ def _divergence_summary(ranked: Sequence[PromptAgreement]) -> str:
         return ("; no dump answer to compare the served answers' token ids with")
     if not known:
         cut = [r for r in ranked if r.cut_short]
-        whole = [r for r in ranked if not r.cut_short]
+        whole = [r for r in ranked if r.dump_answer and not r.cut_short]
         split = (f" (the dump's answer is as long as the served one on {len(whole)}: median "
                  f"error per verify {off(whole)}; cut short on {len(cut)}, where the dump's "
                  f"generator and its own forward split at a near-tie that serving may decide "
