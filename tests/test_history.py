@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from specgate.claims import regress
+from specgate.claims import regress, verdict
 from specgate.claims import result as claims
 from specgate.claims.result import Status
 from specgate.core.profile import Profile, parse_profile
@@ -17,7 +17,7 @@ from specgate.io import history as history_store
 from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
 from specgate.measure import stats
-from specgate.report import history, verdict
+from specgate.report import history
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 

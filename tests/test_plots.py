@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from specgate.report import plots
+from specgate.plot import figures as plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

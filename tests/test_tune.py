@@ -102,7 +102,7 @@ def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
 @pytest.mark.parametrize("argv", [["--steps", "x"], ["--steps", "0"], ["--steps", ","],
                                   ["--max-launches", "0"]])
 def test_bad_tune_options_are_usage_errors(argv, capsys):
-    from specgate.report.tune_report import main_tune
+    from specgate.cli.tune import main_tune
 
     with pytest.raises(SystemExit) as exc:
         main_tune(argv)

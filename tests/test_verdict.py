@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.claims import result as claims
+from specgate.claims import verdict
 from specgate.claims.result import ClaimResult, Status
-from specgate.report import verdict
 
 
 def _c(status: Status) -> ClaimResult:

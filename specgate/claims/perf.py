@@ -18,7 +18,7 @@ from specgate.io.jsonl import json_safe
 from specgate.measure import bench, stats
 from specgate.measure.bench import Measurement
 from specgate.measure.live import ConfigRun, LiveResults
-from specgate.report import live_plots
+from specgate.plot import live as live_plots
 
 PHASE = "phase0"
 # Below this the drafter almost never lands a token: speculation is configured but not working.

@@ -7,6 +7,8 @@ import enum
 import math
 from typing import Any
 
+from specgate.core.attachment import Attachment as Attachment
+
 
 class Status(enum.StrEnum):
     PASSED = "passed"
@@ -39,15 +41,6 @@ def family_of(claim_id: str) -> str:
     """The Allure feature of a claim id: its first dotted component, spelled for people."""
     head = claim_id.split(".", 1)[0]
     return FAMILY_TITLES.get(head, head)
-
-
-@dataclasses.dataclass(frozen=True)
-class Attachment:
-    """A file shown beside a claim in the report (text, csv, json or png)."""
-
-    name: str
-    body: bytes | str
-    kind: str = "text"
 
 
 # Machine-readable reasons (ClaimResult.reason): why a claim ended as it did. Each status has a

@@ -85,7 +85,7 @@ def _file_hash(path: Path) -> str | None:
 def _sglang_version(profile: Profile) -> str:
     """The SGLang version known before a launch: this interpreter's, for a local launcher."""
     if profile.is_simulated:
-        from specgate.testing.simulator.state import SGLANG_VERSION
+        from specgate.core.simulated import SGLANG_VERSION
 
         return f"simulator of {SGLANG_VERSION}"
     argv = profile.launcher_argv()

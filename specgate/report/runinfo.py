@@ -1,4 +1,4 @@
-"""What happens around a claims run: demo assets before it, result files and history after it."""
+"""Around a claims run: a clean results folder before it, result files and history after it."""
 
 from __future__ import annotations
 
@@ -6,22 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from specgate.core.profile import Profile
-
-
-def prepare(profile: Profile, reports_dir: Path) -> None:
-    """Make what the profile needs before any claim runs (the demo's generated checkpoints)."""
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    if profile.demo is None:
-        return
-    from specgate.testing import demo
-    assets = profile.demo_assets()
-    assets.parent.mkdir(parents=True, exist_ok=True)
-    # xdist workers all get here; one generates, the others wait and find it done.
-    with FileLock(str(assets) + ".lock", timeout=600):
-        demo.ensure_assets(assets, profile.demo.kind)
 
 
 def clean_results(results_dir: Path) -> None:

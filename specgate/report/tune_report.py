@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 from specgate.measure import bench
 from specgate.measure.stats import percent
 from specgate.measure.tune import Candidate, TuneResult
-from specgate.report.plots import BASELINE_COLOR, PASS_COLOR, SPEC_COLOR, _figure, _png
+from specgate.plot.tune import plot
 
 TABLE_FILE = "tune.md"
 PLOT_FILE = "tune.png"
@@ -159,40 +157,6 @@ def snippet(result: TuneResult, algorithm: str = "EAGLE3") -> str:
             f"eagle_topk = {b.topk}\nnum_draft_tokens = {b.draft_tokens}\n")
 
 
-def plot(result: TuneResult) -> bytes:
-    """tok/s against steps: predicted (line), measured (points with intervals), the baseline."""
-    fig, ax = _figure(7.5, 4.4)
-    xs = [c.steps for c in result.candidates]
-    preds = [result.predictions[c.key].tps if c.key in result.predictions else math.nan
-             for c in result.candidates]
-    ax.plot(xs, preds, color=SPEC_COLOR, linestyle="--", marker="o", markersize=4,
-            alpha=0.6, label="predicted (chain model × cycle fit)")
-    for tr in result.trials:
-        s = tr.measurement.stat("tps") if tr.measurement else None
-        if s is None:
-            continue
-        color = PASS_COLOR if tr.status == "best" else SPEC_COLOR
-        lo = s.mean - s.ci_low if s.has_interval else 0.0
-        hi = s.ci_high - s.mean if s.has_interval else 0.0
-        ax.errorbar([tr.candidate.steps], [s.mean], yerr=[[lo], [hi]], fmt="s", color=color,
-                    capsize=4, markersize=7, zorder=4)
-        ax.annotate(f"#{tr.launch} {tr.status}", (tr.candidate.steps, s.mean),
-                    textcoords="offset points", xytext=(6, 6), fontsize=8, color=color)
-    base = result.baseline.measurement if result.baseline else None
-    bs = base.stat("tps") if base else None
-    if bs is not None:
-        ax.axhline(bs.mean, color=BASELINE_COLOR, linestyle=":", label=f"baseline "
-                   f"{bs.mean:.1f} tok/s")
-    ax.scatter([], [], marker="s", color=SPEC_COLOR, label="measured (interval)")
-    ax.set_xlabel("--speculative-num-steps (topk 1, steps + 1 draft tokens)")
-    ax.set_ylabel("decode tok/s, single stream")
-    ax.set_xticks(xs)
-    ax.set_title(f"specgate tune: {result.profile}" + (" (simulated)" if result.simulated
-                                                       else ""))
-    ax.legend(fontsize=8, loc="best")
-    return _png(fig)
-
-
 def write_outputs(result: TuneResult, reports_dir: Path, algorithm: str = "EAGLE3"
                   ) -> dict[str, Path]:
     """tune.md, tune.png and recommended.toml beside tune.json, and an Allure result."""
@@ -237,67 +201,4 @@ def write_allure(result: TuneResult, results_dir: Path, paths: dict[str, Path]) 
     return path
 
 
-def main_tune(argv: list[str]) -> int:
-    from specgate.core.profile import choose_profile_path, load_profile
-    from specgate.measure.tune import run_tune
-
-    parser = argparse.ArgumentParser(
-        prog="specgate tune",
-        description="Find the fastest --speculative-num-steps chain from few launches: measure "
-                    "the longest chain, predict the others, race the most promising few.")
-    parser.add_argument("--profile", help="profile file or shipped name (default: demo)")
-    parser.add_argument("--reports", type=Path, default=Path("reports"))
-    parser.add_argument("--drafter", help="drafter checkpoint (overrides the profile)")
-    parser.add_argument("--target-model", help="target model folder (overrides the profile)")
-    parser.add_argument("--sglang-launcher", help="argv prefix that starts SGLang")
-    parser.add_argument("--steps", help="comma-separated steps to consider (overrides [tune])")
-    parser.add_argument("--max-launches", type=int, help="overrides [tune] max_launches")
-    parser.add_argument("--no-baseline", action="store_true",
-                        help="launch no baseline (the cycle fit starts without its prior)")
-    args = parser.parse_args(argv)
-    profile = load_profile(choose_profile_path(args.profile)).with_overrides(
-        drafter=args.drafter, target_model=args.target_model,
-        sglang_launcher=args.sglang_launcher)
-    if profile.demo is not None:
-        from specgate.testing.demo import ensure_assets
-
-        ensure_assets(profile.demo_assets(), profile.demo.kind)
-    update: dict[str, Any] = {}
-    if args.steps is not None:
-        try:
-            update["steps"] = sorted({int(s) for s in args.steps.split(",") if s.strip()})
-        except ValueError:
-            parser.error(f"--steps {args.steps!r}: give whole numbers separated by commas, "
-                         "e.g. --steps 1,2,3,4")
-    if args.max_launches is not None:
-        update["max_launches"] = args.max_launches
-    if update:
-        from pydantic import ValidationError
-
-        from specgate.core.profile import TuneSection
-
-        try:  # validated as a [tune] section in a profile would be
-            tune = TuneSection.model_validate({**profile.tune.model_dump(), **update})
-        except ValidationError as exc:
-            parser.error("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: "
-                                   f"{e['msg']}" for e in exc.errors()))
-        profile = profile.model_copy(update={"tune": tune})
-    # SIGTERM (a plain `timeout`) ends the run as Ctrl-C does: servers stopped, results written.
-    from specgate.serving.server import install_signal_handlers
-
-    install_signal_handlers()
-
-    def say(message: str) -> None:
-        print(f"[specgate tune] {message}", file=sys.stderr, flush=True)
-
-    result = run_tune(profile, args.reports, progress=say, use_baseline=not args.no_baseline)
-    paths = write_outputs(result, args.reports, profile.speculative.algorithm)
-    print(summary_text(result))
-    print(snippet(result, profile.speculative.algorithm))
-    print("written: " + ", ".join(str(paths[k]) for k in ("table", "plot", "snippet", "json")))
-    if result.stop_reason.startswith("interrupted"):
-        return 130  # what it measured is written, but the run did not finish
-    return 0 if result.best is not None else 1
-
-
-__all__ = ["Candidate", "main_tune", "plot", "snippet", "table", "write_outputs"]
+__all__ = ["Candidate", "snippet", "summary_text", "table", "write_outputs"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specgate.core.profile import Profile
 from specgate.testing import generate
 from specgate.testing.simulator.model import SIM_FILE
 
@@ -125,3 +126,15 @@ def _write_log(path: Path, rows: list[tuple[float, float]]) -> None:
 
 def _write_sim(folder: Path, data: Mapping[str, object]) -> None:
     (folder / SIM_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def prepare(profile: Profile) -> None:
+    """Generate the checkpoints a demo profile names, once (xdist workers wait for the first)."""
+    if profile.demo is None:
+        return
+    from filelock import FileLock
+
+    assets = profile.demo_assets()
+    assets.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(assets) + ".lock", timeout=600):
+        ensure_assets(assets, profile.demo.kind)

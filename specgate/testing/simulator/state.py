@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specgate.core.simulated import SGLANG_VERSION as SGLANG_VERSION
 from specgate.testing.simulator import model
 from specgate.testing.simulator.args import Resolved
 from specgate.testing.simulator.faults import Faults
 
 # The version whose wire format was recorded on an H200 (shared/reference/real-sglang-0.5.17).
-SGLANG_VERSION = "0.5.17"
 
 
 def log(message: str, *, stream: Any = None) -> None:

@@ -81,7 +81,7 @@ def _profile_doc(argv: Sequence[str]) -> int:
 
 
 def _tune(argv: Sequence[str]) -> int:
-    from specgate.report.tune_report import main_tune
+    from specgate.cli.tune import main_tune
 
     return main_tune(list(argv))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specgate.claims.result import Attachment
+from specgate.core.attachment import Attachment
 from specgate.measure.bench import Measurement, RequestSample
-from specgate.report import plots
+from specgate.plot import figures as plots
 
 
 def _ci(m: Measurement, name: str) -> tuple[float, float] | None:

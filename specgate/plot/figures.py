@@ -26,7 +26,7 @@ def tps_repeats(
     spec_ci: tuple[float, float] | None,
 ) -> bytes:
     """tok/s of each repeat, baseline beside speculative, with each side's mean and CI."""
-    fig, ax = _figure(7.0, 4.2)
+    fig, ax = figure(7.0, 4.2)
     sides = [("baseline", list(baseline), baseline_ci, BASELINE_COLOR),
              ("speculative", list(speculative), spec_ci, SPEC_COLOR)]
     for x, (label, values, ci, color) in enumerate(sides):
@@ -51,7 +51,7 @@ def tps_repeats(
     ax.set_ylim(bottom=0)
     if baseline or speculative:
         ax.legend(loc="lower right", fontsize=8, title="bar: mean, band: CI", title_fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def accept_per_prompt(
@@ -69,7 +69,7 @@ def accept_per_prompt(
     colors = _palette(len(names))
     show_labels = len(rows) <= 60
     height = min(max(2.6, (0.22 if show_labels else 0.09) * len(rows) + 1.2), 20.0)
-    fig, ax = _figure(7.5, height)
+    fig, ax = figure(7.5, height)
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [r[1] for r in rows], color=[colors[names.index(r[0])] for r in rows])
     ax.margins(y=0.01)
@@ -87,13 +87,13 @@ def accept_per_prompt(
     ax.set_title(f"Accept length per prompt ({len(rows)} prompts)")
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               title="category", title_fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def accept_per_category(cat_to_value: dict[str, float]) -> bytes:
     """Mean accept length per prompt category, highest first."""
     items = sorted(cat_to_value.items(), key=lambda kv: -kv[1])
-    fig, ax = _figure(7.0, max(2.4, 0.45 * len(items) + 1.2))
+    fig, ax = figure(7.0, max(2.4, 0.45 * len(items) + 1.2))
     y = list(range(len(items)))[::-1]
     ax.barh(y, [v for _, v in items], color=_palette(len(items)))
     ax.set_yticks(y, [_short(k) for k, _ in items])
@@ -104,7 +104,7 @@ def accept_per_category(cat_to_value: dict[str, float]) -> bytes:
         ax.set_xlim(0, max(v for _, v in items) * 1.15 or 1.0)
     ax.set_xlabel("accept length (tokens per verify step)")
     ax.set_title("Accept length per prompt category")
-    return _png(fig)
+    return png(fig)
 
 
 def breakeven_chart(
@@ -125,7 +125,7 @@ def breakeven_chart(
     breakeven = cycle_s * baseline_tps
     top_tau = max(1.0 + 1.0, measured_accept, breakeven, *(t * cycle_s for t in targets)) * 1.2
     top_tau = math.ceil(top_tau * 2) / 2
-    fig, ax = _figure(7.5, 4.8)
+    fig, ax = figure(7.5, 4.8)
     taus = [1.0 + i * (top_tau - 1.0) / 200 for i in range(201)]
     ax.plot(taus, [t / cycle_s for t in taus], color=SPEC_COLOR, linewidth=2,
             label=f"speculative: tok/s = τ / {cycle_ms:g} ms")
@@ -155,12 +155,12 @@ def breakeven_chart(
     ax.set_title(f"Break-even: accept length {measured_accept:.2f} is {verdict} "
                  f"{breakeven:.2f}")
     ax.legend(fontsize=8, loc="lower right")
-    return _png(fig)
+    return png(fig)
 
 
 def per_position_acceptance(rates: Sequence[float]) -> bytes:
     """Acceptance rate at each draft position (1 = first drafted token)."""
-    fig, ax = _figure(6.5, 3.8)
+    fig, ax = figure(6.5, 3.8)
     x = list(range(1, len(rates) + 1))
     ax.bar(x, [r * 100 for r in rates], color=SPEC_COLOR, width=0.6)
     for xx, r in zip(x, rates, strict=True):
@@ -171,10 +171,10 @@ def per_position_acceptance(rates: Sequence[float]) -> bytes:
     ax.set_xlabel("draft position")
     ax.set_ylabel("accepted (%)")
     ax.set_title("Acceptance rate per draft position")
-    return _png(fig)
+    return png(fig)
 
 
-def _figure(width: float, height: float) -> tuple[Figure, Axes]:
+def figure(width: float, height: float) -> tuple[Figure, Axes]:
     import matplotlib
 
     matplotlib.use("Agg", force=True)  # no display on servers and CI
@@ -190,7 +190,7 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI)
     return buf.getvalue()
