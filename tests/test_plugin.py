@@ -97,6 +97,9 @@ def test_statuses_reach_the_verdict(project: Path, xdist: list[str]) -> None:
     assert doc["outcome"] == "failed"
     assert doc["complete"] is True
     assert by_id["demo.fail"]["observed"] == 252
+    # It names what it judged, and says what it could not read.
+    assert doc["identity"]["drafter"]["path"] == str(project / "d")
+    assert "config.json: not found" in doc["identity"]["drafter"]["unreadable"]
     assert by_id["demo.broken"]["phase"] == "phase1"
     assert "fixture blew up" in by_id["demo.fixture_error"]["message"]
     # Broken claims read as sentences, not tracebacks.

@@ -5,7 +5,7 @@ import sys
 
 from specgate.core.profile import parse_profile
 from specgate.measure import bench, live, reuse
-from specgate.measure.prompts import ChatTemplate
+from specgate.measure.prompts import template_named
 
 
 def _profile(tmp_path, *, env=None, bench_section=None, max_age=24.0):
@@ -65,7 +65,7 @@ def _measurement(config):
                                    e2e_s=0.1 + 0.01 * i, server_e2e_s=None, finish_reason="stop",
                                    chunks=20) for i in range(3)]
     return bench.build_measurement(config=config, url="http://x", bench=_profile_bench(),
-                                   template=ChatTemplate("plain", "", "", "test"), samples=samples)
+                                   template=template_named("plain", "test"), samples=samples)
 
 
 def _profile_bench():
@@ -96,6 +96,8 @@ def test_run_live_reuses_then_remeasures_on_drift(tmp_path, monkeypatch):
         "tps"].mean
     facts = live.server_facts(tmp_path / "reports")
     assert facts["baseline_reuse"]["reused"] is True
+    assert facts["chat_template"] == {"name": "plain", "source": "test",
+                                      "digest": template_named("plain", "test").digest}
     calls.clear()
     version["v"] = "0.5.18"  # the server was upgraded: the stored baseline must not be used
     third = live.run_live(profile, tmp_path / "reports")

@@ -6,7 +6,7 @@ import pytest
 
 from specgate.core.profile import SpeculativeSection, load_profile
 from specgate.measure import bench, tune
-from specgate.measure.prompts import ChatTemplate
+from specgate.measure.prompts import template_named
 
 
 def _m(histograms, steps_hint=None):
@@ -18,7 +18,7 @@ def _m(histograms, steps_hint=None):
                                    chunks=20, drafts_histogram=tuple(h))
                for i, h in enumerate(histograms)]
     return bench.build_measurement(config="speculative", url="http://x", bench=BenchSection(),
-                                   template=ChatTemplate("plain", "", "", "test"),
+                                   template=template_named("plain", "test"),
                                    samples=samples)
 
 
@@ -122,7 +122,7 @@ def _timed(e2e_s, spread, hist=None):
                                    drafts_histogram=tuple(hist) if hist else None)
                for i in range(6)]
     return bench.build_measurement(config="x", url="http://x", bench=BenchSection(),
-                                   template=ChatTemplate("plain", "", "", "test"),
+                                   template=template_named("plain", "test"),
                                    samples=samples)
 
 

@@ -206,6 +206,7 @@ class Measurement:
     stop_reason: str
     simulated: bool = False
     server_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    template_digest: str = ""
 
     @property
     def repeats(self) -> int:
@@ -350,6 +351,7 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: B
             per_category[category] = value
     return Measurement(
         config=config, url=url, template=template.name, template_source=template.source,
+        template_digest=template.digest,
         temperature=bench.temperature, max_new_tokens=bench.max_new_tokens, warmup=bench.warmup,
         confidence=judged_confidence(bench), samples=tuple(samples), passes=passes, stats=stats,
         per_category_accept_len=per_category,

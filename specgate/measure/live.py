@@ -539,6 +539,11 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
         info = run.get("server_info") or {}
         if info.get("version") and "sglang_version" not in facts:
             facts["sglang_version"] = str(info["version"])
+        measured = run.get("measurement") or {}
+        if measured.get("template") and "chat_template" not in facts:
+            facts["chat_template"] = {"name": measured["template"],
+                                      "source": measured.get("template_source"),
+                                      "digest": measured.get("template_digest") or None}
         if run.get("url"):
             facts.setdefault("server_url", run["url"])
             facts[f"{config}_url"] = run["url"]

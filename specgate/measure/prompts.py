@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import functools
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from specgate.core.errors import DataError, ProfileError
 from specgate.io import jsonl
 
+if TYPE_CHECKING:
+    import jinja2
+    import jinja2.parser
+
 BUILTIN = "builtin"
 
-# Text around one user turn, ending where the assistant's reply starts. The BOS token is left
-# out on purpose: SGLang's tokenizer adds it to /generate text, and a second one shifts the
-# distribution the drafter was trained on.
+# Text around one user turn, ending where the assistant's reply starts, for targets whose folder
+# has no chat template of its own (or is not readable here, as on a remote GPU host). The BOS
+# token is left out on purpose: SGLang's tokenizer adds it to /generate text, and a second one
+# shifts the distribution the drafter was trained on.
 TEMPLATES: dict[str, tuple[str, str]] = {
     "chatml": ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"),
     "llama3": ("<|start_header_id|>user<|end_header_id|>\n\n",
@@ -23,13 +32,15 @@ TEMPLATES: dict[str, tuple[str, str]] = {
     "kimi": ("<|im_user|>user<|im_middle|>", "<|im_end|><|im_assistant|>assistant<|im_middle|>"),
     "plain": ("", ""),
 }
-
-# Markers that identify a tokenizer_config.json chat_template as one of the families above.
-_MARKERS: tuple[tuple[str, str], ...] = (
-    ("<|im_user|>", "kimi"),
-    ("<|start_header_id|>", "llama3"),
-    ("<|im_start|>", "chatml"),
-)
+# The target's own Jinja template (chat_template.jinja, else tokenizer_config.json), rendered as
+# SGLang's chat endpoint renders it.
+TARGET = "target"
+JINJA_FILE = "chat_template.jinja"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_FILE = "tokenizer.json"
+# The special tokens transformers hands a chat template (its special_tokens_map).
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                  "mask_token")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,15 +54,38 @@ class Prompt:
 
 @dataclasses.dataclass(frozen=True)
 class ChatTemplate:
-    """How a user's text is wrapped before it goes to /generate, and where that choice came from."""
+    """How a user's text is wrapped before it goes to /generate, and where that choice came from.
+
+    A built-in family wraps the text in a fixed prefix and suffix; the target's own template is
+    Jinja source rendered as transformers' apply_chat_template renders it (what SGLang's chat
+    endpoint sends), less a leading BOS that the server's tokenizer adds to /generate text itself.
+    """
 
     name: str
-    prefix: str
-    suffix: str
     source: str
+    prefix: str = ""
+    suffix: str = ""
+    jinja: str | None = None
+    special_tokens: tuple[tuple[str, str], ...] = ()
+    strip_prefix: str = ""
 
     def render(self, text: str) -> str:
-        return f"{self.prefix}{text}{self.suffix}"
+        if self.jinja is None:
+            return f"{self.prefix}{text}{self.suffix}"
+        rendered = _render_jinja(self.jinja, text, self.special_tokens)
+        if self.strip_prefix and rendered.startswith(self.strip_prefix):
+            rendered = rendered[len(self.strip_prefix):]
+        return rendered
+
+    @property
+    def digest(self) -> str:
+        """A short sha256 of what decides the rendering, for the verdict and the reuse key."""
+        body = json.dumps([self.name, self.prefix, self.suffix, self.jinja,
+                           list(self.special_tokens), self.strip_prefix])
+        return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.source})"
 
 
 def load_builtin() -> list[Prompt]:
@@ -115,39 +149,147 @@ def select(prompts: Sequence[Prompt], categories: Sequence[str] | None = None,
 def template_named(name: str, source: str) -> ChatTemplate:
     if name not in TEMPLATES:
         raise ProfileError(f"[bench] chat_template = {name!r} is not a built-in template; "
-                           f"expected one of {sorted(TEMPLATES)}")
+                           f"expected one of {sorted(TEMPLATES)}, or leave it out to use the "
+                           "target's own template")
     prefix, suffix = TEMPLATES[name]
-    return ChatTemplate(name, prefix, suffix, source)
+    return ChatTemplate(name, source, prefix=prefix, suffix=suffix)
 
 
-def detect_template(target_dir: Path | None) -> ChatTemplate | None:
-    """The family of the target's tokenizer_config.json chat_template, when it is a known one."""
+def target_template(target_dir: Path | None) -> ChatTemplate | None:
+    """The target's own chat template, as transformers loads it: chat_template.jinja first, then
+    tokenizer_config.json's chat_template (the "default" one of a list); None without either."""
     if target_dir is None:
         return None
-    config = target_dir / "tokenizer_config.json"
+    config = _read_json(target_dir / TOKENIZER_CONFIG)
+    jinja_path = target_dir / JINJA_FILE
+    source: Path = jinja_path
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        jinja: str | None = jinja_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        jinja, source = _config_template(config), target_dir / TOKENIZER_CONFIG
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{jinja_path}: cannot read the target's chat template: {exc}") from None
+    if jinja is None:
         return None
-    raw = data.get("chat_template") if isinstance(data, dict) else None
-    if isinstance(raw, list):  # several named templates: use "default"
-        raw = next((t.get("template") for t in raw
-                    if isinstance(t, dict) and t.get("name") == "default"), None)
-    if not isinstance(raw, str):
-        return None
-    for marker, name in _MARKERS:
-        if marker in raw:
-            return template_named(name, f"detected from {config}")
-    return None
+    special = tuple((key, token) for key in SPECIAL_TOKENS
+                    if (token := _token_text(config.get(key))) is not None)
+    bos = dict(special).get("bos_token")
+    strip = bos if bos and _tokenizer_adds_bos(target_dir, config, bos) else ""
+    template = ChatTemplate(TARGET, f"the target's own template, {source}", jinja=jinja,
+                            special_tokens=special, strip_prefix=strip)
+    try:
+        template.render("specgate checks that the template renders")
+    except Exception as exc:  # jinja2's errors, and raise_exception() in the template
+        raise DataError(f"{source}: the target's chat template does not render one user "
+                        f"message: {type(exc).__name__}: {exc}; set [bench] chat_template to "
+                        f"one of {sorted(TEMPLATES)}") from None
+    return template
 
 
 def choose_template(configured: str | None, target_dir: Path | None) -> ChatTemplate:
-    """[bench] chat_template when set, else the target's own family, else plain text (recorded)."""
+    """[bench] chat_template when set, else the target's own template, else plain text
+    (recorded as a fallback)."""
     if configured:
         return template_named(configured, "[bench] chat_template")
-    detected = detect_template(target_dir)
-    if detected is not None:
-        return detected
-    where = f"{target_dir}/tokenizer_config.json" if target_dir else "no target path"
-    return template_named("plain", f"fallback: no known chat_template in {where}; set "
-                                   "[bench] chat_template to send prompts as users do")
+    own = target_template(target_dir)
+    if own is not None:
+        return own
+    where = (f"neither {target_dir / JINJA_FILE} nor a chat_template in "
+             f"{target_dir / TOKENIZER_CONFIG}" if target_dir else "no target path")
+    return template_named("plain", f"fallback: {where}; set [bench] chat_template to send "
+                                   "prompts as users do")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read it as JSON: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _config_template(config: dict[str, Any]) -> str | None:
+    raw = config.get("chat_template")
+    if isinstance(raw, list):  # several named templates: transformers uses "default"
+        raw = next((t.get("template") for t in raw
+                    if isinstance(t, dict) and t.get("name") == "default"), None)
+    return raw if isinstance(raw, str) else None
+
+
+def _token_text(value: object) -> str | None:
+    """A special token as tokenizer_config.json holds it: a string or an AddedToken object."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _tokenizer_adds_bos(target_dir: Path, config: dict[str, Any], bos: str) -> bool:
+    """Whether encoding /generate text adds the BOS token itself (tokenizer.json's post-processor
+    puts it first, or tokenizer_config.json says add_bos_token)."""
+    if config.get("add_bos_token") is True:
+        return True
+    processor = _read_json(target_dir / TOKENIZER_FILE).get("post_processor")
+    return _processor_adds(processor, bos)
+
+
+def _processor_adds(processor: object, bos: str) -> bool:
+    if not isinstance(processor, dict):
+        return False
+    if processor.get("type") == "Sequence":
+        return any(_processor_adds(p, bos) for p in processor.get("processors") or [])
+    if processor.get("type") != "TemplateProcessing":
+        return False
+    single = processor.get("single") or []
+    first = single[0] if isinstance(single, list) and single else None
+    special = first.get("SpecialToken") if isinstance(first, dict) else None
+    return isinstance(special, dict) and special.get("id") == bos
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(source: str) -> jinja2.Template:
+    """The template compiled in the environment transformers' apply_chat_template uses."""
+    import jinja2
+    import jinja2.nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """{% generation %}…{% endgeneration %}: transformers marks assistant text with it."""
+
+        tags = {"generation"}  # noqa: RUF012  (jinja2's own class attribute)
+
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body
+                                          ).set_lineno(lineno)
+
+        def _body(self, caller: Callable[[], str]) -> str:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value: object, ensure_ascii: bool = False, indent: int | None = None,
+               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt: str) -> str:
+        return _dt.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env.from_string(source)
+
+
+def _render_jinja(source: str, text: str, special: tuple[tuple[str, str], ...]) -> str:
+    return _compiled(source).render(messages=[{"role": "user", "content": text}], tools=None,
+                                    documents=None, add_generation_prompt=True, **dict(special))
