@@ -71,8 +71,10 @@ DESCRIPTIONS: dict[str, str] = {
     "bench.repeats": "measured passes over the prompts before the first look at the intervals",
     "bench.max_repeats": "most passes while an interval straddles its threshold",
     "bench.confidence": "overall confidence of the intervals (split over the possible looks)",
-    "bench.chat_template": "chat template for the prompts when the target folder has none "
-                           "(for example `chatml`, `kimi`)",
+    "bench.chat_template": "a built-in template (`chatml`, `llama3`, `kimi`, `plain`) instead "
+                           "of the target's own; unset, prompts are rendered with the target's "
+                           "chat_template.jinja or tokenizer_config.json as SGLang's chat "
+                           "endpoint renders them, else sent as plain text",
     "bench.request_timeout_s": "seconds one request may take",
     "bench.categories": "only the builtin prompts of these categories",
     "bench.prompts_per_category": "at most this many builtin prompts per category",
