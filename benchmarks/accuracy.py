@@ -5,8 +5,8 @@ and against real SGLang's own server-side figures (e2e_latency, spec_verify_ct).
 
 Simulator: each mode runs `bench.measure` over the 42 built-in prompts against a simulator that
 logs every request on its own clock (SPECGATE_SIM_TRUTH); accept length and decode tok/s are
-compared with that log. Real SGLang: the per-request figures of the committed H200 runs
-(benchmarks/results/real-sglang-0.5.17/), the client's clock against the server's.
+compared with that log. Real SGLang: the per-request figures of the committed H200 suite run
+(benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/), the client's clock against the server's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "real-sglang-0.5.17"
+RESULTS = ROOT / "benchmarks" / "results" / "2026-11-30-h200-tiny-llama-4l-eager"
 MODES = {  # name: extra environment of the simulator
     "merged first message (default)": {},
     "one token per message": {"SPECGATE_SIM_FIRST_MERGE": "0"},

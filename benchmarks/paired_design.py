@@ -7,12 +7,12 @@ repeats (2, then up to 6 while it straddles), at the gate's confidence split ove
 Two designs judge the same simulated requests:
 
 - passes: one tok/s per pass and server, a t interval over passes, and the ratio of the two
-  means with a delta-method interval and Welch degrees of freedom (specgate before issue 10);
+  means with a delta-method interval and Welch degrees of freedom (the usual unpaired design);
 - paired: specgate's `bench.speedup`, a jackknife over prompts of the ratio of totals, pairing
   each prompt's speculative and baseline requests.
 
 The request model is fitted to the real SGLang 0.5.17 run committed under
-benchmarks/results/real-sglang-0.5.17/ (prompt-to-prompt spread of decode tok/s and the
+benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/ (prompt-to-prompt spread of decode tok/s and the
 request-to-request noise of one prompt), so the comparison uses spreads a real server showed.
 Reported: mean requests to a decision at a true speed-up of 1.15, and how often each design
 wrongly passes (interval wholly above 1) when the true speed-up is 1.0.
@@ -37,7 +37,8 @@ from specgate.core.profile import BenchSection  # noqa: E402
 from specgate.measure import bench, stats  # noqa: E402
 from specgate.measure.prompts import template_named  # noqa: E402
 
-ARCHIVE = ROOT / "benchmarks/results/real-sglang-0.5.17/suite-launch-attach-faults/runs.tar.gz"
+ARCHIVE = (ROOT / "benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager"
+           / "suite-launch-attach-faults/runs.tar.gz")
 PROMPTS, REPEATS, MAX_REPEATS = 14, 2, 6
 TEMPLATE = template_named("plain", "bench")
 
@@ -73,7 +74,7 @@ def _sample(repeat: int, prompt: int, tokens: int, rate: float) -> bench.Request
 
 def _passes_ratio(spec: list[bench.RequestSample], base: list[bench.RequestSample],
                   confidence: float) -> stats.Summary:
-    """The design before issue 10: per-pass tok/s, Welch delta-method ratio of the means."""
+    """The unpaired design: per-pass tok/s, Welch delta-method ratio of the means."""
     def per_pass(samples: list[bench.RequestSample]) -> stats.Summary:
         repeats = sorted({s.repeat for s in samples})
         rates = [bench.metric_of("tps", [bench.Totals.of([s for s in samples

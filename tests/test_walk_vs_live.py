@@ -1,4 +1,4 @@
-"""benchmarks/real_sglang/walk_vs_live.py on the real-SGLang results committed here."""
+"""benchmarks/real_sglang/walk_vs_live.py on real-SGLang results (copies in tests/data/)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import ModuleType
 import pytest
 from helpers_scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "real-sglang-0.5.17"
+# Copied from benchmarks/results/2026-11-30-h200-tiny-llama-4l/: a 4-layer target on SGLang 0.5.17.
+RESULTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "2026-11-30-h200-tiny-llama-4l"
 
 
 @pytest.fixture(scope="module")
@@ -19,24 +19,24 @@ def wvl() -> ModuleType:
 
 def test_a_tune_and_its_probes_give_one_row_per_measured_chain(
         wvl: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
-    s3 = RESULTS / "session3"
-    assert wvl.main([str(s3 / "1-train-warm-up" / "prediction.json"),
-                     str(s3 / "2-tune" / "tune.json"),
-                     str(s3 / "3-probe-s6" / "loop_summary-tuned.json")]) == 0
+    drafter = RESULTS / "drafter-507k-a"
+    assert wvl.main([str(drafter / "train" / "prediction.json"),
+                     str(drafter / "tune-s1-s6" / "tune.json"),
+                     str(drafter / "probe-s6-k1-d7" / "loop_summary-tuned.json")]) == 0
     table = capsys.readouterr().out
     # The committed table was made by this script from the same files (plus the second probe).
-    committed = (s3 / "walk-vs-live.md").read_text()
+    committed = (drafter / "walk-vs-live.md").read_text()
     for line in table.splitlines()[4:]:
         assert line in committed
     assert "| tune launch 1 (s6-k1-d7) | 6 | 3.065 | 2.896 | +5.8% |" in table
 
 
 def test_probes_alone_with_no_tune(wvl: ModuleType, tmp_path: Path) -> None:
-    s4 = RESULTS / "session4"
+    drafter = RESULTS / "drafter-507k-b"
     out = tmp_path / "table.md"
-    assert wvl.main([str(s4 / "1-train-4-layer" / "prediction.json"), "-",
-                     str(s4 / "2-probe-s10-fresh-baseline" / "loop_summary-s10.json"),
-                     str(s4 / "1-train-4-layer" / "loop_summary.json"),  # no probe: no row
+    assert wvl.main([str(drafter / "train" / "prediction.json"), "-",
+                     str(drafter / "probe-s10-k1-d11" / "loop_summary-s10.json"),
+                     str(drafter / "train" / "loop_summary.json"),  # no probe: no row
                      "--out", str(out)]) == 0
     rows = [line for line in out.read_text().splitlines() if line.startswith("| probe ")]
     assert len(rows) == 1
