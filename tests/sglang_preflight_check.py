@@ -2,7 +2,7 @@
 
     python tests/sglang_preflight_check.py --python /tmp/sgvenv/bin/python [PROFILE.toml ...]
 
-Same as `specgate preflight`; kept so older CI scripts keep working.
+Same as `specgate preflight`, for CI scripts that call this file by path.
 """
 
 import sys

@@ -56,9 +56,9 @@ def test_find_is_not_quadratic(tmp_path: Path) -> None:
 
 
 def test_300000_empty_tensors_in_seconds(tmp_path: Path) -> None:
-    """Open, layout, parity and health on 300,000 zero-size tensors: a few seconds (before: 19-55
-    s; the health scan opened the file and sent a worker job per tensor, the header walk visited
-    every string)."""
+    """Open, layout, parity and health on 300,000 zero-size tensors: a few seconds (the health
+    scan sends no worker job for an empty tensor, and the header walk does not visit every
+    string)."""
     import struct
 
     from specgate.claims.weights import layout_problems, tensor_parity
@@ -93,7 +93,7 @@ def _config_of(folder: Path, **change: object) -> None:
 
 def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
     """num_aux_hidden_states = 10**9 with fc_norm: refused against the checkpoint's real tensor
-    count, at once (before: a billion-entry layout, past 60 s and deaf to SIGTERM)."""
+    count, at once, without building a billion-entry layout."""
     from helpers_ckpt import make_profile
 
     from specgate.claims.weights import layout_claim
@@ -109,8 +109,8 @@ def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("ids", [["a", None], [1, True, 3], [1.5]])
 def test_aux_layer_ids_that_are_not_integers(tmp_path: Path, ids: list[object]) -> None:
-    """A dedicated message naming the key, in both claims that read the ids (before: a
-    ValueError/TypeError only the generic guard caught)."""
+    """A dedicated message naming the key, in both claims that read the ids (not a
+    ValueError/TypeError left to the generic guard)."""
     from helpers_ckpt import make_profile
 
     from specgate.claims.config import target_compat_claim
@@ -157,8 +157,8 @@ def test_a_full_vocab_drafter_of_absurd_size(tmp_path: Path, vocab: int,
 
 
 def test_a_thousand_expect_keys_run_in_seconds(tmp_path: Path) -> None:
-    """[drafter.expect] with 1000 keys: a real pytest session, linear in the keys (before: the
-    verdict was rewritten in full after every claim, quadratic: 28 s)."""
+    """[drafter.expect] with 1000 keys: a real pytest session, linear in the keys (rewriting the
+    verdict in full after every claim would make it quadratic)."""
     import subprocess
     import sys
 
@@ -214,7 +214,7 @@ def test_a_profile_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) ->
 
 def test_a_drafter_path_that_is_a_file(tmp_path: Path) -> None:
     """model.safetensors given as the drafter: "is a file, not a folder", in every claim that
-    reads the drafter (before: config.* said config.json "is not valid JSON … re-download it")."""
+    reads the drafter (config.* must not say config.json "is not valid JSON … re-download it")."""
     from helpers_ckpt import make_profile
 
     from specgate.claims.config import config_field_claim

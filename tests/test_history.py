@@ -58,7 +58,7 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
 
 def test_a_torn_non_utf8_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     """A run killed mid-write can leave half a multi-byte character: the line is skipped with a
-    warning naming the file and line (before: UnicodeDecodeError, and regress.* broke)."""
+    warning naming the file and line (no UnicodeDecodeError, and regress.* still judges)."""
     path = history_store.history_file(tmp_path)
     first = history_store.record_run(path, profile="demo", drafter=None, outcome="passed",
                                      figures={}, when=T0)

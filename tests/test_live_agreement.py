@@ -434,8 +434,8 @@ def test_a_device_torch_cannot_use_breaks_the_claim_with_its_name(
 @pytest.fixture(scope="module")
 def blind(known: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dump of three probe prompts: chat-1 clean, math-1 noisy (60 %), chat-3 all noise (the
-    drafter is never right: no draft accepted, as on 7 of 40 prompts in the fifth real-SGLang
-    session)."""
+    drafter is never right: no draft accepted, as on 7 of 40 prompts of a 64-layer target on
+    real SGLang)."""
     root = tmp_path_factory.mktemp("blind")
     wrong = generate_dump(root / "wrong", known["drafter"], samples=1, tokens=TOKENS,
                           prompt_tokens=PROMPT_TOKENS, noise=1.0, seed=1)

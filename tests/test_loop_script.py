@@ -199,7 +199,7 @@ def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -
 
 def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> None:
     """A call that names --train-args asked for a new drafter: it trains even where an earlier
-    call left a model (the fifth session lost a device call to the old rule, which served it)."""
+    call left a model, rather than serve the old one again."""
     work, out = tmp_path / "work", tmp_path / "out"
     (work / "model" / "drafter").mkdir(parents=True)
     (work / "model" / "prediction.json").write_text("{}")
@@ -271,8 +271,8 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
 
 
 def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_path: Path) -> None:
-    """The sixth session's fresh machine: the speculative server was still compiling when the
-    probe's time ran out. Its verdict held one finished, passed claim; the call said PASSED."""
+    """A probe cut off at its time limit (on a fresh machine the speculative server can still be
+    compiling) may leave a verdict with one finished, passed claim: that is not a pass."""
     ok = [{"id": "config.target_compat", "status": "passed"}]
     assert loop.passed({"exit": 0, "outcome": "passed", "claims": ok})
     assert not loop.passed({"exit": 124, "outcome": "interrupted", "claims": ok})

@@ -77,8 +77,8 @@ def test_speedup_fails_below_one_with_interval():
 
 
 def test_speedup_names_the_prompts_that_are_not_faster():
-    # Four prompts: the drafter doubles two and runs two at 0.5× and 0.6×, as the 64-layer
-    # drafter of the fifth real-SGLang session ran 11 of 42 prompts at 0.47-0.87×.
+    # Four prompts: the drafter doubles two and runs two at 0.5× and 0.6×, as a drafter of a
+    # 64-layer target on real SGLang ran 11 of 42 prompts at 0.47-0.87×.
     base = _measurement("baseline", tps_per_repeat=[100.0] * 3)
     spec = _measurement("speculative", tps_per_repeat=[100.0] * 3, verify=40, completion=83,
                         prompt_factors=[0.5, 2.0, 0.6, 2.0])

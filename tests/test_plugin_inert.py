@@ -29,8 +29,8 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_foreign_suite_keeps_its_options_errors_and_exit_code(tmp_path: Path) -> None:
-    # The option's value is a folder with a pytest.ini and the project has none: the layout in
-    # which specgate's rootdir correction used to take the foreign --reports for its own.
+    # The option's value is a folder with a pytest.ini and the project has none: a rootdir
+    # correction must not take the foreign --reports for specgate's own.
     project = tmp_path / "project"
     suite = project / "suite"
     suite.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The live path against what real SGLang 0.5.17 did on an H200 (issue 10).
+"""The live path against what real SGLang 0.5.17 did on an H200.
 
 tests/data/real-sglang-0.5.17/transcripts.txt holds the bytes real SGLang sent and when each
 recv() returned them. A replay server sends the same bytes at the same offsets, so the client
@@ -513,7 +513,7 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
         assert row["tps"] == pytest.approx(row["true_tps"], rel=0.005)
 
 
-# -- review findings: one-token answers, unpaired prompts, untimed decode
+# -- one-token answers, unpaired prompts, untimed decode
 
 def test_a_one_token_baseline_answer_is_not_a_speculative_baseline() -> None:
     rows = [_row(prompt=f"p{i}", completion=40, verify=None) for i in range(4)]

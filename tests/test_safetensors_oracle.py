@@ -222,7 +222,8 @@ def test_specgate_agrees_with_the_safetensors_library(case: tuple[bytes, str],
 
 
 def test_refusals_name_the_reason(tmp_path: Path) -> None:
-    """The three wrong verdicts of issue 12, each refused with its own reason."""
+    """Overlapping tensors, a stray data byte and non-string metadata: each refused with its own
+    reason, as the library refuses them."""
     def write(header: dict[str, Any], data: bytes) -> Path:
         blob = json.dumps(header).encode()
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.safetensors"

@@ -1,4 +1,4 @@
-"""The simulator by default behaves as real SGLang 0.5.17 did on an H200 (issue 10).
+"""The simulator by default behaves as real SGLang 0.5.17 did on an H200.
 
 Ground truth: tests/data/real-sglang-0.5.17/transcripts.txt, the raw bytes real SGLang sent.
 """

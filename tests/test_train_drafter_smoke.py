@@ -260,7 +260,7 @@ def test_prompt_mix_sets_the_kinds_in_proportion_and_long_prompts_stay_long(mod:
     assert lengths["long"] == mod.LONG_PROMPT_TOKENS  # 4-8 sentences, cut at 224
     assert lengths["code"] <= 64
     assert lengths["random"] <= 64
-    # Without a mix: the recipe of every earlier session, a third each without a template.
+    # Without a mix: the default recipe, a third each of the first three without a template.
     plain = mod.train_prompts(_Tok(), 6, random.Random(0), 1024)
     assert [k for _, k, _ in plain] == ["sentence", "code", "random"] * 2
 

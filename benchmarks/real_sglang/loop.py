@@ -8,7 +8,8 @@ Called by loop.sh once SGLang and specgate are in place (see README.md):
 
 1. train_drafter.py builds the tiny target (saved weights), dumps its hidden states, trains a
    1-layer EAGLE-3 drafter with specgate's own forward and predicts its accept length on the
-   probe's prompts (WORK/model/prediction.json). Skipped when WORK/model is trained already.
+   probe's prompts (WORK/model/prediction.json). Skipped when WORK/model holds a trained model
+   and no --train-args are given (with them, the old model is removed and a new one trained).
    --warm-up starts and stops one SGLang server meanwhile (kernel compilation on a fresh machine).
 2. `pytest -m probe` launches SGLang with that target and drafter (baseline, then EAGLE-3) and
    judges every Phase 0 claim, accept length against break-even (not with --skip-probe). All
@@ -135,7 +136,8 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
         "description": "tiny Llama target served by SGLang with a drafter trained by specgate",
         "target": {"path": str(model / "target")},
         # The from-scratch drafter is the reference of the vocab and shape-parity claims; a
-        # model brought back without it (an older model.tar.gz) is served without a reference.
+        # model brought back without it (a model.tar.gz made without one) is served without a
+        # reference.
         "drafter": {"path": str(model / "drafter"),
                     **({"reference": str(model / "scratch")} if (model / "scratch").is_dir()
                        else {})},

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Close the loop on real SGLang (issue 15): train a drafter for the tiny target with specgate's
+# Close the loop on real SGLang: train a drafter for the tiny target with specgate's
 # own EAGLE-3 forward, serve it with SGLang, run `pytest -m probe` and the Phase 1/2 claims, and
 # set the predicted accept length against the measured one. See loop.py.
 #

@@ -51,7 +51,7 @@ SIM_MODULE = "specgate.testing.simulator"
 # ---- the deployment under test ----------------------------------------------------------------
 SGLANG_VERSION = "0.5.17"
 # The flags that work with SGLang 0.5.17 on the H200 (no CUDA graphs, Triton attention, no
-# grammar backend); see ../shared/tools/real-sglang/README.md.
+# grammar backend); see docs/real-sglang.md.
 SERVER_FLAGS = [
     "--attention-backend", "triton", "--speculative-draft-attention-backend", "triton",
     "--sampling-backend", "pytorch", "--grammar-backend", "none",
@@ -830,7 +830,7 @@ def fault_attached(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
               ("nothing left behind (besides the suite's own servers)",
                r["leftovers"]["clean"])]
     if words:
-        # Issue 10 item 2: a hang must not be reported as a server that closed or died.
+        # A hang must not be reported as a server that closed or died.
         checks.insert(2, ("the message says the server stopped answering",
                           spec_broken(r, *words)))
         checks.insert(3, ("the message does not say the server died or closed the connection",

@@ -54,7 +54,7 @@ seconds (the smoke test).
    model beside it (`chain_model`, which over-predicted real SGLang 3.53 against 2.09).
    summary.json: timings and the figures printed at the end.
 
-Serve it (see ../shared/tools/real-sglang/README.md for the rest of the flags):
+Serve it (docs/real-sglang.md has the rest of the flags):
    --model-path OUT/target --load-format auto --speculative-algorithm EAGLE3
    --speculative-draft-model-path OUT/drafter --speculative-num-steps 3
    --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --dtype bfloat16
@@ -410,10 +410,10 @@ def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int,
     proportion to their weights, in turn; "long" is 4-8 sentences, up to LONG_PROMPT_TOKENS.
 
     Every kind other than long is cut to 64 tokens. The random target falls into a loop of one
-    repeated token on most prompts, and each kind leads to its own loops. Over the recipe's
-    prompts (a CPU rebuild, fifth session) code and random strings gave 4-6 times more distinct
-    loop tokens per prompt than sentences and chat, and long prompts 2.6 times more than short
-    ones. The drafter only learns the loops that it sees.
+    repeated token on most prompts, and each kind leads to its own loops. Over 4,000 of the
+    recipe's prompts (the 64-layer target rebuilt on a CPU), code and random strings gave 4-6 times
+    more distinct loop tokens per prompt than sentences and chat, and long prompts 2.6 times more
+    than short ones. The drafter only learns the loops that it sees.
     """
     if mix is None:
         order = [("sentence", "code", "random", "chat")[i]

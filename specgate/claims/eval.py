@@ -270,8 +270,8 @@ def agreements(prediction: ServedPrediction, spec: Measurement, tolerance: float
 
 
 # A prompt whose served walk yields under this many tokens per verify accepts (almost) no draft:
-# the drafter is blind to that prompt's text (in the fifth real-SGLang session, 7 of 40 prompts
-# were predicted at exactly 1.000, and the same 7 measured 1.01).
+# the drafter is blind to that prompt's text (on real SGLang, a drafter's 7 of 40 prompts
+# predicted at exactly 1.000 measured 1.01: benchmarks/results/2026-12-01-h200-tiny-llama-64l/).
 BLIND_PER_VERIFY = 1.1
 # A dump sample scored at fewer chain positions says little about its prompt: its answer was cut
 # short (an end of sequence, or a near-tie where the dump's forward and generation disagree), and

@@ -125,7 +125,8 @@ DESCRIPTIONS: dict[str, str] = {
     "data.path": "a dataset folder checked by the `data.*` claims",
     "demo.assets": "folder for the generated assets; relative: under $SPECGATE_CACHE, else "
                    "`.specgate/` in the working directory",
-    "demo.kind": "`demo` (a small passing deployment) or `seeds` (the seeds' full-size replay)",
+    "demo.kind": "`demo` (a small passing deployment) or `seeds` (full-size Kimi-K2.5 drafters "
+                 "whose vocab maps are shifted against each other: a failing replay)",
 }
 
 

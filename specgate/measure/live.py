@@ -339,7 +339,7 @@ def run_config(profile: Profile, config: Config, reports_dir: Path, *,
                     alive = _alive(handle, settle_s=1.0)
                     tail = _log_tail_of(exc) or _tail(handle)
                     note = "" if alive is not False else (
-                        " (the attached server no longer answers /health)" if handle.attached
+                        " (the attached server stopped answering /health)" if handle.attached
                         else " (the server process has exited)")
                     fields["failure"] = Failure("measure", f"{exc}{note}", tail)
             stage = "stop"
