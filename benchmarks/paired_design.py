@@ -12,8 +12,9 @@ Two designs judge the same simulated requests:
   each prompt's speculative and baseline requests.
 
 The request model is fitted to the real SGLang 0.5.17 run committed under
-benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/ (prompt-to-prompt spread of decode tok/s and the
-request-to-request noise of one prompt), so the comparison uses spreads a real server showed.
+benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/ (prompt-to-prompt spread of decode
+tok/s and the request-to-request noise of one prompt), so the comparison uses spreads a real
+server showed.
 Reported: mean requests to a decision at a true speed-up of 1.15, and how often each design
 wrongly passes (interval wholly above 1) when the true speed-up is 1.0.
 """
