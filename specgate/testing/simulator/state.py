@@ -17,7 +17,7 @@ from specgate.testing.simulator import model
 from specgate.testing.simulator.args import Resolved
 from specgate.testing.simulator.faults import Faults
 
-# The version whose wire format was recorded on an H200 (shared/reference/real-sglang-0.5.17).
+# The version whose wire format was recorded on an H200 (tests/data/real-sglang-0.5.17/).
 
 
 def log(message: str, *, stream: Any = None) -> None:
