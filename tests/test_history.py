@@ -17,7 +17,7 @@ from specgate.io import history as history_store
 from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
 from specgate.measure import stats
-from specgate.report import history
+from specgate.report import history, runinfo
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -258,3 +258,102 @@ def test_an_offline_pass_does_not_hide_the_last_measured_pass():
                               [measured, offline], "p")
     assert result.status.value == "failed"
     assert result.details["reference_time"] == "t1"
+
+
+# -- what a run leaves in the history, and what regress.* reads back ------------------------------
+
+def _summary(mean: float, half: float) -> dict[str, object]:
+    return {"n": 6, "mean": mean, "std": half, "cv": 0.01, "ci_low": mean - half,
+            "ci_high": mean + half, "confidence": 0.95, "df": 5.0}
+
+
+def _finish(reports: Path, *, outcome: str, accept: float, profile: str = "demo",
+            complete: bool = True) -> None:
+    """The end of a run as the plugin does it: the verdict document, then runinfo.finish."""
+    make = claims.passed if outcome == "passed" else claims.failed
+    results = [make("spec.accept_len", "phase0", "measured", observed=accept,
+                    details={"accept_len": _summary(accept, 0.01)})]
+    doc = verdict.build(results, profile=profile, drafter="/d/drafter", outcome=outcome,
+                        extra={"complete": complete})
+    assert runinfo.finish(parse_profile({"name": profile}), reports, doc, None) == []
+
+
+def test_only_complete_runs_enter_the_history(tmp_path: Path) -> None:
+    _finish(tmp_path, outcome="passed", accept=2.6)
+    _finish(tmp_path, outcome="passed", accept=1.2, complete=False)  # claims never reported
+    _finish(tmp_path, outcome="failed", accept=1.5)
+    records = history_store.read_history(history_store.history_file(tmp_path))
+    assert [(r.outcome, r.figures["accept_len"].value) for r in records] == [
+        ("passed", 2.6), ("failed", 1.5)]
+
+
+def test_a_run_without_a_profile_leaves_no_history(tmp_path: Path) -> None:
+    results = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.0)]
+    doc = verdict.build(results, profile="<no profile>", drafter=None, outcome="passed",
+                        extra={"complete": True})
+    assert runinfo.finish(None, tmp_path, doc, None) == []
+    assert not history_store.history_file(tmp_path).exists()
+
+
+def test_a_record_holds_the_verdicts_outcome_and_every_key_figure(tmp_path: Path) -> None:
+    results = [
+        claims.passed("spec.accept_len", "phase0", "ok", observed=2.5,
+                      details={"accept_len": _summary(2.5, 0.25)}),
+        claims.passed("perf.baseline_tps", "phase0", "ok", observed=82.0,
+                      details={"tps": _summary(82.0, 1.0)}),
+        claims.failed("spec.speedup", "phase0", "slower", observed=0.75,
+                      details={"speedup": _summary(0.75, 0.125),
+                               "spec_tps": _summary(64.0, 2.0)}),
+        claims.failed("vocab.d2t_match", "phase0", "252 of 32000", observed=252),
+    ]
+    doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="failed",
+                        extra={"complete": True})
+    record = history.append_run(tmp_path, _profile(), doc)
+    assert (record.profile, record.drafter, record.outcome) == ("demo", "/d/k25", "failed")
+    assert record.figures == {
+        "accept_len": Figure(2.5, 2.25, 2.75, "tokens/verify"),
+        "baseline_tps": Figure(82.0, 81.0, 83.0, "tok/s"),
+        "speedup": Figure(0.75, 0.625, 0.875, "x"),
+        "spec_tps": Figure(64.0, 62.0, 66.0, "tok/s"),
+    }
+    assert history_store.read_history(history_store.history_file(tmp_path)) == [record]
+
+
+def test_regress_reads_the_last_passing_run_of_this_profile(tmp_path: Path) -> None:
+    _finish(tmp_path, outcome="passed", accept=2.4)
+    _finish(tmp_path, outcome="passed", accept=2.6)  # the reference
+    _finish(tmp_path, outcome="failed", accept=1.5)  # failed since: not a reference
+    _finish(tmp_path, outcome="passed", accept=1.0, profile="other")  # another deployment
+    _finish(tmp_path, outcome="passed", accept=1.1, complete=False)  # never finished
+    now = {"accept_len": Figure(2.3, 2.29, 2.31, "tokens/verify")}
+    result = regress.check_regression("regress.accept_len", _profile(), tmp_path, now)
+    assert result.details["reference"]["value"] == 2.6
+    assert result.status is Status.FAILED  # 0.3 below 2.6 ± 0.052
+    other = regress.check_regression("regress.accept_len", parse_profile({"name": "other"}),
+                                     tmp_path, now)
+    assert other.details["reference"]["value"] == 1.0
+    assert other.status is Status.PASSED
+
+
+def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> None:
+    from specgate.core.profile import BenchSection
+    from specgate.measure.bench import RequestSample, build_measurement
+    from specgate.measure.live import ConfigRun, LiveResults
+    from specgate.measure.prompts import template_named
+
+    def measured(config: str, tps: float, verify: int | None) -> object:
+        rows = [RequestSample(1, f"p{i}", "chat", 10, 101, verify, 0.01, 0.01 + 100 / tps,
+                              None, "stop", 10) for i in range(4)]
+        return build_measurement(config=config, url="x", template=template_named("plain", "t"),
+                                 bench=BenchSection(repeats=1, max_repeats=1), samples=rows)
+
+    history_store.record_run(history_store.history_file(tmp_path), profile="demo",
+                             drafter=None, outcome="passed",
+                             figures={"accept_len": Figure(2.0), "spec_tps": Figure(150.0)})
+    live = LiveResults("demo", False, ConfigRun("baseline", measurement=measured(
+        "baseline", 100.0, None)), ConfigRun("speculative", measurement=measured(
+            "speculative", 150.0, 40)))
+    tps = regress.regression_claim("regress.tps", _profile(), live, tmp_path)
+    accept = regress.regression_claim("regress.accept_len", _profile(), live, tmp_path)
+    assert (tps.observed, tps.status) == (pytest.approx(150.0), Status.PASSED)
+    assert (accept.observed, accept.status) == (pytest.approx(101 / 40), Status.PASSED)

@@ -150,6 +150,10 @@ def test_a_server_still_starting_is_reported_as_stopped(loop: ModuleType,
     assert result["note"].endswith("stopped")
 
 
+TRAINING_NEEDS_TORCH = ("benchmarks/real_sglang/train_drafter.py imports torch before it reads "
+                        "its flags")
+
+
 def _run_loop(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(HERE / "loop.py"), "--work", str(work), "--out", str(out),
@@ -162,6 +166,7 @@ def _run_loop(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess
 def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
     """A training run that ends without a drafter (here: a bad flag) is said as such; the probe
     is not started against a profile whose drafter is missing, and the call fails."""
+    pytest.importorskip("torch", reason=TRAINING_NEEDS_TORCH)
     work, out = tmp_path / "work", tmp_path / "out"
     done = _run_loop(work, out, "--skip-phase1", "--train-args=--no-such-flag")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -200,6 +205,7 @@ def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -
 def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> None:
     """A call that names --train-args asked for a new drafter: it trains even where an earlier
     call left a model, rather than serve the old one again."""
+    pytest.importorskip("torch", reason=TRAINING_NEEDS_TORCH)
     work, out = tmp_path / "work", tmp_path / "out"
     (work / "model" / "drafter").mkdir(parents=True)
     (work / "model" / "prediction.json").write_text("{}")

@@ -1,10 +1,17 @@
 """Tests for specgate.claims.perf on constructed measurements: wording, verdicts, silent faults."""
 
+import contextlib
+import math
+import statistics
+
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from specgate.claims import perf as perf_claims
-from specgate.claims.result import Status
+from specgate.claims.result import Attachment, Status
 from specgate.core.profile import BenchSection, parse_profile
+from specgate.measure import bench, stats
 from specgate.measure.bench import RequestSample, build_measurement
 from specgate.measure.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
 from specgate.measure.prompts import template_named
@@ -198,3 +205,171 @@ def test_live_results_round_trip(tmp_path):
     live.write(tmp_path / "r.json")
     back = LiveResults.read(tmp_path / "r.json")
     assert back == live
+
+
+# -- what the gate decides on: one paired ratio of pooled rates, and break-even mapped from it ----
+
+ONE_LOOK = BenchSection(repeats=1, max_repeats=1)
+
+
+@st.composite
+def paired_runs(draw, *, extra_spec_prompt=False):
+    """Baseline and speculative requests over the same prompts: answers of different lengths
+    on each side, rates that differ by prompt and repeat, so that pooled rates, means of rates
+    and means of per-prompt ratios all differ."""
+    n = draw(st.integers(2, 6))
+    repeats = draw(st.integers(1, 3))
+    base, spec = [], []
+
+    def sample(repeat, pid, completion, verify, tps):
+        return RequestSample(repeat, pid, "chat", 10, completion, verify, 0.01,
+                             0.01 + (completion - 1) / tps, None, "stop", 10)
+
+    for i in range(n):
+        base_rate = draw(st.floats(20.0, 2000.0))
+        speedup = draw(st.floats(0.3, 3.0))
+        tau = draw(st.floats(1.0, 4.0))
+        for repeat in range(1, repeats + 1):
+            b_tokens, s_tokens = draw(st.integers(2, 300)), draw(st.integers(2, 300))
+            b_jitter, s_jitter = draw(st.floats(0.7, 1.4)), draw(st.floats(0.7, 1.4))
+            verify = max(1, round((s_tokens - 1) / tau))
+            base.append(sample(repeat, f"p{i}", b_tokens, None, base_rate * b_jitter))
+            spec.append(sample(repeat, f"p{i}", s_tokens, verify,
+                               base_rate * speedup * s_jitter))
+    if extra_spec_prompt:
+        # A prompt only the speculative server answered, at a rate far from the others.
+        spec.append(sample(1, "only-spec", 200, 20, draw(st.floats(1.0, 1e5))))
+        base.append(sample(1, "only-base", 200, None, draw(st.floats(1.0, 1e5))))
+    return (build_measurement(config="baseline", url="x", template=PLAIN, bench=ONE_LOOK,
+                              samples=base),
+            build_measurement(config="speculative", url="x", template=PLAIN, bench=ONE_LOOK,
+                              samples=spec))
+
+
+def _rate(samples):
+    return sum(s.decode_tokens for s in samples) / math.fsum(s.decode_s for s in samples)
+
+
+def _by_prompt(m):
+    out = {}
+    for s in m.samples:
+        out.setdefault(s.prompt_id, []).append(s)
+    return out
+
+
+def _definitions(base, spec):
+    """The pooled ratio the gate decides on, and the two statistics it must not be."""
+    b, s = _by_prompt(base), _by_prompt(spec)
+    shared = [p for p in s if p in b]
+    pooled = (_rate([x for p in shared for x in s[p]])
+              / _rate([x for p in shared for x in b[p]]))
+    mean_of_ratios = statistics.fmean(_rate(s[p]) / _rate(b[p]) for p in shared)
+    ratio_of_mean_rates = (statistics.fmean(_rate(s[p]) for p in shared)
+                           / statistics.fmean(_rate(b[p]) for p in shared))
+    return pooled, mean_of_ratios, ratio_of_mean_rates
+
+
+@settings(max_examples=60, deadline=None)
+@given(paired_runs(extra_spec_prompt=True))
+def test_the_speedup_is_the_ratio_of_pooled_rates_over_paired_prompts(runs):
+    base, spec = runs
+    pooled, mean_of_ratios, ratio_of_mean_rates = _definitions(base, spec)
+    # The data tell the three definitions apart.
+    assume(abs(mean_of_ratios / pooled - 1) > 1e-3)
+    assume(abs(ratio_of_mean_rates / pooled - 1) > 1e-3)
+    ratio = bench.speedup(spec, base)
+    assert ratio.mean == pytest.approx(pooled, rel=1e-9)
+    assert ratio.n == len(_by_prompt(base)) - 1  # the prompt only one server answered: out
+
+
+def test_the_speedup_of_two_prompts_is_neither_a_mean_of_ratios_nor_of_rates():
+    # The same answers on both servers. p0: 200 tokens, baseline 100 tok/s (2 s), speculative
+    # 400 tok/s (0.5 s). p1: 20 tokens, baseline 50 tok/s (0.4 s), speculative 25 tok/s (0.8 s).
+    # Pooled: 220/1.3 ÷ 220/2.4 = 1.846, the time the drafter saves over these prompts. A mean
+    # of per-prompt ratios says 2.25 and a ratio of mean rates 2.83.
+    def sample(pid, tokens, verify, seconds):
+        return RequestSample(1, pid, "chat", 10, tokens + 1, verify, 0.0, seconds, None,
+                             "stop", 10)
+
+    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=ONE_LOOK,
+                             samples=[sample("p0", 200, None, 2.0), sample("p1", 20, None, 0.4)])
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=ONE_LOOK,
+                             samples=[sample("p0", 200, 50, 0.5), sample("p1", 20, 15, 0.8)])
+    pooled, mean_of_ratios, ratio_of_mean_rates = _definitions(base, spec)
+    assert (mean_of_ratios, ratio_of_mean_rates) == pytest.approx((2.25, 212.5 / 75))
+    assert bench.speedup(spec, base).mean == pytest.approx(pooled) == pytest.approx(2.4 / 1.3)
+    with _no_plots():
+        result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    assert result.observed == pytest.approx(1.8462, abs=1e-4)
+
+
+@st.composite
+def ratios(draw):
+    """A speed-up Summary as bench.speedup gives one: a positive estimate inside its interval."""
+    mean = draw(st.floats(0.05, 20.0))
+    below = draw(st.floats(0.0, 0.99)) * mean
+    above = draw(st.floats(0.0, 5.0)) * mean
+    return stats.Summary(n=5, mean=mean, std=1.0, cv=1.0, ci_low=mean - below,
+                         ci_high=mean + above, confidence=0.95, df=4.0)
+
+
+@given(ratios(), st.floats(1.0, 8.0), st.floats(0.1, 100.0))
+def test_the_breakeven_interval_is_the_speedup_interval_in_accept_length(ratio, tau, cycle_ms):
+    be = perf_claims.BreakEven(ratio, tau, cycle_ms, tau / ratio.mean / (cycle_ms / 1000.0))
+    low, high = be.breakeven_ci
+    assert low is not None
+    assert high is not None
+    # Ordered, around the point value, and τ ÷ the speed-up interval: the faster end of the
+    # speed-up is the lower end of break-even.
+    assert low <= be.breakeven <= high
+    assert be.breakeven == pytest.approx(tau / ratio.mean)
+    assert low == pytest.approx(tau / ratio.ci_high)
+    assert high == pytest.approx(tau / ratio.ci_low)
+    # Break-even and speed-up cannot contradict: τ clears the whole break-even interval exactly
+    # when the whole speed-up interval clears 1.
+    assert (tau > high) == (ratio.ci_low > 1.0)
+    assert (tau < low) == (ratio.ci_high < 1.0)
+
+
+def test_no_breakeven_interval_without_a_positive_speedup_interval():
+    no_interval = stats.summarize([1.2])
+    reaching_zero = stats.Summary(5, 0.5, 1.0, 2.0, -0.3, 1.3, 0.95, 4.0)
+    for ratio in (no_interval, reaching_zero):
+        assert perf_claims.BreakEven(ratio, 2.0, 10.0, 100.0).breakeven_ci == (None, None)
+
+
+@contextlib.contextmanager
+def _no_plots():
+    """The claims without their charts (matplotlib is what costs time here, not the claims)."""
+    blank = Attachment("chart", b"", "png")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("breakeven", "tps_repeats", "per_prompt", "per_category", "per_position"):
+            mp.setattr(perf_claims.live_plots, name, lambda *a, **k: blank)
+        yield
+
+
+@settings(max_examples=40, deadline=None)
+@given(paired_runs())
+def test_breakeven_and_speedup_decide_on_the_one_paired_interval(runs):
+    base, spec = runs
+    profile = _profile(speedup_min=1.0, accept_len_min="breakeven")
+    live = _live(base, spec)
+    with _no_plots():
+        breakeven = perf_claims.breakeven_claim(profile, live)
+        speedup = perf_claims.speedup_claim(profile, live)
+        accept = perf_claims.accept_len_claim(profile, live)
+    ratio = bench.speedup(spec, base)
+    tau = spec.stats["tau_decode"].mean  # decode-only: Σ(completion − 1) / Σ verify
+    d = breakeven.details
+    assert d["speedup_ci"] == [round(ratio.ci_low, 4), round(ratio.ci_high, 4)]
+    assert d["breakeven"] == round(tau / ratio.mean, 4)
+    if ratio.ci_low > 0:
+        assert d["breakeven_ci"] == [round(tau / ratio.ci_high, 4), round(tau / ratio.ci_low, 4)]
+    assert breakeven.observed == round(tau, 3)
+    # Break-even is cycle time × baseline tok/s, the arithmetic the message shows.
+    cycle_s = spec.stats["cycle_ms"].mean / 1000.0
+    assert tau / ratio.mean == pytest.approx(cycle_s * base.stats["tps"].mean, rel=1e-9)
+    assert speedup.observed == round(ratio.mean, 4)
+    # One hypothesis, one verdict, whichever claim states it.
+    assert breakeven.status is speedup.status is accept.status
+    assert (breakeven.status is Status.PASSED) == (ratio.ci_low > 1.0)

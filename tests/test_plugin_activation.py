@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 CLAIM = '''
 import pytest
@@ -74,3 +77,39 @@ def test_the_installed_suites_run_without_a_path(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_weights.py::test_layout" in proc.stdout
     assert "test_spec.py::test_speedup" in proc.stdout
+
+
+RECORDING_CONFTEST = '''
+import json, os, sys
+
+def pytest_sessionfinish(session):
+    with open(os.environ["RECORD_TO"], "w") as fh:
+        json.dump({"active": session.config.pluginmanager.has_plugin("specgate-session"),
+                   "core": "specgate.core.profile" in sys.modules}, fh)
+'''
+
+
+@pytest.mark.parametrize(("ini", "args", "env", "active"), [
+    ("", [], {}, False),
+    ("", ["--specgate-profile", "demo"], {}, True),
+    ("", ["--profile=demo"], {}, True),
+    ("", ["--specgate-reports", "out"], {}, True),  # any specgate option, not only the profile
+    ("", [], {"SPECGATE_PROFILE": "demo"}, True),
+    ("specgate = true\n", [], {}, True),
+    ("specgate = false\n", [], {}, False),
+], ids=["nothing", "long-option", "short-option", "other-option", "environment", "ini-true",
+        "ini-false"])
+def test_what_activates_the_plugin(tmp_path: Path, ini: str, args: list[str],
+                                   env: dict[str, str], active: bool) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n" + ini)
+    (tmp_path / "conftest.py").write_text(RECORDING_CONFTEST)
+    (tmp_path / "test_other.py").write_text("def test_ok():\n    assert True\n")
+    record = tmp_path / "record.json"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGATE_", "PYTEST_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args,
+                           "test_other.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**base, **env, "RECORD_TO": str(record)})
+    assert record.exists(), proc.stdout + proc.stderr
+    got = json.loads(record.read_text())
+    assert got == {"active": active, "core": active}, proc.stdout + proc.stderr
+    assert (tmp_path / "reports").exists() is (active and "--specgate-reports" not in args)

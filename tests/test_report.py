@@ -169,3 +169,62 @@ def test_the_report_title_says_simulated(tmp_path: Path) -> None:
     assert report._report_name(tmp_path) == "specgate — demo (simulated server)"
     verdict.write_text(json.dumps({"profile": "k25", "simulated": False}), encoding="utf-8")
     assert report._report_name(tmp_path) == "specgate — k25"
+
+
+# A stand-in for Allure's `generate` that does to the history what Allure 3.14 does: it reads
+# the history file it is pointed at for the trend charts, then appends this run's line. It logs
+# which lines it saw, so a test can read the trend data each report got.
+FAKE_ALLURE = '''
+import json, os, pathlib, sys
+_, results, _, config = sys.argv[1:5]
+doc = json.loads(pathlib.Path(config).read_text())
+history = pathlib.Path(doc["historyPath"])
+seen = history.read_text().splitlines() if history.exists() else []
+with open(os.environ["FAKE_ALLURE_LOG"], "a") as log:
+    log.write(json.dumps(seen) + "\\n")
+run = sorted(p.name.split("-")[0] for p in pathlib.Path(results).glob("*-result.json"))
+with open(history, "a") as fh:
+    fh.write(json.dumps(run) + "\\n")
+out = pathlib.Path(doc["output"])
+out.mkdir(parents=True)
+(out / "index.html").write_text("<html></html>")
+(out / "summary.json").write_text(json.dumps({"stats": {"total": len(run)}}))
+'''
+
+
+@pytest.fixture
+def fake_allure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import sys
+
+    cli = tmp_path / "fake-allure" / "cli.py"
+    cli.parent.mkdir()
+    cli.write_text(FAKE_ALLURE, encoding="utf-8")
+    log = tmp_path / "fake-allure" / "seen.jsonl"
+    monkeypatch.setenv("FAKE_ALLURE_LOG", str(log))
+    monkeypatch.setattr(report, "find_node", lambda: (Path(sys.executable), Path("npm")))
+    monkeypatch.setattr(report, "ensure_allure", lambda *a, **k: cli)
+    return log
+
+
+def _results(reports: Path, run: str) -> None:
+    results = reports / "allure-results"
+    if results.exists():
+        shutil.rmtree(results)
+    results.mkdir(parents=True)
+    (results / f"{run}-result.json").write_text("{}", encoding="utf-8")
+
+
+def test_each_report_gets_the_runs_before_it_as_its_trend(tmp_path: Path,
+                                                          fake_allure: Path) -> None:
+    reports = tmp_path / "reports"
+    history_file = reports / "history" / report.ALLURE_HISTORY_FILE
+    built = []
+    for run in ("run1", "run1", "run2", "run2", "run3"):  # each run's report built twice
+        _results(reports, run)
+        built.append(report.build(reports).history_appended)
+    seen = [json.loads(line) for line in fake_allure.read_text().splitlines()]
+    one, two = '["run1"]', '["run2"]'
+    # A rebuild sees what the first build of that run saw: the earlier runs, each once.
+    assert seen == [[], [], [one], [one], [one, two]]
+    assert built == [True, False, True, False, True]
+    assert history_file.read_text().splitlines() == [one, two, '["run3"]']

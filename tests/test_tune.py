@@ -170,3 +170,93 @@ def test_the_summary_says_when_the_best_is_not_shown_faster_than_the_baseline(tm
     slow = _tuned(tmp_path / "s", {1: 0.9, 2: 0.8, 3: 0.7})
     assert "slower than the baseline: speculative decoding does not pay here" in (
         tune_report.summary_text(slow))
+
+
+# -- how the race breaks ties ----------------------------------------------------------------------
+
+def _per_prompt(seconds, steps):
+    """One pass over len(seconds) prompts of 41 tokens each, prompt i decoded in seconds[i]
+    (every verify pass accepting every draft, so the cycle fit has a point)."""
+    from specgate.core.profile import BenchSection
+
+    hist = [0] * steps + [8]
+    samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
+                                   completion_tokens=41, spec_verify_ct=8, ttft_s=0.0,
+                                   e2e_s=s, server_e2e_s=None, finish_reason="length",
+                                   chunks=20, drafts_histogram=tuple(hist))
+               for i, s in enumerate(seconds)]
+    return bench.build_measurement(config="speculative", url="http://x",
+                                   bench=BenchSection(repeats=1, max_repeats=1),
+                                   template=template_named("plain", "test"), samples=samples)
+
+
+FIRST = [0.20, 0.30, 0.20, 0.30, 0.20, 0.30]  # the longest chain, launched first
+
+
+def _race(tmp_path, second):
+    """A tune of chains 1 and 2: chain 2 is launched first with FIRST's timings, then chain 1
+    with `second`'s; the baseline is left out."""
+    from specgate.measure.live import ConfigRun
+
+    demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
+    profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
+        "steps": [1, 2], "max_launches": 2, "margin": 0.99})})
+    timings = {2: FIRST, 1: second}
+
+    def runner(prof, config, reports_dir, **kw):
+        s = prof.speculative.num_steps
+        return ConfigRun(config, measurement=_per_prompt(timings[s], s))
+
+    result = tune.run_tune(profile, tmp_path, use_baseline=False, runner=runner)
+    assert [t.candidate.steps for t in result.trials] == [2, 1]
+    return result, {t.candidate.steps: t for t in result.trials}
+
+
+def test_a_tie_goes_to_the_higher_mean_and_both_stay_marked_tied(tmp_path):
+    # Chain 1 is 2 % faster over all prompts, but its per-prompt speed-ups (1.25× and 0.90×)
+    # leave the paired interval around 1: not separated.
+    result, by_steps = _race(tmp_path, [0.16, 0.33, 0.16, 0.33, 0.16, 0.33])
+    one, two = by_steps[1], by_steps[2]
+    assert one.vs_best is not None
+    assert one.vs_best.compare(1.0) == "inconclusive"
+    assert one.vs_best.mean > 1.0
+    assert result.best == tune.Candidate(1)
+    assert one.status == "best"
+    assert one.note.startswith("not separated: speed-up over s2-k1-d3")
+    assert one.note.endswith("(higher mean)")
+    assert (two.status, two.note) == ("tied", "not separated from s1-k1-d2")
+
+
+def test_a_tie_with_a_lower_mean_keeps_the_best(tmp_path):
+    result, by_steps = _race(tmp_path, [0.24, 0.27, 0.24, 0.27, 0.24, 0.27])
+    one, two = by_steps[1], by_steps[2]
+    assert one.vs_best is not None
+    assert one.vs_best.compare(1.0) == "inconclusive"
+    assert one.vs_best.mean < 1.0
+    assert result.best == tune.Candidate(2)
+    assert (two.status, two.note) == ("best", "first launch")
+    assert one.status == "tied"
+    assert not one.note.endswith("(higher mean)")
+
+
+def test_an_exact_tie_keeps_the_configuration_measured_first(tmp_path):
+    # The same prompt times, shuffled between prompts: the same pooled rate to the last bit.
+    result, by_steps = _race(tmp_path, [0.30, 0.20, 0.30, 0.20, 0.30, 0.20])
+    one, two = by_steps[1], by_steps[2]
+    assert one.vs_best is not None
+    assert one.vs_best.mean == 1.0
+    assert one.vs_best.compare(1.0) == "inconclusive"
+    assert result.best == tune.Candidate(2)
+    assert (one.status, two.status) == ("tied", "best")
+
+
+def test_a_separated_race_drops_the_slower(tmp_path):
+    faster, by_steps = _race(tmp_path, [0.15, 0.25, 0.15, 0.25, 0.15, 0.25])
+    assert faster.best == tune.Candidate(1)
+    assert by_steps[1].note.startswith("confidently faster")
+    assert (by_steps[2].status, by_steps[2].note) == ("dropped",
+                                                      "confidently slower than s1-k1-d2")
+    slower, by_steps = _race(tmp_path / "slower", [0.25, 0.35, 0.25, 0.35, 0.25, 0.35])
+    assert slower.best == tune.Candidate(2)
+    assert by_steps[1].status == "dropped"
+    assert by_steps[1].note.startswith("confidently slower")

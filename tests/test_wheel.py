@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,11 @@ def _pip_offline(venv_python: Path, *args: str, env: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """A virtualenv holding the wheel (not editable) and pytest-profiling."""
+    # `pip wheel --no-build-isolation` builds with this environment's setuptools, whose own
+    # bdist_wheel arrived in 70.1; an older one needs the wheel package for it.
+    if not entry_points(group="distutils.commands", name="bdist_wheel"):
+        pytest.importorskip("wheel", reason="building specgate's wheel needs bdist_wheel: "
+                            "setuptools 70.1 or later, or the wheel package")
     root = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "SPECGATE_", "COV_"))}
