@@ -250,6 +250,16 @@ def test_an_exact_tie_keeps_the_configuration_measured_first(tmp_path):
     assert (one.status, two.status) == ("tied", "best")
 
 
+def test_identical_timings_are_a_tie_not_a_win(tmp_path):
+    # Every prompt decoded in the same time on both chains: the paired interval is [1, 1].
+    result, by_steps = _race(tmp_path, FIRST)
+    one, two = by_steps[1], by_steps[2]
+    assert one.vs_best is not None
+    assert (one.vs_best.ci_low, one.vs_best.ci_high) == (1.0, 1.0)
+    assert result.best == tune.Candidate(2)
+    assert (one.status, two.status) == ("tied", "best")
+
+
 def test_a_separated_race_drops_the_slower(tmp_path):
     faster, by_steps = _race(tmp_path, [0.15, 0.25, 0.15, 0.25, 0.15, 0.25])
     assert faster.best == tune.Candidate(1)

@@ -347,7 +347,8 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
         if verdict == "below":
             return Trial(c, index, predicted, run, "dropped",
                          f"confidently slower: {text}", ratio)
-        if verdict == "above":
+        # An interval that only touches 1 (identical timings give [1, 1]) is not faster.
+        if verdict == "above" and ratio.ci_low > 1.0:
             return Trial(c, index, predicted, run, "best", f"confidently faster: {text}", ratio)
         return Trial(c, index, predicted, run, "tied", f"not separated: {text}", ratio)
 
