@@ -79,6 +79,24 @@ def test_the_installed_suites_run_without_a_path(tmp_path: Path) -> None:
     assert "test_spec.py::test_speedup" in proc.stdout
 
 
+def test_a_path_into_the_installed_suites_activates_the_plugin(tmp_path: Path) -> None:
+    # No option, no environment, no ini: pointing pytest at specgate's own claims asks for it.
+    import specgate_suites
+
+    suites = Path(specgate_suites.__file__).parent
+    # An empty configuration of its own: the checkout's `specgate = true` must not decide.
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGATE_", "PYTEST_"))}
+    for target in (str(suites / "phase0" / "test_config.py"), "specgate_suites.phase0"):
+        args = ["--pyargs", target] if not target.endswith(".py") else [target]
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                               "-c", str(tmp_path / "pytest.ini"), "-m", "probe and not live",
+                               *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, env=base)
+        assert "specgate verdict" in proc.stdout, proc.stdout + proc.stderr
+        assert (tmp_path / "reports" / "verdict.json").exists()
+
+
 RECORDING_CONFTEST = '''
 import json, os, sys
 
