@@ -34,7 +34,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgate.core.profile import BenchSection  # noqa: E402
 from specgate.measure import bench, stats  # noqa: E402
 from specgate.measure.prompts import template_named  # noqa: E402
 
@@ -94,7 +93,7 @@ def _passes_ratio(spec: list[bench.RequestSample], base: list[bench.RequestSampl
 
 
 def trial(rng: random.Random, speedup: float, spreads: dict[str, float]) -> dict[str, Any]:
-    confidence = bench.judged_confidence(BenchSection(repeats=REPEATS, max_repeats=MAX_REPEATS))
+    confidence = bench.judged_confidence(bench.Sampling(repeats=REPEATS, max_repeats=MAX_REPEATS))
     rates = [250.0 * math.exp(rng.gauss(0, spreads["prompt_sd"])) for _ in range(PROMPTS)]
     tokens = [rng.randint(24, 64) for _ in range(PROMPTS)]
     noise = spreads["request_sd"]
@@ -109,11 +108,11 @@ def trial(rng: random.Random, speedup: float, spreads: dict[str, float]) -> dict
         if repeat < REPEATS:
             continue
         m_spec = bench.build_measurement(config="speculative", url="x", template=TEMPLATE,
-                                         bench=BenchSection(repeats=REPEATS,
+                                         sampling=bench.Sampling(repeats=REPEATS,
                                                             max_repeats=MAX_REPEATS),
                                          samples=spec)
         m_base = bench.build_measurement(config="baseline", url="x", template=TEMPLATE,
-                                         bench=BenchSection(repeats=REPEATS,
+                                         sampling=bench.Sampling(repeats=REPEATS,
                                                             max_repeats=MAX_REPEATS),
                                          samples=base)
         judged = {"paired": bench.speedup(m_spec, m_base),

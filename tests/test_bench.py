@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from specgate.core.profile import BenchSection
 from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.testing.simulator import model
@@ -79,13 +78,13 @@ def sim(tmp_path_factory):
 
 
 def _measure(url, config, **bench_kw):
-    b = BenchSection(**{"max_new_tokens": 64, "warmup": 1, "repeats": 2, **bench_kw})
+    b = bench.Sampling(**{"max_new_tokens": 64, "warmup": 1, "repeats": 2, **bench_kw})
     # Every prompt: the simulator's acceptance is exact per request only to within one token
     # per depth, so tau is within 1 % only over a few dozen requests.
-    chosen = prompts.load_builtin()
+    chosen = prompts.PromptSet.rendered(prompts.load_builtin(),
+                                        prompts.template_named("chatml", "test"))
     with SGLangClient(url) as client:
-        return bench.measure(client, b, config=config, prompts=chosen,
-                             template=prompts.template_named("chatml", "test"))
+        return bench.measure(client, b, chosen, config=config)
 
 
 def _served(log: Path, since: int) -> list[model.RequestTruth]:
@@ -181,8 +180,9 @@ def test_measurement_matches_simulator_truth(sim):
 
 
 def test_sequential_repeats_stop_at_max_and_say_why(sim):
-    b = BenchSection(max_new_tokens=16, warmup=0, repeats=1, max_repeats=3)
-    chosen = prompts.load_builtin()[:2]
+    b = bench.Sampling(max_new_tokens=16, warmup=0, repeats=1, max_repeats=3)
+    chosen = prompts.PromptSet.rendered(prompts.load_builtin()[:2],
+                                        prompts.template_named("plain", "test"))
     calls = []
 
     def keep_going(m):
@@ -190,19 +190,18 @@ def test_sequential_repeats_stop_at_max_and_say_why(sim):
         return "the tps interval straddles 1"
 
     with SGLangClient(sim["base"]) as client:
-        m = bench.measure(client, b, config="baseline", prompts=chosen,
-                          template=prompts.template_named("plain", "test"), keep_going=keep_going)
+        m = bench.measure(client, b, chosen, config="baseline", keep_going=keep_going)
     assert calls == [1, 2, 3]
     assert m.repeats == 3
     assert m.stop_reason == "3 repeats (max_repeats) and still the tps interval straddles 1"
 
 
 def test_keep_going_none_stops_after_configured_repeats(sim):
-    b = BenchSection(max_new_tokens=8, warmup=0, repeats=2, max_repeats=5)
+    b = bench.Sampling(max_new_tokens=8, warmup=0, repeats=2, max_repeats=5)
+    one = prompts.PromptSet.rendered(prompts.load_builtin()[:1],
+                                     prompts.template_named("plain", "t"))
     with SGLangClient(sim["spec"]) as client:
-        m = bench.measure(client, b, config="speculative", prompts=prompts.load_builtin()[:1],
-                          template=prompts.template_named("plain", "t"),
-                          keep_going=lambda m: None)
+        m = bench.measure(client, b, one, config="speculative", keep_going=lambda m: None)
     assert m.repeats == 2
     assert m.stats["accept_len"].n == 1  # one prompt: the interval is over prompts
     assert not math.isnan(m.stats["accept_len"].mean)

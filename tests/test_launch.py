@@ -62,7 +62,7 @@ def test_api_key_from_env_is_passed_and_redacted(tmp_path: Path,
     i = spec.argv.index("--api-key")
     assert spec.argv[i + 1] == "sk-live-0123456789"
     assert spec.api_key == "sk-live-0123456789"
-    assert "sk-live-0123456789" not in spec.display()
+    assert "sk-live-0123456789" not in spec.display
     assert "sk-live-0123456789" not in " ".join(spec.redacted_argv)
     assert "sk-live-0123456789" not in repr(spec)
 
@@ -114,7 +114,7 @@ def test_ssh_launcher_carries_env_and_quotes_for_the_remote_shell(
     assert remote[remote.index("--model-path") + 1] == "/data/models/Kimi K2.5"
     assert spec.server_args[1] == "/data/models/Kimi K2.5"
     assert spec.url == "http://10.0.0.5:30000"
-    shown = spec.display()
+    shown = spec.display
     assert "hf_abcdefghij" not in shown
     assert "sk-remote-987654321" not in shown
 
@@ -144,5 +144,5 @@ def test_key_never_shown(key: str) -> None:
     finally:
         del os.environ["SPECGATE_TEST_KEY"]
     assert key in spec.argv
-    assert key not in spec.display()
+    assert key not in spec.display
     assert key not in " ".join(spec.redacted_argv)

@@ -22,8 +22,8 @@ from test_evaluate import sharp_drafter
 from specgate.claims import eval as eval_claims
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.errors import DataError
-from specgate.core.profile import BenchSection, Profile, parse_profile
-from specgate.measure.bench import RequestSample, build_measurement
+from specgate.core.profile import Profile, parse_profile
+from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import ConfigRun, Failure, LiveResults
 from specgate.measure.prompts import template_named
 from specgate.model.evaluate import (
@@ -207,7 +207,7 @@ def _live(ratios: dict[str, tuple[list[str], float]], *, spread: float = 0.01,
             samples.append(RequestSample(1, pid, category, 10, COMPLETION, verify, 0.05, 1.0,
                                          None, "stop", 100))
     spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
-                             bench=BenchSection(max_repeats=3), samples=samples)
+                             sampling=Sampling(max_repeats=3), samples=samples)
     info = {"speculative_algorithm": "EAGLE3", **(server_info or {})}
     return LiveResults("t", False, ConfigRun("baseline"),
                        ConfigRun("speculative", measurement=spec, server_info=info))
@@ -498,7 +498,7 @@ def test_agreement_per_prompt_ranks_and_names_the_blind_spots(
         samples = [dataclasses.replace(s, category="chat") if s.prompt_id in ids["chat"] else s
                    for s in run.speculative.measurement.samples]  # type: ignore[union-attr]
         spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
-                                 bench=BenchSection(max_repeats=3), samples=samples)
+                                 sampling=Sampling(max_repeats=3), samples=samples)
         return dataclasses.replace(run, speculative=dataclasses.replace(run.speculative,
                                                                         measurement=spec))
 
@@ -544,7 +544,7 @@ def test_served_answers_are_compared_with_the_dumps_token_by_token(
         samples = [dataclasses.replace(s, output_ids=ids.get(s.prompt_id, ()))
                    for s in spec.samples]
         measured = build_measurement(config="speculative", url="http://x", template=PLAIN,
-                                     bench=BenchSection(max_repeats=3), samples=samples)
+                                     sampling=Sampling(max_repeats=3), samples=samples)
         return dataclasses.replace(run, speculative=dataclasses.replace(
             run.speculative, measurement=measured))
 
@@ -561,7 +561,7 @@ def test_served_answers_are_compared_with_the_dumps_token_by_token(
     run_full = dataclasses.replace(run, speculative=dataclasses.replace(
         run.speculative, measurement=build_measurement(
             config="speculative", url="http://x", template=PLAIN,
-            bench=BenchSection(max_repeats=3), samples=full)))
+            sampling=Sampling(max_repeats=3), samples=full)))
     split = eval_claims.live_agreement_claim(profile, run_full)
     assert "(the dump's answer is as long as the served one on 1: median error per verify " \
            in split.message

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Attachment, Status
-from specgate.core.profile import BenchSection, parse_profile
+from specgate.core.profile import parse_profile
 from specgate.measure import bench, stats
-from specgate.measure.bench import RequestSample, build_measurement
+from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
 from specgate.measure.prompts import template_named
 
@@ -41,7 +41,7 @@ def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests
                                          "stop", 10))
     # One look (repeats == max_repeats): intervals at the plain 95 %, as the wording tests expect.
     return build_measurement(config=config, url="http://x", template=PLAIN,
-                             bench=BenchSection(max_repeats=3), samples=samples)
+                             sampling=Sampling(max_repeats=3), samples=samples)
 
 
 def _live(base=None, spec=None, *, base_run=None, spec_run=None, gpu=None, env=None):
@@ -209,7 +209,7 @@ def test_live_results_round_trip(tmp_path):
 
 # -- what the gate decides on: one paired ratio of pooled rates, and break-even mapped from it ----
 
-ONE_LOOK = BenchSection(repeats=1, max_repeats=1)
+ONE_LOOK = Sampling(repeats=1, max_repeats=1)
 
 
 @st.composite
@@ -240,9 +240,9 @@ def paired_runs(draw, *, extra_spec_prompt=False):
         # A prompt only the speculative server answered, at a rate far from the others.
         spec.append(sample(1, "only-spec", 200, 20, draw(st.floats(1.0, 1e5))))
         base.append(sample(1, "only-base", 200, None, draw(st.floats(1.0, 1e5))))
-    return (build_measurement(config="baseline", url="x", template=PLAIN, bench=ONE_LOOK,
+    return (build_measurement(config="baseline", url="x", template=PLAIN, sampling=ONE_LOOK,
                               samples=base),
-            build_measurement(config="speculative", url="x", template=PLAIN, bench=ONE_LOOK,
+            build_measurement(config="speculative", url="x", template=PLAIN, sampling=ONE_LOOK,
                               samples=spec))
 
 
@@ -291,9 +291,9 @@ def test_the_speedup_of_two_prompts_is_neither_a_mean_of_ratios_nor_of_rates():
         return RequestSample(1, pid, "chat", 10, tokens + 1, verify, 0.0, seconds, None,
                              "stop", 10)
 
-    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=ONE_LOOK,
+    base = build_measurement(config="baseline", url="x", template=PLAIN, sampling=ONE_LOOK,
                              samples=[sample("p0", 200, None, 2.0), sample("p1", 20, None, 0.4)])
-    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=ONE_LOOK,
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, sampling=ONE_LOOK,
                              samples=[sample("p0", 200, 50, 0.5), sample("p1", 20, 15, 0.8)])
     pooled, mean_of_ratios, ratio_of_mean_rates = _definitions(base, spec)
     assert (mean_of_ratios, ratio_of_mean_rates) == pytest.approx((2.25, 212.5 / 75))

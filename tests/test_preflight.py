@@ -139,7 +139,8 @@ def test_nothing_to_check_is_not_a_pass(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_local_launcher_without_sglang_is_not_launched(tmp_path: Path) -> None:
     from specgate.core.errors import ServerError
-    from specgate.measure import live
+    from specgate.serving import server
+    from specgate.serving.launch import LaunchSettings, plan_server
 
     if subprocess.run([sys.executable, "-c", "import sglang"], capture_output=True).returncode == 0:
         pytest.skip("sglang is installed here: the launch would go ahead")
@@ -149,6 +150,7 @@ def test_a_local_launcher_without_sglang_is_not_launched(tmp_path: Path) -> None
                                         "port": 0}})
     said: list[str] = []
     with pytest.raises(ServerError, match=r"not launched: .*No module named 'sglang'"), \
-            live._server(profile, "baseline", tmp_path / "log", said.append):
+            server.serve(plan_server(LaunchSettings.of(profile), "baseline", tmp_path / "log"),
+                         said.append):
         pass
     assert not any("launching" in line for line in said)

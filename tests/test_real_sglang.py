@@ -24,9 +24,9 @@ import pytest
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ServerError
-from specgate.core.profile import BenchSection, parse_profile
+from specgate.core.profile import parse_profile
 from specgate.measure import bench, live
-from specgate.measure.bench import RequestSample, build_measurement
+from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.measure.prompts import template_named
 from specgate.serving import server
@@ -190,7 +190,7 @@ def test_recorded_one_token_answer_has_no_spec_fields_and_counts_zero_verifies(
     assert gen.spec_verify_ct is None  # as SGLang sent it
     sample = _sample(gen)
     assert sample.verify_ct == 0  # ended at its first token: no verify ran
-    m = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+    m = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                           samples=[sample, _sample(_generate(replay(
                               RECORDED["stream"].pieces()).url), prompt="p2")])
     assert m.spec_fields_missing == 0
@@ -239,7 +239,7 @@ def test_burst_stream_is_recognised(replay: type[Replay]) -> None:
 def test_burst_measurement_is_refused_by_timed_claims(replay: type[Replay]) -> None:
     url = replay(_burst(RECORDED["stream"])).url
     samples = [_sample(_generate(url), prompt=f"p{i}") for i in range(3)]
-    base = build_measurement(config="baseline", url=url, template=PLAIN, bench=BenchSection(),
+    base = build_measurement(config="baseline", url=url, template=PLAIN, sampling=Sampling(),
                              samples=[dataclasses.replace(s, spec_verify_ct=None)
                                       for s in samples])
     result = perf_claims.baseline_tps_claim(_profile(), _live(base, None))
@@ -343,7 +343,7 @@ def test_progress_after_the_first_second_reaches_the_callback(tmp_path: Path) ->
 def test_live_session_progress_survives_a_long_start(tmp_path: Path) -> None:
     # The real-SGLang failure: a one-argument progress function handed to the launcher.
     lines: list[str] = []
-    report = live._start_progress("baseline", lines.append)
+    report = server._start_progress("baseline", lines.append)
     report(6.2, "Load weight begin")
     assert lines == ["baseline: starting, 6 s so far: Load weight begin"]
 
@@ -430,11 +430,11 @@ def test_breakeven_and_speedup_never_contradict() -> None:
             verify = max(1, round((tokens - 1) / rng.uniform(1.8, 2.6)))
             base.append(_row(prompt=f"p{i}", completion=tokens, verify=None, tps=b))
             spec.append(_row(prompt=f"p{i}", completion=tokens, verify=verify, tps=s))
-        bench_ = BenchSection(repeats=1, max_repeats=1)
+        bench_ = Sampling(repeats=1, max_repeats=1)
         live_ = _live(build_measurement(config="baseline", url="x", template=PLAIN,
-                                        bench=bench_, samples=base),
+                                        sampling=bench_, samples=base),
                       build_measurement(config="speculative", url="x", template=PLAIN,
-                                        bench=bench_, samples=spec))
+                                        sampling=bench_, samples=spec))
         profile = _profile(speedup_min=1.0)
         be = perf_claims.breakeven_claim(profile, live_).status
         sp = perf_claims.speedup_claim(profile, live_).status
@@ -518,14 +518,14 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
 def test_a_one_token_baseline_answer_is_not_a_speculative_baseline() -> None:
     rows = [_row(prompt=f"p{i}", completion=40, verify=None) for i in range(4)]
     rows.append(dataclasses.replace(_row(prompt="p9", completion=1, verify=None)))
-    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=BenchSection(),
+    base = build_measurement(config="baseline", url="x", template=PLAIN, sampling=Sampling(),
                              samples=rows)
     result = perf_claims.baseline_tps_claim(_profile(), _live(base, None))
     assert result.status is Status.PASSED, result.message
 
 
 def test_all_one_token_speculative_answers_give_a_reason_not_a_crash() -> None:
-    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                              samples=[_row(prompt=f"p{i}", completion=1, verify=None)
                                       for i in range(3)])
     result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
@@ -537,7 +537,7 @@ def test_decode_without_tokens_gives_no_cycle_time_instead_of_a_crash() -> None:
     # Every final message repeats the first message's count: time passed, no tokens after it.
     rows = [dataclasses.replace(_row(prompt=f"p{i}", completion=5, verify=2), first_tokens=5)
             for i in range(3)]
-    m = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+    m = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                           samples=rows)
     assert "cycle_ms" not in m.stats
     assert "tps" not in m.stats
@@ -545,10 +545,10 @@ def test_decode_without_tokens_gives_no_cycle_time_instead_of_a_crash() -> None:
 
 
 def test_speedup_without_shared_prompts_is_broken_with_the_reason() -> None:
-    base = build_measurement(config="baseline", url="x", template=PLAIN, bench=BenchSection(),
+    base = build_measurement(config="baseline", url="x", template=PLAIN, sampling=Sampling(),
                              samples=[_row(prompt=f"b{i}", completion=40, verify=None)
                                       for i in range(3)])
-    spec = build_measurement(config="speculative", url="x", template=PLAIN, bench=BenchSection(),
+    spec = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                              samples=[_row(prompt=f"s{i}", completion=40, verify=20, tps=150.0)
                                       for i in range(3)])
     for claim in (perf_claims.speedup_claim, perf_claims.breakeven_claim):

@@ -257,11 +257,10 @@ def test_sequential_repeats_keep_the_false_pass_rate_at_its_level():
     per the 95 % interval; without the split over looks it was about 6 %)."""
     import random
 
-    from specgate.core.profile import BenchSection
-    from specgate.measure.bench import judged_confidence
+    from specgate.measure.bench import Sampling, judged_confidence
     from specgate.measure.stats import summarize
 
-    bench = BenchSection(repeats=3, max_repeats=6)
+    bench = Sampling(repeats=3, max_repeats=6)
     confidence = judged_confidence(bench)
     assert confidence == pytest.approx(1 - 0.05 / 4)
     rng = random.Random(7)

@@ -10,14 +10,12 @@ from specgate.measure.prompts import template_named
 
 
 def _m(histograms, steps_hint=None):
-    from specgate.core.profile import BenchSection
-
     samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
                                    completion_tokens=40, spec_verify_ct=sum(h), ttft_s=0.01,
                                    e2e_s=0.2, server_e2e_s=None, finish_reason="stop",
                                    chunks=20, drafts_histogram=tuple(h))
                for i, h in enumerate(histograms)]
-    return bench.build_measurement(config="speculative", url="http://x", bench=BenchSection(),
+    return bench.build_measurement(config="speculative", url="http://x", sampling=bench.Sampling(),
                                    template=template_named("plain", "test"),
                                    samples=samples)
 
@@ -85,8 +83,8 @@ def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
                                                          "profiles/demo.toml"))
     launched = []
 
-    def runner(prof, config, reports_dir, **kw):
-        launched.append(prof.speculative.num_steps)
+    def runner(plan, config, **kw):
+        launched.append(_steps(plan))
         if len(launched) == 2:
             raise KeyboardInterrupt
         return ConfigRun(config, measurement=_m([[1, 2, 3, 4]] * 6))
@@ -110,10 +108,14 @@ def test_bad_tune_options_are_usage_errors(argv, capsys):
     assert "--" in capsys.readouterr().err
 
 
+def _steps(plan):
+    """--speculative-num-steps of the plan's speculative launch command."""
+    argv = plan.speculative.spec.argv
+    return int(argv[argv.index("--speculative-num-steps") + 1])
+
+
 def _timed(e2e_s, spread, hist=None):
     """Six prompts of 40 tokens each, e2e around e2e_s (± spread, alternating by prompt)."""
-    from specgate.core.profile import BenchSection
-
     samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
                                    completion_tokens=40,
                                    spec_verify_ct=sum(hist) if hist else None, ttft_s=0.01,
@@ -121,7 +123,7 @@ def _timed(e2e_s, spread, hist=None):
                                    server_e2e_s=None, finish_reason="length", chunks=20,
                                    drafts_histogram=tuple(hist) if hist else None)
                for i in range(6)]
-    return bench.build_measurement(config="x", url="http://x", bench=BenchSection(),
+    return bench.build_measurement(config="x", url="http://x", sampling=bench.Sampling(),
                                    template=template_named("plain", "test"),
                                    samples=samples)
 
@@ -135,10 +137,10 @@ def _tuned(tmp_path, spec_e2e, *, spread=0.01, steps=(1, 2, 3)):
     profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
         "steps": list(steps), "max_launches": len(steps), "margin": 0.99})})
 
-    def runner(prof, config, reports_dir, **kw):
+    def runner(plan, config, **kw):
         if config == "baseline":
             return ConfigRun(config, measurement=_timed(0.4, 0.01))
-        s = prof.speculative.num_steps
+        s = _steps(plan)
         return ConfigRun(config, measurement=_timed(spec_e2e[s], spread, [2] + [2] * s))
 
     return tune.run_tune(profile, tmp_path, runner=runner)

@@ -365,7 +365,7 @@ def start_server(ctx: Ctx, config: str, port: int) -> OwnServer:
     log = ctx.work / "attach" / f"{config}-{port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as fh:
-        fh.write(f"# suite: {spec.display()}\n".encode())
+        fh.write(f"# suite: {spec.display}\n".encode())
         fh.flush()
         proc = subprocess.Popen(list(spec.argv), stdout=fh, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env={**os.environ, **spec.env},
@@ -790,7 +790,7 @@ def direct_launch(ctx: Ctx, profile_path: Path) -> dict[str, Any]:
 
     spec = build_command(load_profile(profile_path), "speculative")
     log = ctx.work / "runs" / "c_wrong_flag" / "direct-launch.log"
-    out: dict[str, Any] = {"command": spec.display()}
+    out: dict[str, Any] = {"command": spec.display}
     started = time.monotonic()
     with Sampler(os.getpid()) as sampler:
         try:

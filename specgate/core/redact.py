@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 MASK = "***"
@@ -122,3 +124,23 @@ def _mask_match(match: re.Match[str]) -> str:
     if value == MASK:
         return match.group(0)
     return f"{prefix}{open_quote}{MASK}{close_quote}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShownCommand:
+    """A command as reports, logs and messages show it: every secret as ***."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]  # the environment it adds, credential-like values masked
+    line: str  # `K=V … argv` as one shell line
+
+
+def show_command(argv: Sequence[str], env: Mapping[str, str],
+                 secrets: Iterable[str | None]) -> ShownCommand:
+    """argv and its added environment with the given secrets and recognisable keys masked."""
+    redactor = Redactor(secrets)
+    shown = tuple(redactor.redact_argv(argv))
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    line = shlex.join(shown)
+    return ShownCommand(shown, mask_env(env),
+                        redactor.redact(f"{assignments} {line}" if assignments else line))

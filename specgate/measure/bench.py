@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
-from specgate.measure.prompts import ChatTemplate, Prompt
+from specgate.measure.prompts import ChatTemplate, PromptSet
 from specgate.measure.stats import Summary, jackknife
 from specgate.serving.client import SGLangClient
 
@@ -31,6 +31,32 @@ METRICS: dict[str, str] = {
 # A stream whose messages arrive this close together came through something that buffered it:
 # a real decode step takes milliseconds (4.4 ms for a tiny model on an H200, 12 ms for Kimi-K2.5).
 BURST_GAP_S = 0.00025
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How each prompt is sampled and how many passes are made: [bench]'s figures, resolved."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    warmup: int = 2
+    repeats: int = 3
+    max_repeats: int = 6
+    confidence: float = 0.95
+    request_timeout_s: float = 600.0
+
+    @classmethod
+    def of(cls, section: BenchSection) -> Sampling:
+        return cls(max_new_tokens=section.max_new_tokens, temperature=section.temperature,
+                   warmup=section.warmup, repeats=section.repeats,
+                   max_repeats=section.max_repeats, confidence=section.confidence,
+                   request_timeout_s=section.request_timeout_s)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """SGLang's sampling_params. No ignore_eos: requests stop naturally, as users' requests
+        do; max_new_tokens only caps them."""
+        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,19 +293,13 @@ class Measurement:
         return "\n".join(lines)
 
 
-def sampling_params(bench: BenchSection) -> dict[str, Any]:
-    # No ignore_eos: requests stop naturally, as users' requests do; max_new_tokens only caps.
-    return {"max_new_tokens": bench.max_new_tokens, "temperature": bench.temperature}
-
-
-def run_pass(client: SGLangClient, prompts: Sequence[Prompt], template: ChatTemplate,
-             params: dict[str, Any], repeat: int,
+def run_pass(client: SGLangClient, prompts: PromptSet, params: dict[str, Any], repeat: int,
              progress: Progress | None = None) -> list[RequestSample]:
     """Flush the prefix cache, then send every prompt once, one at a time."""
     client.flush_cache()
     samples = []
-    for i, prompt in enumerate(prompts, 1):
-        gen = client.generate(template.render(prompt.text), params, stream=True)
+    for i, (prompt, text) in enumerate(prompts.sent(), 1):
+        gen = client.generate(text, params, stream=True)
         samples.append(RequestSample(
             repeat=repeat, prompt_id=prompt.id, category=prompt.category,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
@@ -288,8 +308,8 @@ def run_pass(client: SGLangClient, prompts: Sequence[Prompt], template: ChatTemp
             drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
             first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s),
             output_ids=gen.output_ids))
-        if progress is not None and (i == len(prompts) or i % 10 == 0):
-            progress(f"repeat {repeat}: {i}/{len(prompts)} requests")
+        if progress is not None and (i == len(prompts.texts) or i % 10 == 0):
+            progress(f"repeat {repeat}: {i}/{len(prompts.texts)} requests")
     return samples
 
 
@@ -304,7 +324,7 @@ def _histogram(value: Any) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def judged_confidence(bench: BenchSection) -> float:
+def judged_confidence(sampling: Sampling) -> float:
     """The confidence each interval is computed at, so the whole sequential run keeps its level.
 
     Repeats continue past `repeats` while an interval straddles a threshold, and every look is
@@ -313,8 +333,8 @@ def judged_confidence(bench: BenchSection) -> float:
     Splitting the error over the possible looks (Bonferroni) keeps the overall error at most
     1 − confidence.
     """
-    looks = max(1, max(bench.max_repeats, bench.repeats) - bench.repeats + 1)
-    return 1.0 - (1.0 - bench.confidence) / looks
+    looks = max(1, max(sampling.max_repeats, sampling.repeats) - sampling.repeats + 1)
+    return 1.0 - (1.0 - sampling.confidence) / looks
 
 
 def _summaries(samples: Sequence[RequestSample], confidence: float) -> dict[str, Summary]:
@@ -327,22 +347,22 @@ def _summaries(samples: Sequence[RequestSample], confidence: float) -> dict[str,
     return stats
 
 
-def restated(m: Measurement, bench: BenchSection) -> Measurement:
+def restated(m: Measurement, sampling: Sampling) -> Measurement:
     """A stored measurement's statistics recomputed at this run's [bench] confidence (a reused
     baseline is judged at the level of the run that reuses it)."""
-    confidence = judged_confidence(bench)
+    confidence = judged_confidence(sampling)
     return dataclasses.replace(m, confidence=confidence,
                                stats=_summaries(m.samples, confidence))
 
 
-def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: BenchSection,
+def build_measurement(*, config: str, url: str, template: ChatTemplate, sampling: Sampling,
                       samples: Sequence[RequestSample], stop_reason: str = "",
                       simulated: bool = False,
                       server_spec: dict[str, Any] | None = None) -> Measurement:
     """Reduce samples to per-pass rates and summarize each metric over passes."""
     repeats = sorted({s.repeat for s in samples})
     passes = tuple(PassResult.of(r, [s for s in samples if s.repeat == r]) for r in repeats)
-    stats = _summaries(samples, judged_confidence(bench))
+    stats = _summaries(samples, judged_confidence(sampling))
     per_category: dict[str, float] = {}
     for category in sorted({s.category for s in samples}):
         value = metric_of("accept_len", [Totals.of([s for s in samples
@@ -352,15 +372,15 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, bench: B
     return Measurement(
         config=config, url=url, template=template.name, template_source=template.source,
         template_digest=template.digest,
-        temperature=bench.temperature, max_new_tokens=bench.max_new_tokens, warmup=bench.warmup,
-        confidence=judged_confidence(bench), samples=tuple(samples), passes=passes, stats=stats,
+        temperature=sampling.temperature, max_new_tokens=sampling.max_new_tokens,
+        warmup=sampling.warmup, confidence=judged_confidence(sampling), samples=tuple(samples),
+        passes=passes, stats=stats,
         per_category_accept_len=per_category,
         spec_fields_missing=sum(1 for s in samples if s.verify_ct is None),
         stop_reason=stop_reason, simulated=simulated, server_spec=dict(server_spec or {}))
 
 
-def measure(client: SGLangClient, bench: BenchSection, *, config: Config,
-            prompts: Sequence[Prompt], template: ChatTemplate,
+def measure(client: SGLangClient, sampling: Sampling, prompts: PromptSet, *, config: Config,
             keep_going: Callable[[Measurement], str | None] | None = None,
             progress: Progress | None = None, simulated: bool = False,
             server_spec: dict[str, Any] | None = None) -> Measurement:
@@ -369,30 +389,30 @@ def measure(client: SGLangClient, bench: BenchSection, *, config: Config,
     keep_going gets the measurement so far and returns a reason to continue (e.g. "the accept
     length interval straddles 2.46") or None to stop.
     """
-    if not prompts:
+    if not prompts.texts:
         raise ValueError("no prompts to measure")
-    params = sampling_params(bench)
-    for i in range(bench.warmup):
-        prompt = prompts[i % len(prompts)]
-        client.generate(template.render(prompt.text), params, stream=True)
-    if progress is not None and bench.warmup:
-        progress(f"{config}: {bench.warmup} warmup requests done (excluded)")
+    params = sampling.params
+    for i in range(sampling.warmup):
+        client.generate(prompts.texts[i % len(prompts.texts)], params, stream=True)
+    if progress is not None and sampling.warmup:
+        progress(f"{config}: {sampling.warmup} warmup requests done (excluded)")
     samples: list[RequestSample] = []
-    max_repeats = max(bench.max_repeats, bench.repeats)
-    stop_reason = f"{bench.repeats} repeats as configured"
+    max_repeats = max(sampling.max_repeats, sampling.repeats)
+    stop_reason = f"{sampling.repeats} repeats as configured"
     repeat = 0
     while True:
         repeat += 1
-        samples.extend(run_pass(client, prompts, template, params, repeat, progress))
-        if repeat < bench.repeats:
+        samples.extend(run_pass(client, prompts, params, repeat, progress))
+        if repeat < sampling.repeats:
             continue
         if keep_going is None:
             break
-        current = build_measurement(config=config, url=client.base_url, template=template,
-                                    bench=bench, samples=samples)
+        current = build_measurement(config=config, url=client.base_url,
+                                    template=prompts.template, sampling=sampling,
+                                    samples=samples)
         reason = keep_going(current)
         if reason is None:
-            if repeat > bench.repeats:
+            if repeat > sampling.repeats:
                 stop_reason = f"{repeat} repeats: the interval cleared the threshold"
             break
         if repeat >= max_repeats:
@@ -400,9 +420,9 @@ def measure(client: SGLangClient, bench: BenchSection, *, config: Config,
             break
         if progress is not None:
             progress(f"{config}: another repeat because {reason}")
-    return build_measurement(config=config, url=client.base_url, template=template, bench=bench,
-                             samples=samples, stop_reason=stop_reason, simulated=simulated,
-                             server_spec=server_spec)
+    return build_measurement(config=config, url=client.base_url, template=prompts.template,
+                             sampling=sampling, samples=samples, stop_reason=stop_reason,
+                             simulated=simulated, server_spec=server_spec)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,25 +9,23 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specgate.core.errors import SpecgateError
-from specgate.core.profile import Profile
+from specgate.core.errors import ServerError, SpecgateError
+from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, prompts
+from specgate.measure import bench, reuse
+from specgate.measure import plan as live_plan
+from specgate.measure.plan import Blocked, LivePlan
+from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
-from specgate.serving.launch import Config
-
-if TYPE_CHECKING:
-    from specgate.serving.gpu import GpuProcess
-    from specgate.serving.server import ServerHandle
+from specgate.serving.launch import Config, ServerPlan
+from specgate.serving.server import ServerHandle
 
 Progress = Callable[[str], None]
-CONFIGS: tuple[Config, Config] = ("baseline", "speculative")
 RESULTS_FILE = "results.json"
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -161,49 +159,24 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def load_prompts(profile: Profile) -> tuple[list[prompts.Prompt], str]:
-    """The profile's prompt set, selected by [bench] categories and prompts_per_category."""
-    b = profile.bench
-    if b.prompts == prompts.BUILTIN:
-        chosen, label = prompts.load_builtin(), "builtin"
-    else:
-        path = profile.resolve(b.prompts)
-        assert path is not None
-        chosen, label = prompts.load_jsonl(path), str(path)
-    return prompts.select(chosen, b.categories, b.prompts_per_category), label
-
-
-def api_key_of(profile: Profile) -> str | None:
-    """The key named by [server] api_key_env (a clear ProfileError when the variable is unset)."""
-    from specgate.serving.launch import read_api_key
-
-    return read_api_key(profile.server.api_key_env)
-
-
-def check_gpus(profile: Profile) -> GpuCheck:
+def check_gpus(plan: ServerPlan) -> GpuCheck:
     """Other processes on the GPUs the server will use (skipped without nvidia-smi)."""
-    from specgate.serving import gpu
     snap = gpu.snapshot()
     if snap is None:
         return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
                                "cannot be listed")
-    wanted = profile.server.server_gpus()
-    if isinstance(wanted, str):
-        return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {wanted!r} names GPUs "
+    if isinstance(plan.gpus, str):
+        return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {plan.gpus!r} names GPUs "
                                "by id, not by index; set [server] gpus to the indices that "
                                "nvidia-smi lists so they can be checked")
-    busy = gpu.busy_on(snap, wanted)
-    return GpuCheck(True, f"GPUs {wanted} checked", tuple(_as_dict(p) for p in busy))
+    busy = gpu.busy_on(snap, plan.gpus)
+    return GpuCheck(True, f"GPUs {list(plan.gpus)} checked",
+                    tuple(dataclasses.asdict(p) for p in busy))
 
 
-def _as_dict(proc: GpuProcess) -> dict[str, Any]:
-    return dataclasses.asdict(proc)
-
-
-def check_env(profile: Profile, handle: ServerHandle) -> EnvCheck:
+def check_env(expected: Mapping[str, str], handle: ServerHandle) -> EnvCheck:
     """The server process's environment against [server] env (skipped when unreadable)."""
-    from specgate.serving import server
-    expected = profile.server.server_env()
+    expected = dict(expected)
     reading = server.process_env_detail(handle)
     if reading.env is None:
         return EnvCheck(False, reading.reason, expected)
@@ -216,10 +189,10 @@ def check_env(profile: Profile, handle: ServerHandle) -> EnvCheck:
                     mask_env(expected), found)
 
 
-def _keep_going(profile: Profile, config: Config,
+def _keep_going(thresholds: ThresholdsSection, config: Config,
                 baseline: bench.Measurement | None) -> Callable[[bench.Measurement], str | None]:
     """Another repeat is worth it while an interval a claim is judged on straddles its threshold."""
-    th = profile.thresholds
+    th = thresholds
 
     def rule(m: bench.Measurement) -> str | None:
         if config == "baseline":
@@ -245,50 +218,7 @@ def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
     return {k: info[k] for k in _SERVER_KEYS if k in info}
 
 
-def _start_progress(config: Config, progress: Progress) -> Callable[[float, str], None]:
-    """The launcher's progress callback (seconds since start, last log line) as one line."""
-    def report(elapsed_s: float, last_line: str) -> None:
-        tail = f": {last_line.strip()[:160]}" if last_line.strip() else ""
-        progress(f"{config}: starting, {elapsed_s:.0f} s so far{tail}")
-
-    return report
-
-
-@contextmanager
-def _server(profile: Profile, config: Config, log_path: Path,
-            progress: Progress) -> Iterator[tuple[ServerHandle, str, bool]]:
-    from specgate.serving import launch, server
-
-    url = profile.server.baseline_url if config == "baseline" else profile.server.url
-    if url:
-        progress(f"{config}: attaching to {url}")
-        handle = server.attach(url, api_key_of(profile), config)
-        yield handle, f"attached to {url}", True
-        return
-    spec = launch.build_command(profile, config)
-    if not spec.simulated:
-        # A flag this SGLang rejects fails here in seconds, not after a 20-minute model load.
-        from specgate.core.errors import ServerError
-        from specgate.serving.preflight import preflight_spec
-
-        checked = preflight_spec(spec)
-        if checked.status == "rejected":
-            raise ServerError(f"SGLang {checked.version or ''} rejects the launch command "
-                              f"{spec.display()}: {checked.message}")
-        if checked.status == "unavailable" and "No module named 'sglang'" in checked.message:
-            # The launch would only die with the same import error: say it, don't launch.
-            raise ServerError(f"not launched: {checked.message}; install SGLang for this "
-                              f"interpreter or set [server] launcher / --sglang-launcher")
-        progress(f"{config}: preflight {checked.status}: {checked.message}")
-    progress(f"{config}: launching {spec.display()}")
-    with server.running(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s,
-                        stop_timeout_s=profile.server.stop_timeout_s,
-                        on_progress=_start_progress(config, progress)) as handle:
-        yield handle, spec.display(), False
-
-
-def run_config(profile: Profile, config: Config, reports_dir: Path, *,
-               baseline: bench.Measurement | None = None,
+def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | None = None,
                progress: Progress | None = None,
                keep_going: Callable[[bench.Measurement], str | None] | None = None
                ) -> ConfigRun:
@@ -297,40 +227,39 @@ def run_config(profile: Profile, config: Config, reports_dir: Path, *,
     keep_going replaces the gate's rule for more repeats (`specgate tune` races configurations).
     """
     say = progress or (lambda _msg: None)
-    fields: dict[str, Any] = {"config": config}
-    attached = bool(profile.server.baseline_url if config == "baseline" else profile.server.url)
-    fields["attached"] = attached
+    planned = plan.server(config)
+    if isinstance(planned, Blocked):
+        return ConfigRun(config=config, failure=Failure(planned.stage, planned.message))
+    attached = planned.spec is None
+    fields: dict[str, Any] = {"config": config, "attached": attached}
     if not attached:
         try:
-            fields["gpu"] = check_gpus(profile)
+            fields["gpu"] = check_gpus(planned)
         except Exception as exc:  # a broken check must not stop the session
             fields["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
+        fields["log_path"] = str(planned.log_path)
     handle: ServerHandle | None = None
-    log_path = reports_dir / "live" / f"{config}-server.log"
-    if not attached:
-        fields["log_path"] = str(log_path)
     stage = "prompts"
     try:
-        chosen, _label = load_prompts(profile)
-        template = prompts.choose_template(profile.bench.chat_template,
-                                           profile.resolve(profile.target.path))
+        if plan.prompts is None:
+            raise SpecgateError(plan.no_prompts)
         stage = "start"
-        with _server(profile, config, log_path, say) as (handle, display, attached):
-            fields.update(launch=display, url=handle.url, simulated=bool(handle.simulated),
+        with server.serve(planned, say) as handle:
+            fields.update(launch=handle.command, url=handle.url,
+                          simulated=bool(handle.simulated),
                           server_info=_server_spec(dict(handle.server_info or {})))
             try:
-                fields["env"] = check_env(profile, handle)
+                fields["env"] = check_env(planned.env, handle)
             except Exception as exc:  # a broken check must not stop the session
                 fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
-                                         dict(profile.server.env))
+                                         dict(planned.env))
             stage = "measure"
             with SGLangClient(handle.url, handle.api_key,
-                              timeout_s=profile.bench.request_timeout_s) as client:
+                              timeout_s=plan.sampling.request_timeout_s) as client:
                 try:
                     fields["measurement"] = bench.measure(
-                        client, profile.bench, config=config,
-                        prompts=chosen, template=template,
-                        keep_going=keep_going or _keep_going(profile, config, baseline),
+                        client, plan.sampling, plan.prompts, config=config,
+                        keep_going=keep_going or _keep_going(plan.thresholds, config, baseline),
                         progress=say,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
                 except SpecgateError as exc:
@@ -356,13 +285,11 @@ def run_config(profile: Profile, config: Config, reports_dir: Path, *,
 
 
 def _log_tail_of(exc: SpecgateError) -> str:
-    from specgate.core.errors import ServerError
-
     return exc.log_tail if isinstance(exc, ServerError) else ""
 
 
 def _stop(handle: ServerHandle) -> str:
-    """Stop now (running() would too) so the report of what was left behind is kept."""
+    """Stop now (serve() would too) so the report of what was left behind is kept."""
     report = handle.stop()
     text = str(report.how)
     if not report.clean:
@@ -397,7 +324,11 @@ def _alive(handle: ServerHandle, settle_s: float = 0.0) -> bool | None:
 
 def run_live(profile: Profile, reports_dir: Path, *,
              progress: Progress | None = None) -> LiveResults:
-    """The whole live session, one server at a time; written to reports_dir/live/results.json."""
+    """The whole live session, one server at a time; written to reports_dir/live/results.json.
+
+    The profile is resolved once into a LivePlan; attached servers are checked before anything
+    is launched, so a wrong --server-url costs seconds, not a baseline launch.
+    """
     live_dir = reports_dir / "live"
     live_dir.mkdir(parents=True, exist_ok=True)
     log_file = live_dir / "progress.log"
@@ -411,67 +342,87 @@ def run_live(profile: Profile, reports_dir: Path, *,
             progress(message)
 
     started = _now()
-    label = ""
-    try:
-        label = load_prompts(profile)[1]
-    except SpecgateError:
-        pass  # reported by run_config as each configuration's failure
-    baseline, speculative = _baseline_and_speculative(profile, reports_dir, say)
+    planned = live_plan.resolve(profile, reports_dir)
+    unusable = _unusable_attached(planned, say)
+    if unusable:
+        baseline, speculative = (_not_run(planned, c, unusable) for c in live_plan.CONFIGS)
+    else:
+        baseline, speculative = _baseline_and_speculative(planned, reports_dir, say)
     results = LiveResults(
-        profile=profile.name,
-        simulated=profile.is_simulated or baseline.simulated or speculative.simulated,
+        profile=planned.name,
+        simulated=planned.simulated or baseline.simulated or speculative.simulated,
         baseline=baseline, speculative=speculative, started_at=started,
-        finished_at=_now(), prompts=label)
+        finished_at=_now(), prompts=planned.prompts.label if planned.prompts else "")
     results.write(live_dir / RESULTS_FILE)
     return results
 
 
-def _baseline_and_speculative(profile: Profile, reports_dir: Path,
-                              say: Progress) -> tuple[ConfigRun, ConfigRun]:
-    """Both runs: the baseline first, or a stored one (measure/reuse.py) when the profile allows
-    it and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
-    from specgate.measure import reuse
-
-    max_age = profile.bench.baseline_max_age_h
-    attached = bool(profile.server.baseline_url)
-    fp: reuse.Fingerprint | None = None
-    why_fresh = ""
-    if not attached and max_age is not None:
+def _unusable_attached(plan: LivePlan, say: Progress) -> dict[str, str]:
+    """Each attached server that cannot be measured (unreachable, no /server_info, the wrong
+    configuration), found before anything is launched."""
+    found: dict[str, str] = {}
+    for planned in (plan.baseline, plan.speculative):
+        config = planned.config
+        if isinstance(planned, Blocked) or planned.spec is not None:
+            continue
+        say(f"{config}: checking the attached server at {planned.url}")
         try:
-            fp = reuse.fingerprint(profile)
-        except Exception as exc:  # no fingerprint: measure as always, and store nothing
-            why_fresh = f"no fingerprint ({type(exc).__name__}: {exc})"
-    found: reuse.Stored | str = why_fresh
-    if max_age is not None and fp is not None:
-        found = reuse.find(reports_dir, fp, max_age)
+            server.attach(planned.url, planned.api_key, config)
+        except SpecgateError as exc:
+            found[config] = str(exc)
+            say(f"{config}: {exc}")
+    return found
+
+
+def _not_run(plan: LivePlan, config: Config, unusable: dict[str, str]) -> ConfigRun:
+    """The run of a configuration left out because an attached server cannot be measured."""
+    planned = plan.server(config)
+    attached = isinstance(planned, ServerPlan) and planned.spec is None
+    if config in unusable:
+        message = unusable[config]
+    else:
+        other = next(iter(unusable))
+        message = (f"not {'measured' if attached else 'launched'}: the {other} server cannot "
+                   f"be used, and one configuration alone gives no verdict: {unusable[other]}")
+    return ConfigRun(config=config, attached=attached,
+                     url=planned.url if isinstance(planned, ServerPlan) and attached else "",
+                     failure=Failure("start", message),
+                     stop="attached: left running" if attached else "")
+
+
+def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
+                              say: Progress) -> tuple[ConfigRun, ConfigRun]:
+    """Both runs: the baseline first, or a stored one (measure/reuse.py) when the plan allows it
+    and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
+    max_age, fp, found = plan.baseline_max_age_h, plan.fingerprint, plan.stored
     stored: ConfigRun | None = None
     if isinstance(found, reuse.Stored):
         try:
             stored = ConfigRun.from_json(found.run)
             if stored.measurement is not None:
                 stored = dataclasses.replace(
-                    stored, measurement=bench.restated(stored.measurement, profile.bench))
+                    stored, measurement=bench.restated(stored.measurement, plan.sampling))
         except (TypeError, KeyError, ValueError) as exc:
             found = (f"the stored baseline {found.path} cannot be read "
                      f"({type(exc).__name__}: {exc})")
     if isinstance(found, reuse.Stored) and stored is not None:
         say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
             f"(fingerprint {found.fingerprint}); no baseline launch")
-        speculative = run_config(profile, "speculative", reports_dir,
-                                 baseline=stored.measurement, progress=say)
+        speculative = run_config(plan, "speculative", baseline=stored.measurement, progress=say)
         agreed, problems = reuse.recheck(stored.server_info, speculative.server_info)
         if speculative.failure is None and not problems:
             return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, agreed)), \
                 speculative
-        why_fresh = ("; ".join(problems) if problems else
-                     "the speculative server could not be rechecked (it failed)")
+        why_fresh = ("the speculative server could not be rechecked (it failed "
+                     f"{speculative.failure.text()})" if speculative.failure is not None
+                     else "; ".join(problems))
         say(f"baseline: measuring it again: {why_fresh}")
-        baseline = run_config(profile, "baseline", reports_dir, progress=say)
+        baseline = run_config(plan, "baseline", progress=say)
     else:
-        why_fresh = found if isinstance(found, str) else why_fresh
-        baseline = run_config(profile, "baseline", reports_dir, progress=say)
-        speculative = run_config(profile, "speculative", reports_dir,
-                                 baseline=baseline.measurement, progress=say)
+        why_fresh = found if isinstance(found, str) else ""
+        baseline = run_config(plan, "baseline", progress=say)
+        speculative = run_config(plan, "speculative", baseline=baseline.measurement,
+                                 progress=say)
     if (max_age is not None and fp is not None and baseline.measurement is not None
             and baseline.failure is None):
         try:

@@ -7,12 +7,13 @@ import datetime as _dt
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgate.core.errors import DataError, ProfileError
+from specgate.core.profile import BenchSection
 from specgate.io import jsonl
 
 if TYPE_CHECKING:
@@ -293,3 +294,38 @@ def _compiled(source: str) -> jinja2.Template:
 def _render_jinja(source: str, text: str, special: tuple[tuple[str, str], ...]) -> str:
     return _compiled(source).render(messages=[{"role": "user", "content": text}], tools=None,
                                     documents=None, add_generation_prompt=True, **dict(special))
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSet:
+    """The prompts a probe sends, each rendered through `template`, and where they came from."""
+
+    prompts: tuple[Prompt, ...]  # as written, after [bench] categories and prompts_per_category
+    texts: tuple[str, ...]  # each prompt rendered: the text /generate gets
+    label: str  # "builtin" or the JSONL file
+    template: ChatTemplate
+    # A sha256 of what the servers are sent: ids, categories and rendered texts.
+    digest: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        body = json.dumps([[p.id, p.category, t] for p, t in self.sent()])
+        object.__setattr__(self, "digest", hashlib.sha256(body.encode("utf-8")).hexdigest()[:20])
+
+    @classmethod
+    def rendered(cls, prompts: Sequence[Prompt], template: ChatTemplate,
+                 label: str = BUILTIN) -> PromptSet:
+        """The prompts, each rendered through template."""
+        return cls(tuple(prompts), tuple(template.render(p.text) for p in prompts), label,
+                   template)
+
+    def sent(self) -> Iterator[tuple[Prompt, str]]:
+        return zip(self.prompts, self.texts, strict=True)
+
+
+def load_for(bench: BenchSection, *, source: Path | None, target: Path | None) -> PromptSet:
+    """[bench]'s prompt set (the built-in one when source is None), selected and rendered through
+    the chat template chosen for the target folder."""
+    chosen = load_builtin() if source is None else load_jsonl(source)
+    chosen = select(chosen, bench.categories, bench.prompts_per_category)
+    template = choose_template(bench.chat_template, target)
+    return PromptSet.rendered(chosen, template, BUILTIN if source is None else str(source))

@@ -5,11 +5,13 @@ not change when only the drafter does. A baseline measured by a launch is stored
 REPORTS/baselines/<fingerprint>.json; a later run with `[bench] baseline_max_age_h` set may use
 it instead of launching the baseline again when
 
-- the fingerprint is the same: target path and the hash of its config.json (and of the
-  simulator's specgate_sim.json where there is one), the SGLang version known before the launch,
-  the baseline launch command without port and key, GPU model, count and driver (nvidia-smi),
-  the server's environment ([server] env, secrets as names only), and what decides the figures
-  (prompts, template, sampling, max_new_tokens, simulator knobs);
+- the fingerprint, computed from the live plan (measure/plan.py), is the same: the target folder,
+  the hashes of its config, tokenizer and generation files (and of the simulator's
+  specgate_sim.json where there is one) and of its weight files (size, first and last MiB), the
+  SGLang version known before the launch, the baseline launch command without host, port and
+  key, GPU model, count and driver, the server's environment ([server] env, secret values
+  masked), the prompts as sent (rendered through the chat template), the sampling
+  (max_new_tokens, temperature, warmup) and the simulator's knobs;
 - it is at most `baseline_max_age_h` hours old;
 - the speculative server, once running, reports in /server_info the same model_path, version
   and tp_size as the stored baseline's server did (RECHECK_KEYS): the one check that sees the
@@ -27,17 +29,30 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specgate.core.profile import Profile
-from specgate.core.redact import is_secret_name
+from specgate.core.redact import redact_urls
 from specgate.io.jsonl import json_safe
+from specgate.serving.launch import ServerPlan
+
+if TYPE_CHECKING:
+    from specgate.measure.plan import LivePlan
+    from specgate.serving.gpu import GpuFacts
+    from specgate.serving.launch import LaunchSpec
 
 STORE_DIR = "baselines"
 SCHEMA = 1
 RECHECK_KEYS = ("model_path", "version", "tp_size")
-# tokenizer_config.json holds the chat template the prompts are sent through.
-_TARGET_FILES = ("config.json", "tokenizer_config.json", "specgate_sim.json")
+# What the server reads besides the weights: the model, how text becomes tokens, the default
+# sampling, and the simulator's timing.
+_TARGET_FILES = ("config.json", "generation_config.json", "tokenizer_config.json",
+                 "tokenizer.json", "specgate_sim.json")
+# Launch flags whose values do not change a measurement.
+_NOT_FIGURES = ("--host", "--port", "--api-key")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# A weight file is known by its size and its first and last MiB: rewritten weights change them,
+# and reading a 1T model's files whole would take longer than the launch it saves.
+_WEIGHT_SAMPLE_BYTES = 1 << 20
 _SIM_ENV_PREFIX = "SPECGATE_SIM_"
 _SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH",)  # where the log goes, not what is measured
 
@@ -67,9 +82,9 @@ class Stored:
         return {"reused": True, "measured_at": self.measured_at, "age_h": round(self.age_h, 3),
                 "max_age_h": max_age_h, "fingerprint": self.fingerprint,
                 "store": str(self.path), "rechecked": rechecked,
-                "why_safe": (f"same fingerprint {self.fingerprint} (target and config.json, "
+                "why_safe": (f"same fingerprint {self.fingerprint} (target files and weights, "
                              "SGLang version, baseline launch arguments, GPUs and driver, "
-                             "[server] env, prompts and sampling), measured "
+                             "[server] env, prompts as sent and sampling), measured "
                              f"{self.age_h:.1f} h ago (bound {max_age_h:g} h), and the "
                              "speculative server's /server_info agrees on "
                              + ", ".join(f"{k} {v!r}" for k, v in rechecked.items()))}
@@ -82,53 +97,38 @@ def _file_hash(path: Path) -> str | None:
         return None
 
 
-def _sglang_version(profile: Profile) -> str:
-    """The SGLang version known before a launch: this interpreter's, for a local launcher."""
-    if profile.is_simulated:
-        from specgate.core.simulated import SGLANG_VERSION
-
-        return f"simulator of {SGLANG_VERSION}"
-    argv = profile.launcher_argv()
-    import sys
-
-    if argv and argv[0] == sys.executable:
-        from importlib import metadata
-
+def _weights(target: Path | None) -> dict[str, str] | None:
+    """Each weight file of the target folder by size and a hash of its first and last MiB."""
+    if target is None or not target.is_dir():
+        return None
+    out: dict[str, str] = {}
+    for path in sorted(target.iterdir()):
+        if path.suffix not in _WEIGHT_SUFFIXES or not path.is_file():
+            continue
         try:
-            return metadata.version("sglang")
-        except metadata.PackageNotFoundError:
-            return "not installed here"
-    return "unknown before the launch (rechecked against /server_info)"
+            with path.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(0)
+                digest = hashlib.sha256(fh.read(_WEIGHT_SAMPLE_BYTES))
+                fh.seek(max(size - _WEIGHT_SAMPLE_BYTES, 0))
+                digest.update(fh.read(_WEIGHT_SAMPLE_BYTES))
+        except OSError as exc:
+            out[path.name] = f"unreadable ({exc.strerror})"
+            continue
+        out[path.name] = f"{size} bytes, sha256 {digest.hexdigest()[:20]}"
+    return out
 
 
-def _gpu_facts(profile: Profile) -> dict[str, Any]:
-    from specgate.serving import gpu
-
-    try:
-        snap = gpu.snapshot()
-    except Exception as exc:  # a failing nvidia-smi makes the fingerprint say so, not crash
-        return {"error": type(exc).__name__}
-    if snap is None:
-        return {"nvidia_smi": False}
-    wanted = profile.server.server_gpus()
-    chosen = [g for g in snap.gpus if isinstance(wanted, str) or g.index in wanted]
-    return {"names": sorted(g.name for g in chosen), "count": len(chosen),
-            "driver": sorted({g.driver_version for g in chosen}),
-            "selected": wanted if isinstance(wanted, str) else list(wanted)}
-
-
-def _launch_args(profile: Profile) -> list[str]:
-    """The baseline command without what does not decide the figures (port, API key)."""
-    from specgate.serving.launch import build_command
-
-    spec = build_command(profile, "baseline", port=1)
+def _launch_args(spec: LaunchSpec) -> list[str]:
+    """The baseline command without what does not decide the figures: where it listens and the
+    API key's value."""
     out: list[str] = []
     skip = False
     for arg in spec.redacted_argv:
         if skip:
             skip = False
             continue
-        if arg in ("--port", "--api-key"):
+        if arg.strip("'") in _NOT_FIGURES:
             out.append(f"{arg} …")
             skip = True
             continue
@@ -136,36 +136,46 @@ def _launch_args(profile: Profile) -> list[str]:
     return out
 
 
-def fingerprint(profile: Profile) -> Fingerprint:
-    """Everything that decides a baseline measurement, as data (hashed into the id)."""
-    target = profile.resolve(profile.target.path)
-    b = profile.bench
-    prompts: str | None = b.prompts
-    if b.prompts != "builtin":
-        chosen = profile.resolve(b.prompts)
-        prompts = f"{chosen} sha256 {_file_hash(chosen) if chosen else None}"
-    env = {k: ("(secret)" if is_secret_name(k) else v)
-           for k, v in sorted(profile.server.server_env().items())}
+def fingerprint(plan: LivePlan) -> Fingerprint:
+    """Everything in the plan that decides a baseline measurement, as data (hashed into the id).
+
+    Only for a baseline the plan launches, with its prompts loaded (see plan.resolve).
+    """
+    baseline, prompt_set = plan.baseline, plan.prompts
+    if not isinstance(baseline, ServerPlan) or baseline.spec is None or prompt_set is None:
+        raise ValueError("a fingerprint needs a launched baseline and its prompts")
+    target = plan.target
+    s = plan.sampling
     components: dict[str, Any] = {
         "target": str(target) if target else None,
         "target_files": {name: _file_hash(target / name) if target else None
                          for name in _TARGET_FILES},
-        "sglang": _sglang_version(profile),
-        "launch": _launch_args(profile),
-        "gpus": _gpu_facts(profile),
-        "env": env,
-        "bench": {"prompts": prompts, "categories": b.categories,
-                  "prompts_per_category": b.prompts_per_category,
-                  "chat_template": b.chat_template, "max_new_tokens": b.max_new_tokens,
-                  "temperature": b.temperature, "warmup": b.warmup},
+        "target_weights": _weights(target),
+        "sglang": plan.sglang,
+        "launch": _launch_args(baseline.spec),
+        "gpus": _gpus(plan.gpus),
+        # A local launcher's [server] env (secrets as ***); a remote one's is in its argv.
+        "env": dict(sorted(baseline.spec.redacted_env.items())),
+        "prompts": {"sent_sha256": prompt_set.digest, "count": len(prompt_set.texts)},
+        "sampling": {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
+                     "warmup": s.warmup},
         # The built-in prompt set and the measurement code ship with specgate.
         "specgate": _specgate_version(),
     }
-    if profile.is_simulated:
+    if plan.simulated:
         components["simulator_env"] = {k: v for k, v in sorted(os.environ.items())
                                        if k.startswith(_SIM_ENV_PREFIX)
                                        and k not in _SIM_ENV_IGNORED}
     return Fingerprint(components)
+
+
+def _gpus(facts: GpuFacts | None) -> dict[str, Any] | None:
+    if facts is None or facts.unknown:
+        return {"unknown": facts.unknown} if facts else None
+    return {"names": list(facts.names), "count": len(facts.names),
+            "driver": list(facts.drivers),
+            "selected": facts.selected if isinstance(facts.selected, str)
+            else list(facts.selected)}
 
 
 def _specgate_version() -> str:
@@ -194,13 +204,9 @@ def save(reports_dir: Path, fp: Fingerprint, run: dict[str, Any], *,
                timespec="seconds"),
            "run": run}
     tmp = path.with_suffix(".tmp")
-    from specgate.core.redact import redact_urls
-
     tmp.write_text(redact_urls(json.dumps(json_safe(doc), indent=1)) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
 
 
 def find(reports_dir: Path, fp: Fingerprint, max_age_h: float, *,

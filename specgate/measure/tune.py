@@ -37,13 +37,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.core.profile import Profile
+from specgate.core.errors import SpecgateError
+from specgate.core.profile import Profile, TuneSection
 from specgate.io.jsonl import json_safe
 from specgate.measure import bench, reuse, stats
+from specgate.measure import plan as live_plan
 from specgate.measure.live import ConfigRun, Progress, run_config
+from specgate.measure.plan import LivePlan
 from specgate.measure.stats import Summary
 from specgate.model import predict
+from specgate.serving.launch import LaunchSettings
 
+# run_config's shape: runner(plan, config, *, baseline=, progress=, keep_going=) -> ConfigRun
 Runner = Callable[..., ConfigRun]
 RESULT_FILE = "tune.json"
 
@@ -246,15 +251,25 @@ def _now() -> str:
 
 
 def candidate_profile(profile: Profile, candidate: Candidate) -> Profile:
-    """The profile with this chain in [speculative] and tune's repeats in [bench]."""
-    t = profile.tune
+    """The profile with this chain in [speculative]."""
     spec = profile.speculative.model_copy(update={
         "num_steps": candidate.steps, "eagle_topk": candidate.topk,
         "num_draft_tokens": candidate.draft_tokens})
-    b = profile.bench.model_copy(update={"repeats": t.repeats,
-                                         "max_repeats": max(profile.bench.max_repeats,
-                                                            t.repeats)})
-    return profile.model_copy(update={"speculative": spec, "bench": b})
+    return profile.model_copy(update={"speculative": spec})
+
+
+def tune_sampling(sampling: bench.Sampling, tune: TuneSection) -> bench.Sampling:
+    """[tune] repeats passes before the first look, more up to [bench] max_repeats."""
+    return dataclasses.replace(sampling, repeats=tune.repeats,
+                               max_repeats=max(sampling.max_repeats, tune.repeats))
+
+
+def _settings(profile: Profile) -> LaunchSettings | str:
+    """The profile's launch settings, or why they cannot be read (the launch is then Blocked)."""
+    try:
+        return LaunchSettings.of(profile)
+    except SpecgateError as exc:
+        return str(exc)
 
 
 def _race(best: bench.Measurement, label: str) -> Callable[[bench.Measurement], str | None]:
@@ -263,19 +278,12 @@ def _race(best: bench.Measurement, label: str) -> Callable[[bench.Measurement], 
     return rule
 
 
-def _baseline(profile: Profile, reports_dir: Path, say: Progress,
+def _baseline(plan: LivePlan, profile: Profile, reports_dir: Path, say: Progress,
               runner: Runner) -> tuple[ConfigRun | None, str, reuse.Stored | None]:
     """A stored baseline when [bench] baseline_max_age_h allows one, else a launched one."""
-    max_age = profile.bench.baseline_max_age_h
-    fp: reuse.Fingerprint | None = None
+    max_age, fp, found = plan.baseline_max_age_h, plan.fingerprint, plan.stored
     why = "baseline_max_age_h is not set"
-    if not profile.server.baseline_url:
-        try:
-            fp = reuse.fingerprint(profile)
-        except Exception as exc:
-            why = f"no fingerprint ({exc})"
-    if max_age is not None and fp is not None:
-        found = reuse.find(reports_dir, fp, max_age)
+    if max_age is not None:
         if isinstance(found, reuse.Stored):
             try:
                 run = ConfigRun.from_json(found.run)
@@ -286,14 +294,11 @@ def _baseline(profile: Profile, reports_dir: Path, say: Progress,
                 say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
                     f"(fingerprint {found.fingerprint})")
                 return run, "", found
-        why = found
+        why = found or why
     say(f"baseline: launching it ({why})")
-    t = profile.tune
-    b = profile.bench.model_copy(update={"repeats": t.repeats,
-                                         "max_repeats": max(profile.bench.max_repeats,
-                                                            t.repeats)})
-    run = runner(profile.model_copy(update={"bench": b}), "baseline",
-                 reports_dir / "tune" / "baseline", progress=say, keep_going=lambda _m: None)
+    own = plan.with_server(live_plan.server_plan(
+        _settings(profile), "baseline", reports_dir / "tune" / "baseline" / "live"))
+    run = runner(own, "baseline", progress=say, keep_going=lambda _m: None)
     if max_age is not None and fp is not None and run.measurement is not None \
             and run.failure is None:
         reuse.save(reports_dir, fp, run.to_json())
@@ -310,12 +315,14 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
     cands = tuple(Candidate(s) for s in t.steps)
     tune_dir = reports_dir / "tune"
     tune_dir.mkdir(parents=True, exist_ok=True)
+    planned = live_plan.resolve(profile, reports_dir)
+    planned = dataclasses.replace(planned, sampling=tune_sampling(planned.sampling, t))
 
     baseline: ConfigRun | None = None
     baseline_note = "not used (--no-baseline)"
     stored: reuse.Stored | None = None
     if use_baseline:
-        baseline, baseline_note, stored = _baseline(profile, reports_dir, say, runner)
+        baseline, baseline_note, stored = _baseline(planned, profile, reports_dir, say, runner)
     base_m = baseline.measurement if baseline else None
     base_tps = base_m.stat("tps") if base_m else None
     prior = 1000.0 / base_tps.mean if base_tps and base_tps.mean > 0 else None
@@ -327,12 +334,13 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
     def launch(c: Candidate, predicted: Prediction | None) -> Trial:
         nonlocal best
         index = len(trials) + 1
-        prof = candidate_profile(profile, c)
+        chain = planned.with_server(live_plan.server_plan(
+            _settings(candidate_profile(profile, c)), "speculative", tune_dir / c.key / "live"))
         rule = (_race(best.measurement, best.candidate.key)
                 if best is not None and best.measurement is not None else (lambda _m: None))
         say(f"launch {index}: {c.key}" + (f" (predicted {predicted.tps:.1f} tok/s, tau "
                                            f"{predicted.tau:.3f})" if predicted else ""))
-        run = runner(prof, "speculative", tune_dir / c.key, progress=say, keep_going=rule)
+        run = runner(chain, "speculative", progress=say, keep_going=rule)
         m = run.measurement
         if m is None or run.failure is not None or m.stat("tps") is None:
             why = run.failure.text() if run.failure else "no decode tokens were timed"
@@ -432,10 +440,10 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
             baseline = dataclasses.replace(
                 baseline, reuse=stored.note(profile.bench.baseline_max_age_h or 0.0, agreed))
             baseline_note = "reused: " + str(baseline.reuse["why_safe"])
-    confidence = bench.judged_confidence(candidate_profile(profile, cands[0]).bench)
+    confidence = bench.judged_confidence(planned.sampling)
     result = TuneResult(
         profile=profile.name,
-        simulated=profile.is_simulated or any(tr.run.simulated for tr in trials),
+        simulated=planned.simulated or any(tr.run.simulated for tr in trials),
         candidates=cands, trials=tuple(trials), baseline=baseline, baseline_note=baseline_note,
         acceptance=tuple(acceptance), fit=fit, predictions=preds,
         best=best.candidate if best else None, stop_reason=stop or "done",

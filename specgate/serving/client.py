@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
-from urllib3.exceptions import HTTPError, ReadTimeoutError
+from urllib3.exceptions import HTTPError, NameResolutionError, ReadTimeoutError
 
 from specgate.core.errors import ServerError
 
 CONNECT_TIMEOUT_S = 10.0
+
+
+class Unreachable(ServerError):
+    """No connection to the server: `why` says what happened (refused, timed out, DNS, …)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+class NoAnswer(ServerError):
+    """The server took the request and sent no answer in time: `why` says how long it waited."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +112,18 @@ class SGLangClient:
             return self._session.request(method, self._url(path),
                                          timeout=(CONNECT_TIMEOUT_S, timeout_s or self.timeout_s),
                                          **kw)
+        except requests.ConnectTimeout:
+            why = f"timed out: no connection within {CONNECT_TIMEOUT_S:.0f} s"
+            raise Unreachable(f"{method} {self._url(path)}: {why}; is the server running and "
+                              "reachable from here?", why) from None
         except requests.Timeout:
-            raise ServerError(f"{method} {self._url(path)}: no answer within "
-                              f"{timeout_s or self.timeout_s:.0f} s; the server is hung or "
-                              "overloaded ([bench] request_timeout_s sets the limit)") from None
+            why = f"no answer within {timeout_s or self.timeout_s:.0f} s"
+            raise NoAnswer(f"{method} {self._url(path)}: {why}; the server is hung or "
+                           "overloaded ([bench] request_timeout_s sets the limit)", why) from None
         except requests.ConnectionError as exc:
-            raise ServerError(f"{method} {self._url(path)}: connection failed ({_short(exc)}); "
-                              "is the server running and reachable?") from None
+            why = unreachable_why(exc, self.base_url)
+            raise Unreachable(f"{method} {self._url(path)}: {why}; is the server running and "
+                              "reachable from here?", why) from None
 
     def server_info(self) -> dict[str, Any]:
         """GET /server_info (older SGLang: /get_server_info), with what a refusal means."""
@@ -292,6 +316,42 @@ def _object(resp: requests.Response, url: str) -> dict[str, Any]:
 def _int(value: Any, default: int) -> int:
     """A count from JSON; anything else (None, a string, a float) gives the default."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def unreachable_why(exc: BaseException, url: str) -> str:
+    """What stopped a connection, in words (urllib3 wraps the cause in several layers of repr)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "?", parts.port or (443 if parts.scheme == "https" else 80)
+    causes = list(_causes(exc))
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return f"connection refused (nothing listens on {host} port {port})"
+    if any(isinstance(c, (NameResolutionError, socket.gaierror)) for c in causes):
+        return f"the host name {host!r} does not resolve (DNS)"
+    if any(isinstance(c, TimeoutError) for c in causes):
+        return f"timed out connecting to {host} port {port}"
+    if any(isinstance(c, ConnectionResetError) for c in causes):
+        return f"the connection to {host} port {port} was reset"
+    if any(isinstance(c, ssl.SSLError) for c in causes):
+        return f"the TLS handshake with {host} port {port} failed"
+    plain = [c for c in causes if isinstance(c, OSError) and c.strerror]
+    if plain:
+        return f"no connection to {host} port {port}: {plain[-1].strerror}"
+    return f"no connection to {host} port {port} ({type(causes[-1]).__name__})"
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """exc and what it wraps: __cause__, __context__, urllib3's .reason and exception args."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, getattr(current, "reason", None),
+                   *current.args]
+        todo += [w for w in wrapped if isinstance(w, BaseException)]
 
 
 def _short(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from specgate.core.errors import SpecgateError
 
@@ -47,6 +47,30 @@ class GpuSnapshot:
 
     def gpu(self, index: int) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFacts:
+    """What the GPUs a server runs on are (model, count, driver), from one nvidia-smi snapshot."""
+
+    selected: tuple[int, ...] | str  # nvidia-smi indices, or CUDA_VISIBLE_DEVICES as written
+    names: tuple[str, ...] = ()
+    drivers: tuple[str, ...] = ()
+    unknown: str = ""  # why there are no facts: no nvidia-smi here, or the error it gave
+
+
+def facts(selected: Sequence[int] | str) -> GpuFacts:
+    """The selected GPUs' facts from one snapshot (every GPU for a selection not by index)."""
+    chosen = selected if isinstance(selected, str) else tuple(selected)
+    try:
+        snap = snapshot()
+    except NvidiaSmiError as exc:
+        return GpuFacts(chosen, unknown=f"nvidia-smi failed: {exc}")
+    if snap is None:
+        return GpuFacts(chosen, unknown="no nvidia-smi on this machine")
+    gpus = [g for g in snap.gpus if isinstance(chosen, str) or g.index in chosen]
+    return GpuFacts(chosen, tuple(sorted(g.name for g in gpus)),
+                    tuple(sorted({g.driver_version for g in gpus})))
 
 
 def parse_gpus(text: str) -> list[Gpu]:

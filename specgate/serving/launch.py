@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import Literal
 
 from specgate.core.errors import ProfileError
-from specgate.core.profile import SIMULATOR_MODULE, Profile
-from specgate.core.redact import Redactor, secrets_from_env
+from specgate.core.profile import (
+    SIMULATOR_MODULE,
+    Profile,
+    ServerSection,
+    SpeculativeSection,
+)
+from specgate.core.redact import Redactor, secrets_from_env, show_command
 
 Config = Literal["baseline", "speculative"]
+# Where an attached server's URL comes from, by configuration, for messages that say what to fix.
+ATTACH_OPTIONS: dict[str, str] = {"baseline": "--baseline-url / [server] baseline_url",
+                                  "speculative": "--server-url / [server] url"}
 
 REMOTE_PROGRAMS = frozenset({"ssh", "pct", "docker", "podman", "kubectl", "lxc-attach"})
 _REMOTE_PROGRAM_NAMES = ("sglang", "uv", "conda")
@@ -38,7 +46,11 @@ MANAGED_FLAGS = frozenset({
 
 @dataclasses.dataclass(frozen=True)
 class LaunchSpec:
-    """Everything needed to start one server and to talk to it."""
+    """Everything needed to start one server and to talk to it.
+
+    The secrets (the API key, credential-like [server] env values) are masked once, here:
+    redacted_argv and display are what any report, log or message shows of the command.
+    """
 
     argv: tuple[str, ...]
     env: Mapping[str, str]  # additions to os.environ for a local launcher
@@ -52,9 +64,19 @@ class LaunchSpec:
     simulated: bool
     stop_command: tuple[str, ...] | None = None
     secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    redacted_argv: tuple[str, ...] = dataclasses.field(init=False, repr=False)
+    redacted_env: Mapping[str, str] = dataclasses.field(init=False, repr=False)
+    # The command as a shell line a person can read, with every secret as ***.
+    display: str = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        shown = show_command(self.argv, self.env, [self.api_key, *self.secrets])
+        object.__setattr__(self, "redacted_argv", shown.argv)
+        object.__setattr__(self, "redacted_env", shown.env)
+        object.__setattr__(self, "display", shown.line)
 
     def __repr__(self) -> str:
-        return f"LaunchSpec({self.config}, {self.url}, {self.display()!r})"
+        return f"LaunchSpec({self.config}, {self.url}, {self.display!r})"
 
     @property
     def server_args(self) -> list[str]:
@@ -65,34 +87,116 @@ class LaunchSpec:
     def redactor(self) -> Redactor:
         return Redactor([self.api_key, *self.secrets])
 
-    @property
-    def redacted_argv(self) -> list[str]:
-        return self.redactor().redact_argv(self.argv)
+    def on_port(self, port: int) -> LaunchSpec:
+        """The same command listening on another port."""
+        argv = list(self.argv)
+        for i, arg in enumerate(argv[self.prefix_len:-1], start=self.prefix_len):
+            if _unquote(arg) == "--port":
+                argv[i + 1] = str(port)
+        return dataclasses.replace(self, argv=tuple(argv), port=port,
+                                   url=server_url(self.host, port))
 
-    def display(self) -> str:
-        """The command as a shell line a person can read, with every secret as ***."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        line = shlex.join(self.redacted_argv)
-        return self.redactor().redact(f"{env} {line}" if env else line)
+
+@dataclasses.dataclass(frozen=True)
+class ServerPlan:
+    """One server of a live session: launched from `spec`, or attached at `url` (spec None)."""
+
+    config: Config
+    url: str
+    api_key: str | None = dataclasses.field(repr=False)
+    spec: LaunchSpec | None
+    log_path: Path | None
+    startup_timeout_s: float
+    stop_timeout_s: float
+    # What the server must start with ([server] env, CUDA_VISIBLE_DEVICES from [server] gpus)
+    # and the GPUs it runs on (nvidia-smi indices, or CUDA_VISIBLE_DEVICES as written).
+    env: Mapping[str, str]
+    gpus: tuple[int, ...] | str
+    # [server] port = 0: the planned port was free when planned; another free one is taken at
+    # the launch if something took it since.
+    any_port: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """The profile as a launch reads it, read once: launcher, paths, [server], [speculative]."""
+
+    source: str  # the profile file, for messages
+    launcher: tuple[str, ...]  # a leading `python` bound to this interpreter when local
+    remote: bool
+    simulated: bool
+    # --model-path and --speculative-draft-model-path: resolved here for a local launcher, as
+    # written for a remote one (the path lives on the GPU host); None when not set.
+    target: str | None
+    drafter: str | None
+    local_target: Path | None  # the target folder as this machine sees it
+    server: ServerSection
+    speculative: SpeculativeSection
+    env: Mapping[str, str]  # [server] env, with CUDA_VISIBLE_DEVICES from [server] gpus
+    gpus: tuple[int, ...] | str  # nvidia-smi indices, or CUDA_VISIBLE_DEVICES as written
+    api_key: str | None = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(cls, profile: Profile) -> LaunchSettings:
+        """Raises ProfileError when [server] api_key_env names an unset variable."""
+        server = profile.server
+        launcher = profile.launcher_argv()
+        remote = is_remote(launcher)
+        local = {key: profile.resolve(value) for key, value in
+                 (("target", profile.target.path), ("drafter", profile.drafter.path))}
+        # A remote launcher's paths live on the GPU host; resolved here they would be wrong there.
+        given = {"target": profile.target.path, "drafter": profile.drafter.path} if remote \
+            else {key: str(path) if path else None for key, path in local.items()}
+        wanted = server.server_gpus()
+        return cls(source=profile.source or "<profile>", launcher=tuple(launcher),
+                   remote=remote, simulated=profile.is_simulated,
+                   target=given["target"] or None, drafter=given["drafter"] or None,
+                   local_target=local["target"],
+                   server=server, speculative=profile.speculative, env=server.server_env(),
+                   gpus=wanted if isinstance(wanted, str) else tuple(wanted),
+                   api_key=read_api_key(server.api_key_env))
+
+
+def plan_server(settings: LaunchSettings, config: Config, log_path: Path) -> ServerPlan:
+    """How the baseline or speculative server is reached: attached at its URL, or launched."""
+    server = settings.server
+    url = server.baseline_url if config == "baseline" else server.url
+    spec = None if url else command(settings, config)
+    return ServerPlan(
+        config=config,
+        url=spec.url if spec else str(url),
+        api_key=settings.api_key,
+        spec=spec,
+        log_path=log_path if spec else None,
+        startup_timeout_s=server.startup_timeout_s,
+        stop_timeout_s=server.stop_timeout_s,
+        env=settings.env,
+        gpus=settings.gpus,
+        any_port=spec is not None and server.port == 0,
+    )
 
 
 def build_command(profile: Profile, config: Config, *, port: int | None = None) -> LaunchSpec:
     """The launch command for the baseline or speculative server of a profile."""
-    server = profile.server
-    launcher = profile.launcher_argv()
-    remote = is_remote(launcher)
-    simulated = profile.is_simulated
+    return command(LaunchSettings.of(profile), config, port=port)
+
+
+def command(settings: LaunchSettings, config: Config, *, port: int | None = None) -> LaunchSpec:
+    """The launch command for the baseline or speculative server."""
+    server = settings.server
+    launcher = list(settings.launcher)
+    remote = settings.remote
     chosen_port = server.port if port is None else port
     if chosen_port == 0:
         chosen_port = free_port(server.host)
 
-    flags = ["--model-path", _path(profile, profile.target.path, "[target] path", remote),
+    flags = ["--model-path", _required(settings, settings.target, "[target] path"),
              "--host", server.host, "--port", str(chosen_port), "--tp-size", str(server.tp)]
     if config == "speculative":
-        spec = profile.speculative
+        spec = settings.speculative
         flags += ["--speculative-algorithm", spec.algorithm,
                   "--speculative-draft-model-path",
-                  _path(profile, profile.drafter.path, "[drafter] path", remote)]
+                  _required(settings, settings.drafter, "[drafter] path")]
         if spec.num_steps is not None:
             flags += ["--speculative-num-steps", str(spec.num_steps),
                       "--speculative-eagle-topk", str(spec.eagle_topk),
@@ -103,11 +207,11 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
     if config == "baseline":
         flags += list(server.baseline_args)
 
-    api_key = read_api_key(server.api_key_env)
+    api_key = settings.api_key
     if api_key is not None:
         flags += ["--api-key", api_key]
 
-    env = server.server_env()
+    env = dict(settings.env)
     if remote:
         flags = [shlex.quote(f) for f in flags] if _is_ssh(launcher) else flags
         cut = remote_command_start(launcher)
@@ -130,7 +234,7 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
         port=chosen_port,
         prefix_len=prefix_len,
         remote=remote,
-        simulated=simulated,
+        simulated=settings.simulated,
         stop_command=tuple(server.stop_command) if server.stop_command else None,
         secrets=tuple(secrets_from_env(server.env)),
     )
@@ -186,14 +290,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _path(profile: Profile, value: str | None, key: str, remote: bool) -> str:
+def _required(settings: LaunchSettings, value: str | None, key: str) -> str:
     if not value:
-        raise ProfileError(f"{profile.source or '<profile>'}: {key} is required to launch a "
-                           "server; set it in the profile or pass it on the command line")
-    if remote:
-        # The path lives on the GPU host; resolving it here would make it wrong there.
-        return value
-    return str(profile.resolve(value))
+        raise ProfileError(f"{settings.source}: {key} is required to launch a server; set it in "
+                           "the profile or pass it on the command line")
+    return value
 
 
 def read_api_key(env_name: str | None) -> str | None:

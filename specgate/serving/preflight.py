@@ -167,7 +167,7 @@ def main_preflight(argv: Sequence[str] | None = None) -> int:
             result = preflight(spec.server_args, python=python, redactor=spec.redactor())
             tag = {"ok": "ok  ", "rejected": "FAIL", "unavailable": "n/a "}[result.status]
             print(f"{tag} {path.name} {config} (sglang {result.version}): {result.message}")
-            print(f"     {spec.display()}")
+            print(f"     {spec.display}")
             if result.status == "rejected":
                 worst = max(worst, 1)
             elif result.status == "unavailable":

@@ -25,8 +25,9 @@ import psutil
 from specgate.core.errors import ServerError
 from specgate.core.redact import Redactor
 from specgate.serving import gpu
-from specgate.serving.client import SGLangClient
-from specgate.serving.launch import Config, LaunchSpec
+from specgate.serving.client import NoAnswer, SGLangClient, Unreachable
+from specgate.serving.launch import ATTACH_OPTIONS, Config, LaunchSpec, ServerPlan, free_port
+from specgate.serving.preflight import preflight_spec
 
 READY_PATH = "/health_generate"
 SPECULATIVE_ALGORITHMS = frozenset({"EAGLE3", "EAGLE"})
@@ -43,6 +44,7 @@ GPU_RELEASE_TIMEOUT_S = 30.0
 _POLL_LINE = re.compile(r'"GET /health(?:_generate)? HTTP/[0-9.]+" \d{3}')
 
 ProgressCallback = Callable[[float, str], None]
+Progress = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,11 @@ class ServerHandle:
     @property
     def attached(self) -> bool:
         return self._proc is None
+
+    @property
+    def command(self) -> str:
+        """How the server was reached: its launch command (secrets masked), or its URL."""
+        return self.spec.display if self.spec is not None else f"attached to {self.url}"
 
     def log_tail(self, n: int = 40) -> str:
         """The last n lines of the server log, secrets redacted, our readiness polls left out."""
@@ -185,7 +192,7 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
         )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        log.write(f"# specgate: {spec.display()}\n".encode())
+        log.write(f"# specgate: {spec.display}\n".encode())
         log.flush()
         try:
             proc = subprocess.Popen(
@@ -218,9 +225,62 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
 def attach(url: str, api_key: str | None, config: Config, *,
            timeout_s: float = 10.0) -> ServerHandle:
     """A handle on a server someone else runs, after checking it is the expected config."""
-    info = fetch_server_info(url, api_key, timeout_s=timeout_s)
+    option = ATTACH_OPTIONS[config]
+    try:
+        info = fetch_server_info(url, api_key, timeout_s=timeout_s)
+    except Unreachable as exc:
+        raise ServerError(f"the {config} server at {url} ({option}) cannot be reached: "
+                          f"{exc.why}; start it there, or point {option.split(' / ')[0]} at "
+                          f"the running {config} server") from None
+    except NoAnswer as exc:
+        raise ServerError(f"the {config} server at {url} ({option}) took the connection but "
+                          f"sent no answer to /server_info ({exc.why}); check that it is an "
+                          "SGLang server that has finished starting, or point "
+                          f"{option.split(' / ')[0]} at the running {config} server") from None
     check_config(info, config, url)
     return ServerHandle(url=url, api_key=api_key, config=config, server_info=info)
+
+
+@contextlib.contextmanager
+def serve(plan: ServerPlan, progress: Progress) -> Iterator[ServerHandle]:
+    """The planned server: attached, or preflighted, launched, and stopped afterwards."""
+    if plan.spec is None:
+        progress(f"{plan.config}: attaching to {plan.url}")
+        yield attach(plan.url, plan.api_key, plan.config)
+        return
+    spec = plan.spec
+    if plan.any_port and port_in_use(spec.host, spec.port, spec.url, check_bind=not spec.remote):
+        spec = spec.on_port(free_port(spec.host))  # taken since it was planned
+    if not spec.simulated:
+        _preflight(spec, progress)
+    progress(f"{plan.config}: launching {spec.display}")
+    assert plan.log_path is not None, "a launched server has a log"
+    with running(spec, plan.log_path, startup_timeout_s=plan.startup_timeout_s,
+                 stop_timeout_s=plan.stop_timeout_s,
+                 on_progress=_start_progress(plan.config, progress)) as handle:
+        yield handle
+
+
+def _preflight(spec: LaunchSpec, progress: Progress) -> None:
+    """A flag this SGLang rejects fails here in seconds, not after a 20-minute model load."""
+    checked = preflight_spec(spec)
+    if checked.status == "rejected":
+        raise ServerError(f"SGLang {checked.version or ''} rejects the launch command "
+                          f"{spec.display}: {checked.message}")
+    if checked.status == "unavailable" and "No module named 'sglang'" in checked.message:
+        # The launch would only die with the same import error: say it, don't launch.
+        raise ServerError(f"not launched: {checked.message}; install SGLang for this "
+                          f"interpreter or set [server] launcher / --sglang-launcher")
+    progress(f"{spec.config}: preflight {checked.status}: {checked.message}")
+
+
+def _start_progress(config: Config, progress: Progress) -> ProgressCallback:
+    """The launcher's progress callback (seconds since start, last log line) as one line."""
+    def report(elapsed_s: float, last_line: str) -> None:
+        tail = f": {last_line.strip()[:160]}" if last_line.strip() else ""
+        progress(f"{config}: starting, {elapsed_s:.0f} s so far{tail}")
+
+    return report
 
 
 @contextlib.contextmanager

@@ -1,0 +1,139 @@
+"""The live plan: a profile resolved once into what a live session launches, sends and judges."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from specgate.core.errors import SpecgateError
+from specgate.core.profile import Profile, ThresholdsSection
+from specgate.core.simulated import SGLANG_VERSION
+from specgate.measure import prompts, reuse
+from specgate.measure.bench import Sampling
+from specgate.measure.prompts import PromptSet
+from specgate.serving import gpu, launch
+from specgate.serving.gpu import GpuFacts
+from specgate.serving.launch import Config, ServerPlan
+
+CONFIGS: tuple[Config, Config] = ("baseline", "speculative")
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocked:
+    """Why one server of the plan cannot be run: the stage it stops at, and the message."""
+
+    config: Config
+    stage: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LivePlan:
+    """Everything a live session needs, resolved from the profile in one pass.
+
+    Its parts go down separately: the prompt set and sampling to measure/bench.py, each
+    ServerPlan to serving/server.py, the plan itself to measure/reuse.py for the fingerprint.
+    """
+
+    name: str
+    simulated: bool
+    target: Path | None  # the target folder as this machine sees it
+    prompts: PromptSet | None  # None when they cannot be loaded (no_prompts says why)
+    baseline: ServerPlan | Blocked
+    speculative: ServerPlan | Blocked
+    gpus: GpuFacts | None  # one snapshot, taken when a server is launched here
+    sglang: str  # the SGLang version known before a launch
+    sampling: Sampling
+    thresholds: ThresholdsSection
+    baseline_max_age_h: float | None  # [bench] baseline_max_age_h: reuse is on when set
+    no_prompts: str = ""
+    fingerprint: reuse.Fingerprint | None = None  # of the launched baseline, when reuse is on
+    # A stored baseline that may stand in for the launch (still to be rechecked against the
+    # speculative server), or why the baseline is launched; "" when reuse is off.
+    stored: reuse.Stored | str = ""
+
+    def server(self, config: Config) -> ServerPlan | Blocked:
+        return self.baseline if config == "baseline" else self.speculative
+
+    def with_server(self, planned: ServerPlan | Blocked) -> LivePlan:
+        """The plan with one server's part replaced (`specgate tune` launches other chains)."""
+        if planned.config == "baseline":
+            return dataclasses.replace(self, baseline=planned)
+        return dataclasses.replace(self, speculative=planned)
+
+
+def resolve(profile: Profile, reports_dir: Path) -> LivePlan:
+    """The profile's live plan; server logs go to reports_dir/live/, stored baselines are looked
+    up in reports_dir/baselines/."""
+    try:
+        settings: launch.LaunchSettings | str = launch.LaunchSettings.of(profile)
+    except SpecgateError as exc:
+        settings = str(exc)
+    baseline, speculative = (server_plan(settings, config, reports_dir / "live")
+                             for config in CONFIGS)
+    if isinstance(settings, str):  # neither server can start: read what the plan still needs
+        target, simulated = profile.resolve(profile.target.path), profile.is_simulated
+    else:
+        target, simulated = settings.local_target, settings.simulated
+    prompt_set: PromptSet | None = None
+    no_prompts = ""
+    try:
+        source = None if profile.bench.prompts == prompts.BUILTIN else profile.resolve(
+            profile.bench.prompts)
+        prompt_set = prompts.load_for(profile.bench, source=source, target=target)
+    except SpecgateError as exc:
+        no_prompts = str(exc)
+    launched = [s for s in (baseline, speculative) if isinstance(s, ServerPlan) and s.spec]
+    plan = LivePlan(
+        name=profile.name, simulated=simulated, target=target, prompts=prompt_set,
+        no_prompts=no_prompts, baseline=baseline, speculative=speculative,
+        gpus=_gpu_facts(launched[0]) if launched else None,
+        sglang=_sglang_version(simulated, baseline),
+        sampling=Sampling.of(profile.bench), thresholds=profile.thresholds,
+        baseline_max_age_h=profile.bench.baseline_max_age_h)
+    if plan.baseline_max_age_h is None or not isinstance(baseline, ServerPlan) \
+            or prompt_set is None:
+        return plan
+    if baseline.spec is None:
+        return dataclasses.replace(plan, stored="the baseline server is attached; only a "
+                                                "baseline specgate launches is stored and reused")
+    try:
+        fp = reuse.fingerprint(plan)
+    except Exception as exc:  # no fingerprint: measure as always, and store nothing
+        return dataclasses.replace(plan, stored=f"no fingerprint ({type(exc).__name__}: {exc})")
+    return dataclasses.replace(plan, fingerprint=fp,
+                               stored=reuse.find(reports_dir, fp, plan.baseline_max_age_h))
+
+
+def server_plan(settings: launch.LaunchSettings | str, config: Config,
+                log_dir: Path) -> ServerPlan | Blocked:
+    """One server's plan, or why it cannot be started (a profile error found while planning):
+    settings are the profile's launch settings, or why they could not be read."""
+    if isinstance(settings, str):
+        return Blocked(config, "start", settings)
+    try:
+        return launch.plan_server(settings, config, log_dir / f"{config}-server.log")
+    except SpecgateError as exc:
+        return Blocked(config, "start", str(exc))
+
+
+def _gpu_facts(launched: ServerPlan) -> GpuFacts:
+    try:
+        return gpu.facts(launched.gpus)
+    except Exception as exc:  # a failing nvidia-smi makes the facts say so, not the plan fail
+        return GpuFacts(launched.gpus, unknown=f"{type(exc).__name__}: {exc}")
+
+
+def _sglang_version(simulated: bool, baseline: ServerPlan | Blocked) -> str:
+    """The SGLang version known before a launch: this interpreter's, for a local launcher."""
+    if simulated:
+        return f"simulator of {SGLANG_VERSION}"
+    spec = baseline.spec if isinstance(baseline, ServerPlan) else None
+    if spec is not None and not spec.remote and spec.argv[0] == sys.executable:
+        try:
+            return metadata.version("sglang")
+        except metadata.PackageNotFoundError:
+            return "not installed here"
+    return "unknown before the launch (rechecked against /server_info)"
