@@ -356,7 +356,8 @@ def test_a_stored_baseline_is_reused_once_the_speculative_server_agrees(
     assert second.baseline.reuse["reused"] is True
     assert second.baseline.reuse["rechecked"] == {"model_path": "/m", "version": "0.5.17",
                                                   "tp_size": 1}
-    assert second.baseline.measurement is not None and first.baseline.measurement is not None
+    assert second.baseline.measurement is not None
+    assert first.baseline.measurement is not None
     assert second.baseline.measurement.stats["tps"].mean == pytest.approx(
         first.baseline.measurement.stats["tps"].mean)
     facts = live.server_facts(machine.reports)
