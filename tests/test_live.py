@@ -1,8 +1,10 @@
 """Tests for specgate.measure.live and fixtures.live: a whole live session against the simulator."""
 
 import json
+import socket
 import sys
 import threading
+import time
 
 import pytest
 from specgate_fixtures.live import shared_live_results
@@ -140,3 +142,49 @@ def test_server_dying_mid_measurement_is_reported_with_its_log(tmp_path):
     claim = perf_claims.baseline_tps_claim(profile, live)
     assert claim.status is Status.BROKEN
     assert "last lines of the server log" in claim.message
+
+
+def _closed_port():
+    """A loopback port that refuses connections: bound, never listening."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+def test_an_unreachable_server_url_is_found_before_anything_is_launched(tmp_path):
+    holder, port = _closed_port()
+    with holder:
+        url = f"http://127.0.0.1:{port}"
+        profile = _profile(tmp_path).with_overrides(server_url=url)
+        started = time.monotonic()
+        live = run_live(profile, tmp_path / "reports")
+    assert time.monotonic() - started < 10  # no baseline launch and measurement first
+    assert not (tmp_path / "reports" / "live" / "baseline-server.log").exists()
+    progress = (tmp_path / "reports" / "live" / "progress.log").read_text()
+    assert "launching" not in progress
+    said = live.speculative.failure.message
+    assert said == (f"the speculative server at {url} (--server-url / [server] url) cannot be "
+                    f"reached: connection refused (nothing listens on 127.0.0.1 port {port}); "
+                    f"start it there, or point --server-url at the running speculative server")
+    for urllib3_words in ("HTTPConnectionPool", "Max retries", "NewConnectionError", "Caused by"):
+        assert urllib3_words not in said
+    assert live.baseline.failure.message.startswith("not launched: the speculative server "
+                                                    "cannot be used")
+    claim = perf_claims.baseline_tps_claim(profile, live)
+    assert claim.status is Status.BROKEN
+    assert "cannot be reached: connection refused" in claim.message
+
+
+def test_an_attached_server_of_the_wrong_kind_is_found_before_anything_is_launched(tmp_path):
+    from specgate.serving import launch, server
+
+    profile = _profile(tmp_path)
+    spec = launch.build_command(profile, "baseline")
+    with server.running(spec, tmp_path / "attached.log", startup_timeout_s=30) as baseline:
+        live = run_live(profile.with_overrides(server_url=baseline.url), tmp_path / "reports")
+        assert baseline.alive()  # left running
+    assert not (tmp_path / "reports" / "live" / "baseline-server.log").exists()
+    assert "expected EAGLE3 (or EAGLE) for the speculative server" in (
+        live.speculative.failure.message)
+    assert live.speculative.stop == "attached: left running"
+    assert live.baseline.failure.stage == "start"

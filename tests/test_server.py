@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import stat
@@ -285,3 +286,44 @@ def test_log_on_disk_is_scrubbed_after_stop(tmp_path: Path) -> None:
     assert "server_args=" in text
     assert KEY not in text
     assert "api_key='***'" in text
+
+
+def _silent_listener() -> socket.socket:
+    """A loopback port that takes connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
+
+
+@pytest.mark.parametrize(("where", "what"), [
+    ("refused", r"cannot be reached: connection refused \(nothing listens on 127\.0\.0\.1 port "
+                r"\d+\); start it there, or point --baseline-url at the running baseline "
+                r"server$"),
+    ("silent", r"took the connection but sent no answer to /server_info \(no answer within 1 s\); "
+               r"check that it is an SGLang server that has finished starting, or point "
+               r"--baseline-url at the running baseline server$"),
+    ("no such host", r"cannot be reached: the host name 'no-such-host\.invalid' does not "
+                     r"resolve \(DNS\); start it there, or point --baseline-url at the running "
+                     r"baseline server$"),
+])
+def test_an_attached_server_that_cannot_be_used_is_one_sentence_naming_the_url(
+        where: str, what: str) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    silent = _silent_listener()
+    url = {"refused": f"http://127.0.0.1:{closed.getsockname()[1]}",
+           "silent": f"http://127.0.0.1:{silent.getsockname()[1]}",
+           "no such host": "http://no-such-host.invalid:30000"}[where]
+    try:
+        with pytest.raises(ServerError) as caught:
+            server.attach(url, None, "baseline", timeout_s=1)
+    finally:
+        closed.close()
+        silent.close()
+    said = str(caught.value)
+    assert said.startswith(f"the baseline server at {url} (--baseline-url / [server] "
+                           "baseline_url) ")
+    assert re.search(what, said), said
+    for urllib3_words in ("HTTPConnectionPool", "Max retries", "Caused by", "Error("):
+        assert urllib3_words not in said
