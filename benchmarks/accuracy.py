@@ -42,7 +42,6 @@ def _port() -> int:
 
 def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
                    max_new_tokens: int = 64, per_category: int = 6) -> dict[str, Any]:
-    from specgate.core.profile import BenchSection
     from specgate.measure import bench, prompts
     from specgate.serving.client import SGLangClient
     from specgate.testing.simulator import model
@@ -74,11 +73,12 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"simulator ({name}) did not get ready")
             time.sleep(0.1)
-        b = BenchSection(max_new_tokens=max_new_tokens, warmup=0, repeats=1, max_repeats=1)
-        chosen = prompts.select(prompts.load_builtin(), None, per_category)
+        b = bench.Sampling(max_new_tokens=max_new_tokens, warmup=0, repeats=1, max_repeats=1)
+        chosen = prompts.PromptSet.rendered(
+            prompts.select(prompts.load_builtin(), None, per_category),
+            prompts.template_named("chatml", "bench"))
         with SGLangClient(url) as client:
-            m = bench.measure(client, b, config="speculative", prompts=chosen,
-                              template=prompts.template_named("chatml", "bench"))
+            m = bench.measure(client, b, chosen, config="speculative")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -95,12 +95,12 @@ def _profile(target: Path, draft: Path, bench_kw: dict[str, Any],
 
 def _measure(url: str, config: str, profile: Profile, chosen: Sequence[prompts.Prompt],
              baseline: bench.Measurement | None, sequential: bool) -> bench.Measurement:
-    template = prompts.template_named("chatml", "benchmark")
-    keep = live._keep_going(profile, config, baseline) if sequential else None
+    sent = prompts.PromptSet.rendered(chosen, prompts.template_named("chatml", "benchmark"))
+    keep = live._keep_going(profile.thresholds, config, baseline) if sequential else None
     with SGLangClient(url) as client:
-        return bench.measure(client, profile.bench, config=config,  # type: ignore[arg-type]
-                             prompts=chosen, template=template, keep_going=keep,
-                             simulated=True)
+        return bench.measure(client, bench.Sampling.of(profile.bench), sent,
+                             config=config,  # type: ignore[arg-type]
+                             keep_going=keep, simulated=True)
 
 
 def _results(profile: Profile, base: bench.Measurement,

@@ -75,6 +75,7 @@ def run_reuse(root: Path) -> dict[str, Any]:
 def run_tune(root: Path) -> dict[str, Any]:
     from specgate.core.profile import load_profile
     from specgate.measure.live import run_config
+    from specgate.measure.plan import resolve
     from specgate.measure.tune import Candidate, run_tune
     from specgate.testing.demo import ensure_assets
     from specgate.testing.simulator import model
@@ -94,7 +95,7 @@ def run_tune(root: Path) -> dict[str, Any]:
         spec = profile.speculative.model_copy(update={
             "num_steps": s, "eagle_topk": 1, "num_draft_tokens": c.draft_tokens})
         prof = profile.model_copy(update={"speculative": spec})
-        run = run_config(prof, "speculative", work / "grid" / c.key,
+        run = run_config(resolve(prof, work / "grid" / c.key), "speculative",
                          keep_going=lambda _m: None)
         m = run.measurement
         assert m is not None, run.failure
