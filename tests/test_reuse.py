@@ -362,6 +362,8 @@ def test_a_stored_baseline_is_reused_once_the_speculative_server_agrees(
         first.baseline.measurement.stats["tps"].mean)
     facts = live.server_facts(machine.reports)
     assert facts["baseline_reuse"]["reused"] is True
+    assert facts["gpus"] == {"selected": [0], "names": ["NVIDIA H200"],
+                             "drivers": ["570.124.06"], "unknown": ""}
     assert facts["chat_template"] == {"name": "plain", "source": "test",
                                       "digest": template_named("plain", "test").digest}
 

@@ -124,6 +124,9 @@ class LiveResults:
     started_at: str = ""
     finished_at: str = ""
     prompts: str = ""
+    # The launched servers' GPUs (model, driver, selection) from the plan's one snapshot, or
+    # why they are unknown; None when nothing was launched here.
+    gpus: dict[str, Any] | None = None
 
     def run(self, config: str) -> ConfigRun:
         return self.baseline if config == "baseline" else self.speculative
@@ -131,8 +134,8 @@ class LiveResults:
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
                 "started_at": self.started_at, "finished_at": self.finished_at,
-                "prompts": self.prompts, "baseline": self.baseline.to_json(),
-                "speculative": self.speculative.to_json()}
+                "prompts": self.prompts, "gpus": self.gpus,
+                "baseline": self.baseline.to_json(), "speculative": self.speculative.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LiveResults:
@@ -141,7 +144,7 @@ class LiveResults:
                    speculative=ConfigRun.from_json(data["speculative"]),
                    started_at=str(data.get("started_at", "")),
                    finished_at=str(data.get("finished_at", "")),
-                   prompts=str(data.get("prompts", "")))
+                   prompts=str(data.get("prompts", "")), gpus=data.get("gpus"))
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -352,7 +355,8 @@ def run_live(profile: Profile, reports_dir: Path, *,
         profile=planned.name,
         simulated=planned.simulated or baseline.simulated or speculative.simulated,
         baseline=baseline, speculative=speculative, started_at=started,
-        finished_at=_now(), prompts=planned.prompts.label if planned.prompts else "")
+        finished_at=_now(), prompts=planned.prompts.label if planned.prompts else "",
+        gpus=dataclasses.asdict(planned.gpus) if planned.gpus else None)
     results.write(live_dir / RESULTS_FILE)
     return results
 
@@ -475,8 +479,9 @@ def _remove_stale(live_dir: Path) -> None:
 
 
 def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
-    """SGLang version and server URLs of the live session written to reports_dir after `since`
-    (a Unix time), for the verdict and the report's environment; {} when there was none."""
+    """SGLang version, chat template, GPUs and server URLs of the live session written to
+    reports_dir after `since` (a Unix time), for the verdict and the report's environment; {}
+    when there was none."""
     path = reports_dir / "live" / RESULTS_FILE
     try:
         if path.stat().st_mtime < since:
@@ -498,6 +503,8 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
         if run.get("url"):
             facts.setdefault("server_url", run["url"])
             facts[f"{config}_url"] = run["url"]
+    if data.get("gpus"):
+        facts["gpus"] = data["gpus"]
     reuse = (data.get("baseline") or {}).get("reuse")
     if reuse:
         facts["baseline_reuse"] = reuse
