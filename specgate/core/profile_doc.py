@@ -79,12 +79,13 @@ DESCRIPTIONS: dict[str, str] = {
     "bench.categories": "only the builtin prompts of these categories",
     "bench.prompts_per_category": "at most this many builtin prompts per category",
     "bench.baseline_max_age_h": ("reuse a stored baseline measured at most this many hours "
-                                 "ago with the same fingerprint (target path and config.json, "
-                                 "SGLang version, baseline launch arguments, GPU model, count "
-                                 "and driver, [server] env, prompts and sampling), rechecked "
-                                 "against the speculative server's /server_info; unset: "
-                                 "measure the baseline on every run. While it is set, each "
-                                 "freshly launched baseline is stored in REPORTS/baselines/"),
+                                 "ago with the same fingerprint (target folder, its config, "
+                                 "tokenizer and weight files, SGLang version, baseline launch "
+                                 "arguments, GPU model, count and driver, [server] env, the "
+                                 "prompts as sent and the sampling), rechecked against the "
+                                 "speculative server's /server_info; unset: measure the "
+                                 "baseline on every run. While it is set, each freshly "
+                                 "launched baseline is stored in REPORTS/baselines/"),
     "tune.steps": "`specgate tune`: the --speculative-num-steps to consider (chains: topk 1, "
                   "steps + 1 draft tokens); the first launch uses the largest",
     "tune.max_launches": "`specgate tune`: most speculative launches, the first included",
