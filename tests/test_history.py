@@ -336,8 +336,7 @@ def test_regress_reads_the_last_passing_run_of_this_profile(tmp_path: Path) -> N
 
 
 def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> None:
-    from specgate.core.profile import BenchSection
-    from specgate.measure.bench import RequestSample, build_measurement
+    from specgate.measure.bench import RequestSample, Sampling, build_measurement
     from specgate.measure.live import ConfigRun, LiveResults
     from specgate.measure.prompts import template_named
 
@@ -345,7 +344,7 @@ def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> Non
         rows = [RequestSample(1, f"p{i}", "chat", 10, 101, verify, 0.01, 0.01 + 100 / tps,
                               None, "stop", 10) for i in range(4)]
         return build_measurement(config=config, url="x", template=template_named("plain", "t"),
-                                 bench=BenchSection(repeats=1, max_repeats=1), samples=rows)
+                                 sampling=Sampling(repeats=1, max_repeats=1), samples=rows)
 
     history_store.record_run(history_store.history_file(tmp_path), profile="demo",
                              drafter=None, outcome="passed",

@@ -179,8 +179,6 @@ def test_the_summary_says_when_the_best_is_not_shown_faster_than_the_baseline(tm
 def _per_prompt(seconds, steps):
     """One pass over len(seconds) prompts of 41 tokens each, prompt i decoded in seconds[i]
     (every verify pass accepting every draft, so the cycle fit has a point)."""
-    from specgate.core.profile import BenchSection
-
     hist = [0] * steps + [8]
     samples = [bench.RequestSample(repeat=1, prompt_id=f"p{i}", category="c", prompt_tokens=5,
                                    completion_tokens=41, spec_verify_ct=8, ttft_s=0.0,
@@ -188,7 +186,7 @@ def _per_prompt(seconds, steps):
                                    chunks=20, drafts_histogram=tuple(hist))
                for i, s in enumerate(seconds)]
     return bench.build_measurement(config="speculative", url="http://x",
-                                   bench=BenchSection(repeats=1, max_repeats=1),
+                                   sampling=bench.Sampling(repeats=1, max_repeats=1),
                                    template=template_named("plain", "test"), samples=samples)
 
 
@@ -205,8 +203,8 @@ def _race(tmp_path, second):
         "steps": [1, 2], "max_launches": 2, "margin": 0.99})})
     timings = {2: FIRST, 1: second}
 
-    def runner(prof, config, reports_dir, **kw):
-        s = prof.speculative.num_steps
+    def runner(plan, config, **kw):
+        s = _steps(plan)
         return ConfigRun(config, measurement=_per_prompt(timings[s], s))
 
     result = tune.run_tune(profile, tmp_path, use_baseline=False, runner=runner)
