@@ -417,8 +417,9 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
         if speculative.failure is None and not problems:
             return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, agreed)), \
                 speculative
-        why_fresh = ("the speculative server could not be rechecked (it failed "
-                     f"{speculative.failure.text()})" if speculative.failure is not None
+        failed = speculative.failure
+        why_fresh = (f"the speculative server could not be rechecked (it failed during "
+                     f"{failed.stage}: {failed.message})" if failed is not None
                      else "; ".join(problems))
         say(f"baseline: measuring it again: {why_fresh}")
         baseline = run_config(plan, "baseline", progress=say)

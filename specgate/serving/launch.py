@@ -1,4 +1,5 @@
-"""The SGLang launch command for a profile: argv, added environment, URL and API key.
+"""How a server of a live session is reached: the SGLang launch command for a profile (argv,
+added environment, URL and API key), or the URL of a server someone else runs.
 
 A local launcher gets the profile's `[server] env` through the child's environment. A remote
 launcher (ssh, pct, docker, kubectl) does not carry the local environment, so the same variables
