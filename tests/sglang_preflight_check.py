@@ -7,7 +7,7 @@ Same as `specgate preflight`, for CI scripts that call this file by path.
 
 import sys
 
-from specgate.serving.preflight import main_preflight
+from specgate.cli.preflight import main_preflight
 
 if __name__ == "__main__":
     sys.exit(main_preflight())

@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 
 from specgate.claims.eval import teacher_forced_claim
 from specgate.claims.result import Status
+from specgate.cli.eval import main_eval
 from specgate.core.errors import DataError
 from specgate.core.profile import parse_profile
 from specgate.io.dump import bf16_bits
@@ -27,7 +28,6 @@ from specgate.model.evaluate import (
     EvalReport,
     StepStats,
     generate_dump,
-    main_eval,
     open_dump,
     teacher_forced,
 )

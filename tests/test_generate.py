@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specgate.cli.generate import main_generate
 from specgate.io.checkpoint import expected_layout, load_target_config, open_drafter
 from specgate.io.health import scan
 from specgate.io.vocab_maps import check_invariants, compare, load_map
@@ -18,7 +19,6 @@ from specgate.testing.generate import (
     aq_medai_k2,
     default_token_ids,
     kimi_k25,
-    main_generate,
     small,
     tiny,
     write_drafter,
@@ -114,8 +114,6 @@ def test_generate_and_remap_load_neither_the_profile_nor_pydantic() -> None:
 def test_every_generate_option_is_described(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from specgate.testing import generate as gen_mod
-
     seen: list[argparse.Action] = []
 
     def spy(self: argparse.ArgumentParser, *a: object, **k: object) -> object:
@@ -124,6 +122,6 @@ def test_every_generate_option_is_described(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
     with pytest.raises(SystemExit):
-        gen_mod.main_generate(["--help"])
+        main_generate(["--help"])
     assert len(seen) > 10
     assert [a.option_strings for a in seen if a.option_strings and not a.help] == []

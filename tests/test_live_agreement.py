@@ -21,6 +21,7 @@ from test_evaluate import sharp_drafter
 
 from specgate.claims import eval as eval_claims
 from specgate.claims.result import ClaimResult, Status
+from specgate.cli.eval import main_eval
 from specgate.core.errors import DataError
 from specgate.core.profile import Profile, parse_profile
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
@@ -30,7 +31,6 @@ from specgate.model.evaluate import (
     ALL,
     ServedPrediction,
     generate_dump,
-    main_eval,
     open_dump,
     predict_served,
     sample_categories,

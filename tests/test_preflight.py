@@ -129,8 +129,8 @@ def test_real_sglang_rejects_removed_flag_and_accepts_profile_command() -> None:
 
 def test_nothing_to_check_is_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from specgate.cli.preflight import main_preflight
     from specgate.core import profile as profile_mod
-    from specgate.serving.preflight import main_preflight
 
     monkeypatch.setattr(profile_mod, "default_profile_path", lambda: tmp_path / "demo.toml")
     assert main_preflight([]) == 2

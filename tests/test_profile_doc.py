@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from specgate.cli.profile_doc import main_profile_doc
 from specgate.core import profile_doc
 from specgate.core.profile import Profile
 
@@ -43,7 +44,7 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     stale = tmp_path / "profile.md"
     stale.write_text("old\n")
-    assert profile_doc.main_profile_doc(["--out", str(stale), "--check"]) == 1
+    assert main_profile_doc(["--out", str(stale), "--check"]) == 1
     assert "out of date" in capsys.readouterr().err
-    assert profile_doc.main_profile_doc(["--out", str(stale)]) == 0
-    assert profile_doc.main_profile_doc(["--out", str(stale), "--check"]) == 0
+    assert main_profile_doc(["--out", str(stale)]) == 0
+    assert main_profile_doc(["--out", str(stale), "--check"]) == 0

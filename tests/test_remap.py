@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from specgate.claims.finetune import vocab_alignment_claim
 from specgate.claims.result import Status
+from specgate.cli.remap import main_remap
 from specgate.core.profile import parse_profile
 from specgate.io.checkpoint import open_drafter, read_tensor
-from specgate.io.remap import main_remap, remap_vocab, row_sources
+from specgate.io.remap import remap_vocab, row_sources
 from specgate.io.safetensors_io import TensorSpec, write_sparse
 from specgate.io.vocab_maps import VocabMap, load_map, map_of
 from specgate.testing.generate import small, write_drafter

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers_allure import CLAIM_IDS, embedded_files, make_results
 
+from specgate.cli.report import main_report
 from specgate.report import allure_meta
 from specgate.report import build as report
 from specgate.report.build import ReportError
@@ -159,7 +160,7 @@ def test_summary_line_counts_what_ran() -> None:
 
 def test_main_report_without_results_raises_for_the_cli(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="no Allure results"):
-        report.main_report(["--reports", str(tmp_path)])
+        main_report(["--reports", str(tmp_path)])
 
 
 def test_the_report_title_says_simulated(tmp_path: Path) -> None:

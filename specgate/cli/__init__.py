@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from specgate.core.errors import SpecgateError
 
-if TYPE_CHECKING:
-    from specgate.core.profile import Profile
-
-USAGE = """specgate COMMAND [options]
+USAGE = """specgate COMMAND [options]   (specgate --version: the installed version)
 
 commands:
   report       build the Allure HTML report from reports/allure-results (with history)
@@ -30,71 +28,34 @@ The claims themselves run under pytest, from any folder:
 """
 
 
-def _report(argv: Sequence[str]) -> int:
-    from specgate.report.build import main_report
+def _command(module: str, name: str) -> Callable[[Sequence[str]], int]:
+    """A subcommand's main, imported only when it runs (eval and report pull in heavy modules)."""
 
-    return main_report(list(argv))
+    def run(argv: Sequence[str]) -> int:
+        main_of: Callable[[list[str]], int] = getattr(
+            importlib.import_module(f"specgate.cli.{module}"), name)
+        return main_of(list(argv))
 
-
-def _generate(argv: Sequence[str]) -> int:
-    from specgate.testing.generate import main_generate
-
-    return main_generate(list(argv))
-
-
-def _remap(argv: Sequence[str]) -> int:
-    from specgate.io.remap import main_remap
-
-    return main_remap(list(argv))
-
-
-def _eval(argv: Sequence[str]) -> int:
-    from specgate.model.evaluate import main_eval
-
-    return main_eval(list(argv), probe_names=_probe_prompt_categories)
-
-
-def _probe_prompt_categories(profile: Profile | None) -> dict[str, str]:
-    """The probe's prompt ids and their categories: the profile's [bench] prompts (all of them,
-    before any category selection), else the builtin set."""
-    from specgate.measure import prompts
-
-    chosen = profile.bench.prompts if profile is not None else prompts.BUILTIN
-    if chosen == prompts.BUILTIN or profile is None:
-        found = prompts.load_builtin()
-    else:
-        path = profile.resolve(chosen)
-        found = prompts.load_jsonl(path) if path is not None else []
-    return {p.id: p.category for p in found}
-
-
-def _preflight(argv: Sequence[str]) -> int:
-    from specgate.serving.preflight import main_preflight
-
-    return main_preflight(list(argv))
-
-
-def _profile_doc(argv: Sequence[str]) -> int:
-    from specgate.core.profile_doc import main_profile_doc
-
-    return main_profile_doc(list(argv))
-
-
-def _tune(argv: Sequence[str]) -> int:
-    from specgate.cli.tune import main_tune
-
-    return main_tune(list(argv))
+    return run
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "report": _report,
-    "generate": _generate,
-    "remap-vocab": _remap,
-    "eval": _eval,
-    "preflight": _preflight,
-    "profile-doc": _profile_doc,
-    "tune": _tune,
+    "report": _command("report", "main_report"),
+    "generate": _command("generate", "main_generate"),
+    "remap-vocab": _command("remap", "main_remap"),
+    "eval": _command("eval", "main_eval"),
+    "preflight": _command("preflight", "main_preflight"),
+    "profile-doc": _command("profile_doc", "main_profile_doc"),
+    "tune": _command("tune", "main_tune"),
 }
+
+
+def version() -> str:
+    """The installed specgate's version (its distribution metadata)."""
+    try:
+        return importlib.metadata.version("specgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"specgate {version()}")
+        return 0
     command = COMMANDS.get(args[0])
     if command is None:
         print(f"specgate: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
@@ -114,7 +78,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"specgate {args[0]}: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -4,11 +4,8 @@ other (`specgate profile-doc --check` and tests/test_profile_doc.py hold both to
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import types
-from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -196,24 +193,3 @@ def render() -> str:
         out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | "
                    f"{DESCRIPTIONS[key]} |")
     return "\n".join(out) + "\n"
-
-
-def main_profile_doc(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="specgate profile-doc",
-                                     description="write the profile reference (Markdown)")
-    parser.add_argument("--out", type=Path, help="file to write (default: standard output)")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when --out differs from what the model gives")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.out is None:
-        sys.stdout.write(text)
-    elif args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date: run specgate profile-doc --out {args.out}",
-                  file=sys.stderr)
-            return 1
-    else:
-        args.out.write_text(text, encoding="utf-8")
-    return 0

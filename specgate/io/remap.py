@@ -12,11 +12,9 @@ Every other tensor is copied byte for byte, streamed, so memory stays bounded at
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,26 +174,3 @@ def _write_index(src: Path, out: Path, head_file: str, added: list[str]) -> None
                 for i in read_file_header(out / f).tensors.values())
     doc.setdefault("metadata", {})["total_size"] = total
     (out / INDEX_NAME).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-
-
-def main_remap(argv: Sequence[str] | None = None) -> int:
-    """`specgate remap-vocab --from OLD --to MAP --out NEW [--fill mean|zeros]`."""
-    parser = argparse.ArgumentParser(
-        prog="specgate remap-vocab",
-        description="Write a drafter whose lm_head rows and d2t/t2d follow another vocab map.")
-    parser.add_argument("--from", dest="old", required=True, help="the drafter folder to remap")
-    parser.add_argument("--to", dest="map", required=True,
-                        help="the new map: a drafter folder, .safetensors or SpecForge .pt")
-    parser.add_argument("--out", required=True, help="a new (or empty) folder for the result")
-    parser.add_argument("--fill", choices=FILLS, default="mean",
-                        help="start rows of tokens the old map lacks as the mean old row "
-                             "(default) or zeros")
-    args = parser.parse_args(argv)
-    try:
-        result = remap_vocab(args.old, args.map, args.out, fill=args.fill)
-    except CheckpointError as exc:
-        print(f"specgate remap-vocab: {exc}", file=sys.stderr)
-        return 2
-    print(result.summary())
-    return 0
-

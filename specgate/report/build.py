@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -14,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -237,20 +236,6 @@ def summary_line(summary: Mapping[str, Any]) -> str:
     stats = summary.get("stats") or {}
     parts = [f"{stats[k]} {k}" for k in ("passed", "failed", "broken", "skipped") if stats.get(k)]
     return f"{stats.get('total', 0)} claims: " + (", ".join(parts) or "none ran")
-
-
-def main_report(argv: Sequence[str] | None = None) -> int:
-    """`specgate report`: build DIR/allure-report/index.html from DIR/allure-results."""
-    parser = argparse.ArgumentParser(prog="specgate report", description=main_report.__doc__)
-    parser.add_argument("--reports", type=Path, default=Path("reports"), metavar="DIR",
-                        help="the reports folder of a run (default reports/)")
-    parser.add_argument("--name", help="report title (default: specgate — <profile>)")
-    args = parser.parse_args(argv)
-    built = build(args.reports, name=args.name)
-    print(f"report: {built.index} ({summary_line(built.summary)})")
-    print(f"history: {built.index.parent.parent / 'history'}"
-          + ("" if built.history_appended else " (this run was already in it)"))
-    return 0
 
 
 def strip_analytics(html: Path) -> bool:

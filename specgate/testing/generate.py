@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import INDEX_NAME, expected_layout
 from specgate.io.safetensors_io import DTYPES, TensorSpec, dtype_code, write_sparse
 from specgate.io.vocab_maps import VocabMap, load_map
@@ -306,52 +303,20 @@ def write_target_config(out_dir: Path | str, preset: str = "kimi-k25", *,
     return out
 
 
-def main_generate(argv: Sequence[str] | None = None) -> int:
-    """`specgate generate`: write a synthetic drafter (and optionally a target config)."""
-    parser = argparse.ArgumentParser(prog="specgate generate", description=main_generate.__doc__)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                        help="drafter shape: kimi-k25 and aq-medai-k2 are full size (sparse on "
-                             "disk), small and tiny are a few MB (default small)")
-    parser.add_argument("--out", required=True, type=Path, help="drafter folder to write")
-    parser.add_argument("--shift-from", type=Path, metavar="DIR",
-                        help="reference drafter or map whose token ids to shift (seeds' case)")
-    parser.add_argument("--matches", type=int, default=252,
-                        help="positions that still agree with --shift-from (default 252)")
-    parser.add_argument("--fill", choices=FILLS, default="marked",
-                        help="weight values: sparse = all holes (all zero, no disk), marked = one "
-                             "non-zero value per tensor (passes weights.health; default), random "
-                             "= small random values (real disk)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the draft vocabulary and the values (default 0)")
-    parser.add_argument("--name-style", choices=NAME_STYLES,
-                        help="tensor names: layers.0 (SGLang's) or midlayer (legacy EAGLE-3); "
-                             "default: the preset's")
-    embed = parser.add_mutually_exclusive_group()
-    embed.add_argument("--embed", dest="embed", action="store_true", default=None,
-                       help="include embed_tokens (default: the preset's)")
-    embed.add_argument("--no-embed", dest="embed", action="store_false",
-                       help="leave embed_tokens out (the target's is shared)")
-    parser.add_argument("--shards", type=int, default=1,
-                        help="safetensors files to split the weights over, with an index "
-                             "(default 1)")
-    parser.add_argument("--dtype", default="bfloat16",
-                        help="dtype of the weights (default bfloat16)")
-    parser.add_argument("--target-out", type=Path, metavar="DIR",
-                        help="also write a matching target config.json there")
-    args = parser.parse_args(argv)
-    shape = PRESETS[args.preset]()
+def generate(out_dir: Path, preset: str, *, shift_from: Path | None = None, matches: int = 252,
+             fill: str = "marked", seed: int = 0, name_style: str | None = None,
+             include_embed: bool | None = None, shards: int = 1, dtype: str = "bfloat16",
+             target_out: Path | None = None) -> Path:
+    """A synthetic drafter of a preset shape (its token ids shifted from another map's when
+    shift_from is given), and a matching target config.json in target_out; returns the folder.
+    """
+    shape = PRESETS[preset]()
     token_ids = None
-    try:
-        if args.shift_from is not None:
-            reference = load_map(args.shift_from).target_ids()
-            token_ids = shifted_token_ids(reference, args.matches, shape.vocab_size)
-        out = write_drafter(args.out, shape, token_ids=token_ids, seed=args.seed,
-                            name_style=args.name_style, include_embed=args.embed,
-                            dtype=args.dtype, fill=args.fill, shards=args.shards)
-        if args.target_out is not None:
-            write_target_config(args.target_out, args.preset)
-    except (CheckpointError, ValueError) as exc:
-        print(f"specgate generate: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {shape.name} drafter to {out}")
-    return 0
+    if shift_from is not None:
+        reference = load_map(shift_from).target_ids()
+        token_ids = shifted_token_ids(reference, matches, shape.vocab_size)
+    out = write_drafter(out_dir, shape, token_ids=token_ids, seed=seed, name_style=name_style,
+                        include_embed=include_embed, dtype=dtype, fill=fill, shards=shards)
+    if target_out is not None:
+        write_target_config(target_out, preset)
+    return out
