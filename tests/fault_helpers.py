@@ -82,6 +82,11 @@ class ProbeRun:
     def claims(self) -> dict[str, dict[str, Any]]:
         return {c["id"]: c for c in self.verdict["claims"]}
 
+    def causes_of(self, claim_id: str) -> list[str]:
+        """The verdict's causes that name claim_id (a broken claim has at most one)."""
+        return [str(c["message"]) for c in self.verdict.get("causes", [])
+                if claim_id in c["claims"]]
+
     def allure_statuses(self) -> dict[str, str]:
         """Allure's status per claim id (label `claim`) from allure-results/*-result.json."""
         out: dict[str, str] = {}

@@ -53,7 +53,8 @@ def test_swapped_urls_are_refused_with_the_reason(running, tmp_path: Path) -> No
     claims = run.claims()
     assert claims["perf.baseline_tps"]["status"] == "broken"
     assert claims["spec.accept_len"]["status"] == "broken"
-    text = claims["spec.accept_len"]["message"] + claims["perf.baseline_tps"]["message"]
+    text = "\n".join([claims["spec.accept_len"]["message"], claims["perf.baseline_tps"]["message"],
+                      *run.causes_of("spec.accept_len"), *run.causes_of("perf.baseline_tps")])
     assert "speculative" in text.lower()
     assert baseline.alive()
     assert spec.alive()

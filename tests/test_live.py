@@ -141,7 +141,7 @@ def test_server_dying_mid_measurement_is_reported_with_its_log(tmp_path):
     assert "die_after" in failure.log_tail
     claim = perf_claims.baseline_tps_claim(profile, live)
     assert claim.status is Status.BROKEN
-    assert "last lines of the server log" in claim.message
+    assert "last lines of the server log" in claim.cause
 
 
 def _closed_port():
@@ -172,7 +172,8 @@ def test_an_unreachable_server_url_is_found_before_anything_is_launched(tmp_path
                                                     "cannot be used")
     claim = perf_claims.baseline_tps_claim(profile, live)
     assert claim.status is Status.BROKEN
-    assert "cannot be reached: connection refused" in claim.message
+    assert "the baseline server did not start" in claim.message
+    assert "cannot be reached: connection refused" in claim.cause
 
 
 def test_an_attached_server_of_the_wrong_kind_is_found_before_anything_is_launched(tmp_path):

@@ -168,7 +168,8 @@ def test_failures_make_claims_broken_with_log_tail():
                perf_claims.breakeven_claim, perf_claims.speedup_claim):
         result = fn(_profile(), live)
         assert result.status is Status.BROKEN
-        assert "CUDA error: out of memory" in result.message
+        assert "server did not start" in result.message
+        assert "CUDA error: out of memory" in result.cause
 
 
 def test_gpu_clean_lists_offenders_or_skips():

@@ -55,7 +55,8 @@ def _need(run: ConfigRun, claim_id: str, live: LiveResults, *,
     """
     if run.failure is not None:
         return _broken(claim_id, live, f"the {run.config} measurement could not be made: "
-                       f"{run.failure.text()}", details={"failure": run.failure.message})
+                       f"{_first_line(run)}", details={"failure": run.failure.message},
+                       cause=failure_cause(run))
     m = run.measurement
     if m is None:
         return _broken(claim_id, live, f"no {run.config} measurement was recorded")
@@ -68,6 +69,30 @@ def _need(run: ConfigRun, claim_id: str, live: LiveResults, *,
                        "cannot be measured; point specgate at SGLang itself or turn the "
                        "buffering off", details={"bursts": m.bursts, "requests": len(m.samples)})
     return m
+
+
+def failure_cause(run: ConfigRun) -> str:
+    """The whole reason a server run failed, log tail included: the cause every claim that
+    needed the run shares (said once per run in the terminal and the verdict)."""
+    return f"{run.config} server, {run.failure.text()}" if run.failure else ""
+
+
+_FAILED_AT = {
+    "prompts": "its prompts could not be loaded",
+    "start": "the {config} server did not start",
+    "measure": "the {config} server failed while it was measured",
+    "stop": "the {config} server could not be stopped",
+}
+
+
+def _first_line(run: ConfigRun) -> str:
+    """What failed, in a few words: the reason itself, with the log tail, is the cause the
+    claims share (failure_cause), said once."""
+    if run.failure is None:
+        return ""
+    what = _FAILED_AT.get(run.failure.stage, "the {config} run failed during "
+                          + run.failure.stage)
+    return what.format(config=run.config)
 
 
 def _judge(summary: stats.Summary, threshold: float, *, strict: bool = False) -> tuple[bool, str]:
@@ -221,11 +246,11 @@ def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                              + ", ".join(r.config for r in checked) + ")",
                              observed=checked[0].env.found if checked[0].env else None,
                              expected=expected)
-    failures = [r.failure for r in runs if r.failure is not None and r.failure.stage == "start"]
+    failed = [r for r in runs if r.failure is not None and r.failure.stage == "start"]
     reasons = [r.env.reason for r in runs if r.env is not None]
-    if failures and not reasons:
+    if failed and not reasons:
         return _broken(cid, live, "no server started, so its environment could not be read: "
-                       + failures[0].text())
+                       + _first_line(failed[0]), cause=failure_cause(failed[0]))
     why = reasons[0] if reasons else "the servers were attached, not launched by specgate"
     return claims.skipped(cid, PHASE, _sim(live) + f"cannot check the server environment: {why}")
 
@@ -405,8 +430,8 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         if be is None:
             return _broken(cid, live, "accept_len_min = \"breakeven\" needs the baseline "
                            "tok/s, which was not measured: "
-                           + (live.baseline.failure.text() if live.baseline.failure else "?"),
-                           attachments=attachments)
+                           + (_first_line(live.baseline) or "?"),
+                           cause=failure_cause(live.baseline), attachments=attachments)
         threshold, label = be.breakeven, f"the measured break-even {be.breakeven:.3f}"
         # Judged as spec.breakeven is: on the paired speed-up's interval against 1, and
         # recorded like it, in decode-only accept length (what break-even is computed from).
@@ -476,7 +501,8 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                                   "baseline_tps": round(be.baseline_tps, 3),
                                   "breakeven": round(be.breakeven, 4),
                                   "breakeven_ci": [_r(low), _r(high)],
-                                  "speedup_ci": [_r(be.ratio.ci_low), _r(be.ratio.ci_high)]},
+                                  "speedup_ci": [_r(be.ratio.ci_low), _r(be.ratio.ci_high)],
+                                  "confidence": be.ratio.confidence},
                          attachments=attachments)
 
 

@@ -71,6 +71,9 @@ class ClaimResult:
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
     reason: str = ""
+    # Why the claim could not be evaluated when that reason is shared (a server that did not
+    # start breaks every live claim): the whole text, log tail included, said once per run.
+    cause: str = ""
 
     def __post_init__(self) -> None:
         if not self.reason:
@@ -89,6 +92,8 @@ class ClaimResult:
         }
         if self.details:
             out["details"] = _jsonable(self.details)
+        if self.cause:
+            out["cause"] = self.cause
         return out
 
     @classmethod
@@ -103,6 +108,7 @@ class ClaimResult:
             unit=data.get("unit"),
             details=dict(data.get("details") or {}),
             reason=str(data.get("reason") or ""),
+            cause=str(data.get("cause") or ""),
         )
 
 

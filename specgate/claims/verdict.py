@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from specgate.claims.figures import key_figures
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.redact import redact_urls
 
@@ -53,8 +54,20 @@ def build(
     if extra:
         doc.update(extra)
     doc["counts"] = {s.value: sum(1 for c in claims if c.status is s) for s in Status}
-    doc["claims"] = [c.to_json() for c in claims]
+    doc["figures"] = {f.key: f.to_json() for f in key_figures(claims)}
+    doc["causes"] = causes_of(claims)
+    doc["claims"] = [{k: v for k, v in c.to_json().items() if k != "cause"} for c in claims]
     return doc
+
+
+def causes_of(claims: Iterable[ClaimResult]) -> list[dict[str, Any]]:
+    """Each reason that kept claims from being evaluated, once, with the claims it broke (in
+    the order they ran): a server that did not start is one cause of every live claim."""
+    grouped: dict[str, list[str]] = {}
+    for claim in claims:
+        if claim.cause and claim.status is Status.BROKEN:
+            grouped.setdefault(claim.cause, []).append(claim.id)
+    return [{"message": cause, "claims": ids} for cause, ids in grouped.items()]
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specgate.claims.figures import Figure, figures_of
 from specgate.claims.result import ClaimResult
 from specgate.core.redact import redact_urls
 
@@ -175,20 +176,24 @@ def detect_environment() -> dict[str, str]:
 
 
 def write_environment(
-    results_dir: Path, info: Mapping[str, object], *, detect: bool = True
+    results_dir: Path, info: Mapping[str, object], *, detect: bool = True,
+    lead: Mapping[str, object] | None = None,
 ) -> Path:
     """Write environment.properties: what the caller knows, over what the machine reports.
 
     Keys the caller should give: profile, drafter, reference_drafter, target, server
     ("simulated" or "real"), sglang.version (from the server), server.url. None values are
-    left out; values of secret-looking keys are redacted.
+    left out; values of secret-looking keys are redacted. `lead` comes first, before what the
+    machine reports: Allure's overview shows the first few entries without a click.
     """
-    merged: dict[str, str] = detect_environment() if detect else {}
-    for key, value in info.items():
-        if value is None:
-            continue
-        merged[str(key)] = (REDACTED if _SECRET_KEY.search(str(key))
-                            else redact_urls(_as_text(value)))
+    merged: dict[str, str] = {}
+    for source in (lead or {}, detect_environment() if detect else {}, info):
+        for key, value in source.items():
+            if value is None:
+                continue
+            # A key given twice keeps its first place and takes the later value.
+            merged[str(key)] = (REDACTED if _SECRET_KEY.search(str(key))
+                                else redact_urls(_as_text(value)))
     lines = [f"{_prop_escape(k, key=True)}={_prop_escape(v)}" for k, v in merged.items()]
     path = Path(results_dir) / "environment.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +233,7 @@ def write_all(
     """
     results_dir = Path(results_dir)
     write_categories(results_dir)
+    tidy_claim_results(results_dir)
     name = profile.name if profile else str(verdict_doc.get("profile") or "")
     write_executor(results_dir, report_name=f"specgate — {name}" if name else "specgate")
     simulated = verdict_doc.get("simulated")
@@ -253,7 +259,55 @@ def write_all(
             if v is not None
         )
         info["server.tp"] = profile.server.tp
-    write_environment(results_dir, info)
+    # The outcome and the key figures lead: the overview page shows them without a click.
+    lead: dict[str, object] = {"outcome": verdict_doc.get("outcome")}
+    figures = figures_of(verdict_doc)
+    lead.update({figure_key(f): f.short_text() for f in figures})
+    levels = sorted({f.confidence for f in figures if f.confidence and f.ci_low is not None})
+    if levels:
+        lead["intervals"] = " / ".join(f"{level * 100:.4g} % confidence" for level in levels)
+    write_environment(results_dir, info, lead=lead)
+
+
+def figure_key(figure: Figure) -> str:
+    """A key figure's name in environment.properties: `baseline tok/s`, `speed-up`, …"""
+    return {"baseline_tps": "baseline tok/s"}.get(figure.key, figure.label)
+
+
+# allure-pytest writes an exception's qualified name before its text ("Failed: ",
+# "specgate_fixtures.guard.ClaimBroken: "); a claim's own words start with its lower-case id.
+_EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
+
+
+def tidy_claim_results(results_dir: Path) -> None:
+    """Each claim's Allure result as a reader wants it: the status message as the plain
+    sentence (without the exception's module path and class), and a description on every
+    claim, also on those the harness broke before the claim could write one."""
+    for path in sorted(Path(results_dir).glob("*-result.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or not any(
+                isinstance(label, dict) and label.get("name") == "claim"
+                for label in doc.get("labels") or []):
+            continue
+        details = doc.get("statusDetails")
+        message = details.get("message") if isinstance(details, dict) else None
+        changed = False
+        if (isinstance(details, dict) and isinstance(message, str)
+                and _EXCEPTION_PREFIX.match(message)):
+            message = _EXCEPTION_PREFIX.sub("", message, count=1)
+            details["message"] = message
+            changed = True
+        if not doc.get("description") and not doc.get("descriptionHtml") and message:
+            doc["description"] = message
+            changed = True
+        if changed:
+            tmp = path.with_name(path.name + ".tmp")
+            # ASCII with escapes: a lone surrogate from a non-UTF-8 name stays valid JSON.
+            tmp.write_text(json.dumps(doc, ensure_ascii=True), encoding="ascii")
+            os.replace(tmp, path)
 
 
 def _ci_build(env: Mapping[str, str]) -> dict[str, Any]:

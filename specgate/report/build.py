@@ -220,6 +220,7 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
             )
         for html in output.rglob("*.html"):
             strip_analytics(html)
+            show_descriptions(html)
         if final.exists():
             shutil.rmtree(final)
         output.rename(final)
@@ -236,6 +237,27 @@ def summary_line(summary: Mapping[str, Any]) -> str:
     stats = summary.get("stats") or {}
     parts = [f"{stats[k]} {k}" for k in ("passed", "failed", "broken", "skipped") if stats.get(k)]
     return f"{stats.get('total', 0)} claims: " + (", ".join(parts) or "none ran")
+
+
+# Allure 3's awesome report shows a test's description in a sandboxed frame that it sizes by
+# reading the frame's document; opened from disk (file://, an opaque origin) the page may not
+# read it, the frame stays 0 px tall and every description looks empty. A minimum height (the
+# reader can drag it taller) keeps them visible however the report is opened.
+_DESCRIPTION_FRAME_CSS = (
+    '<style data-specgate="description-frame">'
+    'iframe[data-testid="test-result-description-frame"]'
+    "{min-height:9em;resize:vertical}</style>"
+)
+
+
+def show_descriptions(html: Path) -> bool:
+    """Give Allure's description frames a visible height; True if the page was changed."""
+    text = html.read_text(encoding="utf-8")
+    if _DESCRIPTION_FRAME_CSS in text or "</head>" not in text:
+        return False
+    html.write_text(text.replace("</head>", _DESCRIPTION_FRAME_CSS + "</head>", 1),
+                    encoding="utf-8")
+    return True
 
 
 def strip_analytics(html: Path) -> bool:

@@ -1,0 +1,117 @@
+"""The run's key figures with their intervals, read from the claims that measured them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from specgate.claims.result import ClaimResult
+
+# (key in verdict.json "figures", the claim that measures it, how people name it, unit, digits)
+_FIGURES: tuple[tuple[str, str, str, str, int], ...] = (
+    ("baseline_tps", "perf.baseline_tps", "baseline", "tok/s", 1),
+    ("accept_len", "spec.accept_len", "accept length", "tokens/verify", 3),
+    ("breakeven", "spec.breakeven", "break-even", "tokens/verify", 3),
+    ("speedup", "spec.speedup", "speed-up", "x", 3),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One key figure: its value and, when the run had the repeats for one, its interval."""
+
+    key: str
+    label: str
+    claim: str
+    value: float
+    unit: str
+    digits: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+
+    def text(self) -> str:
+        """`820.1 tok/s, 98.33 % CI [817.5, 822.7]` (the unit x written as ×)."""
+        value = f"{self.value:.{self.digits}f}"
+        value += "×" if self.unit == "x" else f" {self.unit}"
+        if self.ci_low is None or self.ci_high is None:
+            return value + " (no interval)"
+        pct = f"{self.confidence * 100:.4g} % " if self.confidence else ""
+        return (f"{value}, {pct}CI [{self.ci_low:.{self.digits}f}, "
+                f"{self.ci_high:.{self.digits}f}]")
+
+    def short_text(self) -> str:
+        """`817.4 tok/s [810.4, 822.7]`: the value and its interval, for narrow places."""
+        unit = {"tok/s": " tok/s", "x": "×"}.get(self.unit, "")
+        value = f"{self.value:.{self.digits}f}{unit}"
+        if self.ci_low is None or self.ci_high is None:
+            return value
+        return f"{value} [{self.ci_low:.{self.digits}f}, {self.ci_high:.{self.digits}f}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "claim": self.claim, "value": self.value,
+                "unit": self.unit, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "confidence": self.confidence, "text": self.text()}
+
+    @classmethod
+    def from_json(cls, key: str, data: Mapping[str, Any]) -> Figure:
+        digits = next((d for k, _c, _l, _u, d in _FIGURES if k == key), 3)
+        return cls(key=key, label=str(data.get("label", key)), claim=str(data.get("claim", "")),
+                   value=float(data["value"]), unit=str(data.get("unit", "")), digits=digits,
+                   ci_low=_number(data.get("ci_low")), ci_high=_number(data.get("ci_high")),
+                   confidence=_number(data.get("confidence")))
+
+
+def key_figures(claims: Iterable[ClaimResult]) -> list[Figure]:
+    """Baseline tok/s, accept length, break-even and speed-up, each where its claim measured it
+    (whatever the claim concluded), in that order."""
+    by_id = {c.id: c for c in claims}
+    found = []
+    for key, claim_id, label, unit, digits in _FIGURES:
+        result = by_id.get(claim_id)
+        measured = _measured(key, result.details) if result is not None else None
+        if measured is not None:
+            value, low, high, confidence = measured
+            found.append(Figure(key, label, claim_id, value, unit, digits, low, high, confidence))
+    return found
+
+
+def figures_of(doc: Mapping[str, Any]) -> list[Figure]:
+    """The figures a verdict document carries (its "figures" object), in their order."""
+    raw = doc.get("figures")
+    if not isinstance(raw, Mapping):
+        return []
+    out = []
+    for key, _claim, _label, _unit, _digits in _FIGURES:
+        data = raw.get(key)
+        if isinstance(data, Mapping) and _number(data.get("value")) is not None:
+            out.append(Figure.from_json(key, data))
+    return out
+
+
+def _measured(key: str, details: Mapping[str, Any]
+              ) -> tuple[float, float | None, float | None, float | None] | None:
+    """(value, ci_low, ci_high, confidence) from a claim's details, None when not measured."""
+    if key == "breakeven":
+        value = _number(details.get("breakeven"))
+        if value is None:
+            return None
+        ci = details.get("breakeven_ci") or [None, None]
+        low, high = (_number(ci[0]), _number(ci[1])) if len(ci) == 2 else (None, None)
+        return value, low, high, _number(details.get("confidence"))
+    summary = details.get({"baseline_tps": "tps"}.get(key, key))
+    if not isinstance(summary, Mapping):
+        return None
+    value = _number(summary.get("mean"))
+    if value is None:
+        return None
+    return (value, _number(summary.get("ci_low")), _number(summary.get("ci_high")),
+            _number(summary.get("confidence")))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,146 @@
+"""What a claims run tells its reader: every claim's Allure description and plain status
+message, named teardown steps, skip reasons at the claim, and a shared cause said once."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SUITE = '''
+import pytest
+from specgate.claims import result as claims
+from specgate.core.errors import ServerError
+
+@pytest.fixture(scope="session")
+def server():
+    raise ServerError("the speculative server exited with code 1 before it was ready",
+                      "RuntimeError: CUDA error: the drafter weights are gone")
+
+@pytest.mark.claim("demo.pass")
+@pytest.mark.phase0
+def test_pass(check):
+    check(claims.passed("demo.pass", "phase0", "fine", observed=3, expected=">= 2"))
+
+@pytest.mark.claim("demo.fail")
+@pytest.mark.phase0
+def test_fail(check):
+    check(claims.failed("demo.fail", "phase0", "252 of 32000 positions match",
+                        observed=252, expected=">= 31680", unit="positions"))
+
+@pytest.mark.claim("demo.broken")
+@pytest.mark.phase0
+def test_broken(check):
+    check(claims.broken("demo.broken", "phase0", "/x/model.safetensors: header too long"))
+
+@pytest.mark.claim("demo.skip")
+@pytest.mark.phase0
+def test_skip(check):
+    check(claims.skipped("demo.skip", "phase0", "no reference drafter given"))
+
+@pytest.mark.claim("demo.live_a")
+@pytest.mark.phase0
+def test_live_a(server, check):
+    pass
+
+@pytest.mark.claim("demo.live_b")
+@pytest.mark.phase0
+def test_live_b(server, check):
+    pass
+'''
+LOG_LINE = "CUDA error: the drafter weights are gone"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    project = tmp_path_factory.mktemp("claims")
+    (project / "p.toml").write_text('name = "reports"\n')
+    (project / "suites").mkdir()
+    (project / "suites" / "test_claims.py").write_text(SUITE)
+    # No -r option anywhere: what a project that installed specgate has.
+    (project / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml"], cwd=project,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return project, proc
+
+
+def _results(project: Path) -> dict[str, dict]:
+    out = {}
+    for path in (project / "reports" / "allure-results").glob("*-result.json"):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        claim = [lab["value"] for lab in doc["labels"] if lab["name"] == "claim"]
+        out[claim[0]] = doc
+    return out
+
+
+def test_every_claim_has_its_description_passed_or_not(run) -> None:
+    project, _ = run
+    results = _results(project)
+    assert sorted(results) == ["demo.broken", "demo.fail", "demo.live_a", "demo.live_b",
+                               "demo.pass", "demo.skip"]
+    assert results["demo.pass"]["status"] == "passed"
+    assert results["demo.pass"]["description"] == "fine\n\nObserved 3; expected >= 2."
+    assert results["demo.fail"]["description"] == (
+        "252 of 32000 positions match\n\nObserved 252 positions; expected >= 31680 positions.")
+    assert results["demo.broken"]["description"] == "/x/model.safetensors: header too long"
+    assert results["demo.skip"]["description"] == "no reference drafter given"
+    for cid in ("demo.live_a", "demo.live_b"):  # broken by a fixture: no check() ran
+        assert "exited with code 1 before it was ready" in results[cid]["description"], cid
+
+
+def test_status_messages_are_the_plain_sentence(run) -> None:
+    project, _ = run
+    results = _results(project)
+    messages = {cid: doc.get("statusDetails", {}).get("message") for cid, doc in results.items()}
+    assert messages["demo.fail"] == "demo.fail: 252 of 32000 positions match"
+    assert messages["demo.broken"] == "demo.broken: /x/model.safetensors: header too long"
+    assert messages["demo.skip"] == "demo.skip: no reference drafter given"
+    assert messages["demo.live_a"].startswith("the speculative server exited with code 1")
+    for message in messages.values():
+        assert not message or not re.match(r"[\w.]*(ClaimBroken|Failed|Skipped|Error): ",
+                                           message), message
+
+
+def test_teardown_steps_have_names(run) -> None:
+    project, _ = run
+    names = [after["name"]
+             for path in (project / "reports" / "allure-results").glob("*-container.json")
+             for after in json.loads(path.read_text(encoding="utf-8")).get("afters", [])]
+    assert names, "no fixture teardown was recorded"
+    assert not [n for n in names if "<lambda>" in n], names
+    assert "check::teardown" in names
+
+
+def test_skips_are_listed_at_the_claim_without_a_config_asking(run) -> None:
+    _, proc = run
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    # At the claim's own test (its claim marker), not at the plugin's line that raised the skip.
+    assert skips == [f"SKIPPED [1] suites/test_claims.py:{_line_of('demo.skip')}: "
+                     "demo.skip: no reference drafter given"], proc.stdout
+    assert any(line.startswith("FAILED suites/test_claims.py::test_fail")
+               for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_a_shared_cause_is_said_once_with_the_claims_it_broke(run) -> None:
+    project, proc = run
+    assert proc.stdout.count(LOG_LINE) == 1, proc.stdout
+    block = proc.stdout[proc.stdout.index("specgate verdict"):]
+    assert "BROKEN  2 claims by one cause: the speculative server exited with code 1" in block
+    assert "broke: demo.live_a, demo.live_b" in block
+    doc = json.loads((project / "reports" / "verdict.json").read_text())
+    assert [c["claims"] for c in doc["causes"]] == [["demo.live_a", "demo.live_b"]]
+    assert LOG_LINE in doc["causes"][0]["message"]
+    for claim in doc["claims"]:
+        assert LOG_LINE not in claim["message"], claim
+        assert "cause" not in claim
+
+
+def _line_of(claim_id: str) -> int:
+    return next(i for i, line in enumerate(SUITE.splitlines(), start=1)
+                if line == f'@pytest.mark.claim("{claim_id}")')
