@@ -45,6 +45,16 @@ CASES = [
     ("broken", "fixtures.plugin.ClaimBroken: finetune.progress: metrics.jsonl line 3: no field "
      "'accuracy'", "Harness error"),
     ("broken", "KeyError: 'hidden_size'", "Harness error"),
+    # The plain sentences the results carry once the run has tidied them (no exception name).
+    ("failed", "vocab.d2t_match: d2t: 252 of 32000 draft positions match",
+     "Checkpoint incompatible"),
+    ("failed", "spec.speedup: 0.73x, CI [0.70, 0.76]", "Below break-even"),
+    ("broken", "perf.baseline_tps: the baseline measurement could not be made: the baseline "
+     "server did not start", "Server failed"),
+    ("broken", "env.server_env: no server started, so its environment could not be read: the "
+     "speculative server did not start", "Server failed"),
+    ("broken", "GET http://127.0.0.1:30000/health: no answer", "Server failed"),
+    ("broken", "finetune.progress: metrics.jsonl line 3: no field 'accuracy'", "Harness error"),
 ]
 
 
@@ -262,3 +272,17 @@ def test_write_all_describes_the_run(tmp_path: Path) -> None:
     executor = json.loads((tmp_path / "executor.json").read_text(encoding="utf-8"))
     assert executor["reportName"] == "specgate — kimi-k2.5"
     assert (tmp_path / "categories.json").exists()
+
+
+def test_the_outcome_and_key_figures_lead_the_environment(tmp_path: Path) -> None:
+    figure = {"label": "speed-up", "claim": "spec.speedup", "value": 1.5595, "unit": "x",
+              "ci_low": 1.5036, "ci_high": 1.6154, "confidence": 0.9833}
+    base = {"label": "baseline", "claim": "perf.baseline_tps", "value": 817.43,
+            "unit": "tok/s", "ci_low": None, "ci_high": None, "confidence": None}
+    doc = {"profile": "demo", "simulated": True, "outcome": "passed",
+           "figures": {"baseline_tps": base, "speedup": figure}}
+    allure_meta.write_all(tmp_path, None, doc)
+    lines = (tmp_path / "environment.properties").read_text(encoding="ascii").splitlines()
+    assert [_read_properties(line) for line in lines[:4]] == [
+        {"outcome": "passed"}, {"baseline tok/s": "817.4 tok/s"},
+        {"speed-up": "1.560× [1.504, 1.615]"}, {"intervals": "98.33 % confidence"}]

@@ -374,3 +374,72 @@ def test_breakeven_and_speedup_decide_on_the_one_paired_interval(runs):
     # One hypothesis, one verdict, whichever claim states it.
     assert breakeven.status is speedup.status is accept.status
     assert (breakeven.status is Status.PASSED) == (ratio.ci_low > 1.0)
+
+
+def test_key_figures_come_from_the_claims_with_their_intervals(tmp_path):
+    """What the closing block and the report's overview show is what the claims measured."""
+    from types import SimpleNamespace
+
+    from specgate.claims import verdict
+    from specgate.claims.figures import figures_of, key_figures
+    from specgate_fixtures import verdict_writer
+
+    base = _measurement("baseline", tps_per_repeat=[81.0, 82.0, 83.0],
+                        prompt_factors=[0.95, 1.0, 1.05, 1.1])
+    spec = _measurement("speculative", tps_per_repeat=[150.0, 152.0, 154.0], verify=40,
+                        completion=100, prompt_factors=[1.0, 1.1, 0.9, 1.05])
+    live = _live(base, spec)
+    profile = _profile(speedup_min=1.0)
+    results = [perf_claims.baseline_tps_claim(profile, live),
+               perf_claims.accept_len_claim(profile, live),
+               perf_claims.breakeven_claim(profile, live),
+               perf_claims.speedup_claim(profile, live)]
+    by_id = {r.id: r for r in results}
+    figures = {f.key: f for f in key_figures(results)}
+    assert list(figures) == ["baseline_tps", "accept_len", "breakeven", "speedup"]
+    tps = by_id["perf.baseline_tps"].details["tps"]
+    assert (figures["baseline_tps"].value, figures["baseline_tps"].ci_low,
+            figures["baseline_tps"].ci_high) == (tps["mean"], tps["ci_low"], tps["ci_high"])
+    assert figures["accept_len"].value == by_id["spec.accept_len"].details["accept_len"]["mean"]
+    assert figures["breakeven"].value == by_id["spec.breakeven"].details["breakeven"]
+    assert [figures["breakeven"].ci_low, figures["breakeven"].ci_high] == (
+        by_id["spec.breakeven"].details["breakeven_ci"])
+    speedup = by_id["spec.speedup"].details["speedup"]
+    assert figures["speedup"].value == speedup["mean"]
+    for figure in figures.values():
+        assert figure.ci_low is not None and figure.ci_low <= figure.value <= figure.ci_high
+        assert figure.confidence == speedup["confidence"]
+    # One source: the verdict carries them, and the closing block prints them from it.
+    doc = verdict.build(results, profile="t", drafter=None, outcome="passed")
+    assert [f.key for f in figures_of(doc)] == list(figures)
+    assert doc["figures"]["speedup"]["ci_low"] == speedup["ci_low"]
+    verdict.write(tmp_path / "verdict.json", doc)
+    lines: list[str] = []
+    reporter = SimpleNamespace(write_sep=lambda _sep, title: lines.append(title),
+                               write_line=lines.append)
+    verdict_writer.summarize(SimpleNamespace(reports_dir=tmp_path, warnings=[]), reporter)
+    shown = "\n".join(lines)
+    low, high = speedup["ci_low"], speedup["ci_high"]
+    assert f"speed-up       {speedup['mean']:.3f}×, 95 % CI [{low:.3f}, {high:.3f}]" in shown
+    assert f"baseline       {tps['mean']:.1f} tok/s, 95 % CI" in shown
+    assert "accept length  " in shown and "break-even     " in shown
+
+
+def test_a_failed_server_is_one_cause_of_every_claim_it_broke():
+    failure = Failure("start", "the speculative server exited with code 1", "OOM at layer 3")
+    live = _live(_measurement("baseline", tps_per_repeat=[80.0] * 3),
+                 spec_run=ConfigRun("speculative", failure=failure))
+    results = [fn(_profile(), live) for fn in (
+        perf_claims.accept_len_claim, perf_claims.breakeven_claim, perf_claims.speedup_claim)]
+    assert {r.status for r in results} == {Status.BROKEN}
+    assert {r.cause for r in results} == {"speculative server, during start: the speculative "
+                                         "server exited with code 1\n--- last lines of the "
+                                         "server log ---\nOOM at layer 3"}
+    for r in results:
+        assert r.message == ("the speculative measurement could not be made: the speculative "
+                             "server did not start")
+    from specgate.claims import verdict
+
+    doc = verdict.build(results, profile="t", drafter=None, outcome="error")
+    assert doc["causes"] == [{"message": results[0].cause,
+                              "claims": ["spec.accept_len", "spec.breakeven", "spec.speedup"]}]

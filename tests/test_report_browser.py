@@ -84,3 +84,64 @@ def test_screenshot(built: Path, tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     # A blank or error page of 1400x1000 compresses to a few kB; the rendered report is ~80 kB.
     assert len(data) > 30_000
+
+
+FIGURES = {  # as verdict.json carries them (specgate.claims.figures)
+    "baseline_tps": {"label": "baseline", "claim": "perf.baseline_tps", "value": 817.43,
+                     "unit": "tok/s", "ci_low": 810.40, "ci_high": 824.47, "confidence": 0.95},
+    "accept_len": {"label": "accept length", "claim": "spec.accept_len", "value": 2.5449,
+                   "unit": "tokens/verify", "ci_low": 2.4871, "ci_high": 2.6027,
+                   "confidence": 0.95},
+    "breakeven": {"label": "break-even", "claim": "spec.breakeven", "value": 1.6153,
+                  "unit": "tokens/verify", "ci_low": 1.5596, "ci_high": 1.6756,
+                  "confidence": 0.95},
+    "speedup": {"label": "speed-up", "claim": "spec.speedup", "value": 1.5595, "unit": "x",
+                "ci_low": 1.5036, "ci_high": 1.6154, "confidence": 0.95},
+}
+
+
+@pytest.fixture(scope="module")
+def built_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report of a run whose verdict carries the key figures, as a claims run leaves it."""
+    root = tmp_path_factory.mktemp("figures")
+    reports = root / "reports"
+    results = make_results(root / "run", reports / "allure-results")
+    allure_meta.write_all(results, None, {"profile": "demo", "simulated": True,
+                                          "outcome": "passed", "figures": FIGURES})
+    return report.build_report(reports)
+
+
+def test_the_overview_leads_with_the_key_figures(built_run: Path, tmp_path: Path) -> None:
+    proc = _chromium(tmp_path / "chrome", "--dump-dom", built_run.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = _visible_text(proc.stdout)
+    # Shown before "Show more": the overview's first entries, no click needed.
+    shown = text[:text.index("Show more")]
+    for line in ("outcome passed", "baseline tok/s 817.4 tok/s [810.4, 824.5]",
+                 "accept length 2.545 [2.487, 2.603]", "break-even 1.615 [1.560, 1.676]",
+                 "speed-up 1.560× [1.504, 1.615]", "intervals 95 % confidence"):
+        assert line in shown, shown[:2000]
+
+
+def test_descriptions_have_room_when_the_report_is_opened_from_disk(built_run: Path,
+                                                                    tmp_path: Path) -> None:
+    """Allure sizes its description frame from the frame's document, which a page opened from
+    file:// may not read: the frame would stay 0 px tall. The report gives it a height."""
+    page = built_run.read_text(encoding="utf-8")
+    assert 'iframe[data-testid="test-result-description-frame"]{min-height:9em' in page
+    proc = _chromium(tmp_path / "chrome", "--dump-dom", built_run.as_uri() + "#/" + _result_id(
+        built_run, "config.hidden_size"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The frame this rule sizes is the one this Allure renders a description into.
+    assert 'data-testid="test-result-description-frame"' in proc.stdout
+
+
+def _result_id(index: Path, name: str) -> str:
+    import base64
+    import json
+
+    page = index.read_text(encoding="utf-8")
+    for found in re.finditer(r'd\("data/test-results/([0-9a-f]+)\.json","([^"]+)"\)', page):
+        if json.loads(base64.b64decode(found.group(2)))["name"] == name:
+            return found.group(1)
+    raise AssertionError(f"no test result named {name} in {index}")
