@@ -3,12 +3,16 @@
 import contextlib
 import math
 import statistics
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from specgate_fixtures import verdict_writer
 
 from specgate.claims import perf as perf_claims
+from specgate.claims import verdict
+from specgate.claims.figures import figures_of, key_figures
 from specgate.claims.result import Attachment, Status
 from specgate.core.profile import parse_profile
 from specgate.measure import bench, stats
@@ -378,12 +382,6 @@ def test_breakeven_and_speedup_decide_on_the_one_paired_interval(runs):
 
 def test_key_figures_come_from_the_claims_with_their_intervals(tmp_path):
     """What the closing block and the report's overview show is what the claims measured."""
-    from types import SimpleNamespace
-
-    from specgate.claims import verdict
-    from specgate.claims.figures import figures_of, key_figures
-    from specgate_fixtures import verdict_writer
-
     base = _measurement("baseline", tps_per_repeat=[81.0, 82.0, 83.0],
                         prompt_factors=[0.95, 1.0, 1.05, 1.1])
     spec = _measurement("speculative", tps_per_repeat=[150.0, 152.0, 154.0], verify=40,
@@ -407,7 +405,9 @@ def test_key_figures_come_from_the_claims_with_their_intervals(tmp_path):
     speedup = by_id["spec.speedup"].details["speedup"]
     assert figures["speedup"].value == speedup["mean"]
     for figure in figures.values():
-        assert figure.ci_low is not None and figure.ci_low <= figure.value <= figure.ci_high
+        assert figure.ci_low is not None
+        assert figure.ci_high is not None
+        assert figure.ci_low <= figure.value <= figure.ci_high
         assert figure.confidence == speedup["confidence"]
     # One source: the verdict carries them, and the closing block prints them from it.
     doc = verdict.build(results, profile="t", drafter=None, outcome="passed")
@@ -422,7 +422,8 @@ def test_key_figures_come_from_the_claims_with_their_intervals(tmp_path):
     low, high = speedup["ci_low"], speedup["ci_high"]
     assert f"speed-up       {speedup['mean']:.3f}×, 95 % CI [{low:.3f}, {high:.3f}]" in shown
     assert f"baseline       {tps['mean']:.1f} tok/s, 95 % CI" in shown
-    assert "accept length  " in shown and "break-even     " in shown
+    assert "accept length  " in shown
+    assert "break-even     " in shown
 
 
 def test_a_failed_server_is_one_cause_of_every_claim_it_broke():
@@ -438,8 +439,6 @@ def test_a_failed_server_is_one_cause_of_every_claim_it_broke():
     for r in results:
         assert r.message == ("the speculative measurement could not be made: the speculative "
                              "server did not start")
-    from specgate.claims import verdict
-
     doc = verdict.build(results, profile="t", drafter=None, outcome="error")
     assert doc["causes"] == [{"message": results[0].cause,
                               "claims": ["spec.accept_len", "spec.breakeven", "spec.speedup"]}]
