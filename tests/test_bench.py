@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from helpers_ckpt import tiny_drafter
 
 from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
@@ -29,7 +30,8 @@ def _free_port() -> int:
 def _model_dirs(root: Path) -> tuple[Path, Path]:
     target, draft = root / "target", root / "draft"
     target.mkdir()
-    draft.mkdir()
+    # A whole drafter (SGLang will not start on a config alone), as long-context as the target.
+    tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     (target / "specgate_sim.json").write_text(json.dumps(
         {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}))
     (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": ACCEPTANCE}))

@@ -280,3 +280,22 @@ def test_xdist_worker_dies_with_its_server(tmp_path: Path, assets: Path,
         claim = run.claims()[cid]
         ok = claim["status"] == "passed" and isinstance(claim["observed"], (int, float))
         assert ok or claim["status"] == "broken", (cid, claim["message"], crashed[0]["id"])
+
+
+@pytest.mark.slow
+def test_an_empty_drafter_folder_stops_the_speculative_server(tmp_path: Path, assets: Path,
+                                                              scan: list[str]) -> None:
+    """As SGLang does: the speculative server will not start on a folder without config.json,
+    and the claims that need it are broken by that one cause, with the server's log."""
+    profile, marker = fh.write_profile(tmp_path, assets)
+    scan.append(marker)
+    empty = tmp_path / "new-drafter"
+    empty.mkdir()
+    run = fh.run_probe(profile, tmp_path / "reports", f"--drafter={empty}",
+                       timeout_s=BOUND_S + 15)
+    _check_clean("empty drafter folder", run, marker)
+    assert run.verdict["outcome"] == "error", run.output[-3000:]
+    _assert_claims(run, ("spec.accept_len", "spec.breakeven", "spec.speedup"),
+                   ("perf.baseline_tps",), "the speculative server exited with code 1",
+                   f"OSError: {empty} does not appear to have a file named config.json")
+    assert run.claims()["weights.layout"]["status"] == "broken"

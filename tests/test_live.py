@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from helpers_ckpt import tiny_drafter
 from specgate_fixtures.live import shared_live_results
 
 from specgate.claims import perf as perf_claims
@@ -19,6 +20,8 @@ def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, benc
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(exist_ok=True)
     draft.mkdir(exist_ok=True)
+    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
+        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     (target / "specgate_sim.json").write_text(json.dumps(
         {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25}))
     (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": list(acceptance)}))

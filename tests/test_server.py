@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+from helpers_ckpt import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
@@ -45,7 +46,9 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 def _sim_profile(tmp_path: Path, *, fault: str | None = None, **server_extra: Any) -> Any:
     (tmp_path / "target").mkdir(exist_ok=True)
-    (tmp_path / "drafter").mkdir(exist_ok=True)
+    draft = tmp_path / "drafter"
+    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
+        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     env = {"NCCL_PROTO": "Simple", **({"SPECGATE_SIM_FAULT": fault} if fault else {})}
     return parse_profile({
         "name": "t", "target": {"path": str(tmp_path / "target")},

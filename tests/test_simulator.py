@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 import requests
+from helpers_ckpt import rewrite, tiny_drafter
 
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import faults, model
@@ -104,14 +105,12 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("models")
     target, draft = root / "target", root / "draft"
     target.mkdir()
-    draft.mkdir()
     (target / "config.json").write_text(json.dumps({
         "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
         "max_position_embeddings": 8192, "eos_token_id": 163585,
     }))
-    (draft / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "max_position_embeddings": 4096,
-    }))
+    # A whole drafter (SGLang will not start on a config alone), of 4096 positions.
+    tiny_drafter(draft, config_overrides={"max_position_embeddings": 4096})
     return target, draft
 
 
@@ -425,6 +424,64 @@ def test_short_drafter_context_exits_1(dirs: tuple[Path, Path], tmp_path: Path) 
     with running(tmp_path, *flags,
                  env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}) as sim:
         assert "Warning: User-specified context_length" in sim.log()
+
+
+def _drafter_missing(folder: Path, what: str) -> Path:
+    """A copy of a whole tiny drafter with one thing wrong, as users have handed them over."""
+    tiny_drafter(folder, config_overrides={"max_position_embeddings": 4096})
+    weights = folder / "model.safetensors"
+    if what == "everything":
+        for path in folder.iterdir():
+            path.unlink()
+    elif what == "config":
+        (folder / "config.json").unlink()
+    elif what == "valid config":
+        (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"],')
+    elif what == "weights":
+        weights.unlink()
+    elif what == "whole weights":
+        weights.write_bytes(weights.read_bytes()[:4096])  # a download cut short
+    elif what == "right shapes":
+        config = json.loads((folder / "config.json").read_text())
+        config["intermediate_size"] *= 2
+        (folder / "config.json").write_text(json.dumps(config))
+    elif what == "d2t":
+        rewrite(weights, {"d2t": None, "fc.weight": None})
+    return folder
+
+
+@pytest.mark.parametrize(("what", "said"), [
+    ("everything", "does not appear to have a file named config.json"),
+    ("config", "does not appear to have a file named config.json"),
+    ("valid config", "is not a valid JSON file"),
+    ("weights", "RuntimeError: Cannot find any model weights with"),
+    ("whole weights", "safetensors_rust.SafetensorError: Error while deserializing header"),
+    ("right shapes", "AssertionError: Attempted to load weight (torch.Size("),
+])
+def test_a_broken_drafter_folder_stops_the_start_as_sglang_does(
+        dirs: tuple[Path, Path], tmp_path: Path, what: str, said: str) -> None:
+    draft = _drafter_missing(tmp_path / "draft", what)
+    flags = spec_flags((dirs[0], draft))
+    with running(tmp_path, *flags, wait=False) as sim:
+        assert sim.proc.wait(timeout=30) == 1, sim.log()
+        log = sim.log()
+    assert said in log, log
+    assert "Traceback (most recent call last):" in log
+    assert "The server is fired up" not in log
+
+
+def test_a_drafter_missing_tensors_starts_and_is_never_accepted(
+        dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """SGLang copies the tensors it finds and does not check for the rest: it starts, and a
+    draft model without its fc layer and d2t map proposes nothing the target accepts."""
+    draft = _drafter_missing(tmp_path / "draft", "d2t")
+    with running(tmp_path, *spec_flags((dirs[0], draft))) as sim:
+        body = {"text": "Explain speculative decoding.",
+                "sampling_params": {"max_new_tokens": 48, "temperature": 0}}
+        meta = sim.generate(body).json()["meta_info"]
+    # The first token comes from prefill; every verify after it yields one token and no draft.
+    assert meta["spec_verify_ct"] == meta["completion_tokens"] - 1
+    assert meta["spec_num_correct_drafts"] == 0
 
 
 def test_children_exist_and_follow_the_parent(dirs: tuple[Path, Path], tmp_path: Path) -> None:

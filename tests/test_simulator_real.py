@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from helpers_ckpt import tiny_drafter
 
 from specgate.testing.simulator import model
 from tests.test_simulator import SPEC_FLAGS, Sim, free_port, kill_tree
@@ -105,11 +106,9 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("models")
     target, draft = root / "target", root / "draft"
     target.mkdir()
-    draft.mkdir()
     (target / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 2048}))
-    (draft / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "max_position_embeddings": 2048}))
+    tiny_drafter(draft)  # a whole drafter of 2048 positions: SGLang needs its weights
     return target, draft
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.testing.simulator import model
+from specgate.testing.simulator.drafter import DraftLoadError, check_draft_folder
 
 # Targets whose EAGLE draft defaults to the target itself (MTP/NEXTN), facts §1.3.
 _MTP_ARCHES = (
@@ -155,6 +156,7 @@ def resolve(ns: argparse.Namespace, env: Mapping[str, str]) -> Resolved:
     args["speculative_algorithm"] = algorithm
 
     draft_dir: Path | None = None
+    unloaded: tuple[str, ...] = ()
     steps, topk, draft_tokens = (
         ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens,
     )
@@ -171,6 +173,15 @@ def resolve(ns: argparse.Namespace, env: Mapping[str, str]) -> Resolved:
         draft_dir = _model_dir(draft_path, "--speculative-draft-model-path")
         if args.get("speculative_draft_model_revision") is None:
             args["speculative_draft_model_revision"] = "main"
+        if draft_dir is not None and (target_dir is None
+                                      or draft_dir.resolve() != target_dir.resolve()):
+            # (A draft that is the target's own MTP layers loads with the target, which the
+            # simulator does not read.)
+            try:
+                unloaded = check_draft_folder(draft_dir,
+                                              str(args["speculative_draft_model_revision"]))
+            except DraftLoadError as exc:
+                raise StartupError(str(exc)) from exc
         if steps is None:
             if topk is not None or draft_tokens is not None:
                 raise StartupError(
@@ -215,6 +226,10 @@ def resolve(ns: argparse.Namespace, env: Mapping[str, str]) -> Resolved:
         )
     except ValueError as exc:
         raise StartupError(f"ValueError: {exc}") from exc
+    if unloaded:
+        # Parameters SGLang never filled: the draft proposes nothing the target accepts.
+        silent = model.Drafter(acceptance=(0.0,) * max(1, params.num_steps))
+        params = dataclasses.replace(params, drafter=silent)
     eos = target_cfg.get("eos_token_id", 2)
     eos_id = int(eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else 2)
     return Resolved(
