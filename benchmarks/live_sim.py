@@ -20,7 +20,7 @@ from specgate.core.profile import Profile, parse_profile
 from specgate.measure import bench, live, prompts
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.serving.client import SGLangClient
-from specgate.testing import demo
+from specgate.testing import demo, generate
 from specgate.testing.simulator import model
 
 STEPS = 2
@@ -64,6 +64,10 @@ def simulator(argv: Sequence[str], log: Path) -> Iterator[str]:
 def _dirs(root: Path) -> tuple[Path, Path]:
     """The demo's timing and acceptance (seeds' deployment ten times faster)."""
     target, draft = root / "sim_target", root / "sim_draft"
+    if not (draft / "config.json").exists():
+        # A whole drafter: the simulator, like SGLang, will not start on a folder without one.
+        generate.write_drafter(draft, generate.tiny(),
+                               config_overrides={"max_position_embeddings": 8192})
     for folder, data in ((target, demo.DEMO_TIMING), (draft, {"acceptance":
                                                               demo.DEMO_ACCEPTANCE})):
         folder.mkdir(parents=True, exist_ok=True)
