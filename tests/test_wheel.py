@@ -181,3 +181,32 @@ def test_readme_commands_from_an_empty_folder(installed: dict[str, object],
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     assert (work / "reports" / "allure-report" / "index.html").stat().st_size > 10_000
     print(f"install {installed['install_s']:.1f}s, commands {timings}")
+
+
+@pytest.mark.slow
+def test_installed_use_explains_itself(installed: dict[str, object], tmp_path: Path) -> None:
+    """From a folder with no pytest configuration: skipped claims say why, at the claim and not
+    at a path of this machine; --profile=NAME beside pytest-profiling gets specgate's hint; the
+    command says its version."""
+    env = _venv_env(installed)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    skipped = _run(["pytest", "-p", "no:profiling", "-m", "phase2", "--profile", "demo"], work,
+                   env)
+    assert skipped.returncode == 1, skipped.stdout + skipped.stderr  # nothing evaluated
+    lines = [ln for ln in skipped.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert len(lines) == 6, skipped.stdout
+    for line in lines:
+        assert line.startswith("SKIPPED [1] specgate_suites/phase2/test_data.py:"), line
+        assert "no [data] path" in line, line
+    assert "site-packages" not in skipped.stdout
+    clash = _run(["pytest", "-m", "phase2", "--profile=demo"], work, env)
+    assert clash.returncode == 4
+    assert "--specgate-profile=demo" in clash.stderr, clash.stderr
+    assert "ignored explicit argument" not in clash.stderr
+    version = _run(["specgate", "--version"], work, env)
+    assert version.returncode == 0, version.stderr
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert version.stdout.strip() == f"specgate {declared}"
