@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,10 +53,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
            if not k.startswith(("PYTEST_", "SPECGATE_", "COV_"))}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     started = time.monotonic()
-    dist = root / "dist"
-    proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                 "-w", str(dist), str(REPO)], REPO, env, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Built once per run: xdist workers share the folder above their own, and two builds at
+    # once would collide in the checkout's build/ folder.
+    dist = tmp_path_factory.getbasetemp().parent / "specgate-wheel"
+    with FileLock(str(dist) + ".lock"):
+        if not any(dist.glob("specgate-*.whl")):
+            proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                         "--no-build-isolation", "-w", str(dist), str(REPO)], REPO, env,
+                        timeout=300)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
     (wheel,) = dist.glob("specgate-*.whl")
     # A venv over the base interpreter, seeing this environment's packages through a .pth:
     # the dependencies are those the constraints pinned, and the network is never needed.
