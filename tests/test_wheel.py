@@ -53,9 +53,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
            if not k.startswith(("PYTEST_", "SPECGATE_", "COV_"))}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     started = time.monotonic()
-    # Built once per run: xdist workers share the folder above their own, and two builds at
-    # once would collide in the checkout's build/ folder.
-    dist = tmp_path_factory.getbasetemp().parent / "specgate-wheel"
+    # Built once per run: two builds at once would collide in the checkout's build/ folder, so
+    # xdist workers share one, in the run's folder above their own.
+    run_dir = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_dir = run_dir.parent
+    dist = run_dir / "specgate-wheel"
     with FileLock(str(dist) + ".lock"):
         if not any(dist.glob("specgate-*.whl")):
             proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
