@@ -44,11 +44,15 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
                    max_new_tokens: int = 64, per_category: int = 6) -> dict[str, Any]:
     from specgate.measure import bench, prompts
     from specgate.serving.client import SGLangClient
+    from specgate.testing import generate
     from specgate.testing.simulator import model
 
     target, draft = root / "target", root / "draft"
-    for d in (target, draft):
-        d.mkdir(exist_ok=True)
+    target.mkdir(exist_ok=True)
+    if not (draft / "config.json").exists():
+        # A whole drafter: the simulator, like SGLang, does not start on a folder without one.
+        generate.write_drafter(draft, generate.tiny(),
+                               config_overrides={"max_position_embeddings": 8192})
     (target / "specgate_sim.json").write_text(json.dumps(
         {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}))
     (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": [0.8, 0.6, 0.5]}))
