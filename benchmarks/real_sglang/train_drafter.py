@@ -120,6 +120,10 @@ class Size:
     heldout_prompts: int  # 0: every built-in probe prompt
     # SGLang's eagle_aux_hidden_state_layer_ids: it captures the inputs of layers id + 1.
     aux_layers: tuple[int, ...] = AUX_LAYER_IDS
+    # The drafter's own RoPE base and positions (config.json; a real target's drafter copies
+    # the target's rope_theta, ../real_model/train.py).
+    rope_theta: float = 10000.0
+    max_positions: int = 2048
 
 
 SIZES = {
@@ -193,7 +197,8 @@ def llama_kwargs(size: Size) -> dict[str, Any]:
     return dict(vocab_size=size.vocab, hidden_size=size.hidden,
                 intermediate_size=size.intermediate, num_attention_heads=size.heads,
                 num_key_value_heads=size.kv_heads, head_dim=size.head_dim, hidden_act="silu",
-                max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+                max_position_embeddings=size.max_positions, rms_norm_eps=1e-5,
+                rope_theta=size.rope_theta,
                 bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=False,
                 torch_dtype="bfloat16")
 
@@ -713,8 +718,10 @@ def save_drafter(folder: Path, size: Size, weights: dict[str, torch.Tensor], d2t
     tensors["d2t"] = d2t.to(torch.int64).contiguous()
     tensors["t2d"] = t2d.to(torch.bool).contiguous()
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(tokenizer_dir / name, folder / name)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "chat_template.jinja"):
+        if (tokenizer_dir / name).exists():  # a converted target may lack special_tokens_map
+            shutil.copy(tokenizer_dir / name, folder / name)
 
 
 # --- 5. prediction ---------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""benchmarks/real_model/prompts.py: training prompts never include the probe's own prompts."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from specgate.measure.prompts import load_builtin
+
+HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
+MATERIAL = ([("json.dumps", "Serialize obj to a JSON formatted str."),
+             ("textwrap.fill", "Wrap a single paragraph of text, returning a single string.")],
+            ["result = sorted(items, key=lambda item: item[1])",
+             "return ''.join(reversed(word)) if word else word"])
+
+
+@pytest.fixture(scope="module")
+def prompts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rm_prompts", HERE / "prompts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def probe_texts() -> list[str]:
+    return [p.text for p in load_builtin()]
+
+
+def test_every_probe_prompt_is_excluded(prompts: ModuleType, probe_texts: list[str]) -> None:
+    keep = prompts.ProbeFilter(probe_texts)
+    assert probe_texts and all(keep.excluded(t) for t in probe_texts)
+    # case and punctuation do not hide one
+    assert keep.excluded(probe_texts[0].upper().replace(",", " ,"))
+
+
+def test_a_run_of_six_probe_words_inside_a_prompt_is_excluded(prompts: ModuleType,
+                                                              probe_texts: list[str]) -> None:
+    keep = prompts.ProbeFilter(probe_texts)
+    words = probe_texts[5].split()
+    assert keep.excluded("Please help: " + " ".join(words[2:8]) + " and nothing else.")
+    assert not keep.excluded("Please help: " + " ".join(words[2:6]) + " and nothing else.")
+
+
+def test_task_prompts_are_distinct_seeded_cover_every_kind_and_avoid_the_probe(
+        prompts: ModuleType, probe_texts: list[str]) -> None:
+    keep = prompts.ProbeFilter(probe_texts)
+    rows, dropped = prompts.task_prompts(140, 3, keep, MATERIAL)
+    again, _ = prompts.task_prompts(140, 3, keep, MATERIAL)
+    assert rows == again
+    assert len(rows) == 140 and len({r["prompt"] for r in rows}) == 140
+    assert {r["category"] for r in rows} == set(prompts.KINDS)
+    assert not any(keep.excluded(r["prompt"]) for r in rows)
+    assert set(dropped) == {"probe", "duplicate"}
+
+
+def test_a_filter_that_matches_a_template_drops_those_prompts(prompts: ModuleType) -> None:
+    """The exclusion acts inside the generator: a 'probe' that shares a template's words loses
+    every prompt of that template, and the generator says so."""
+    keep = prompts.ProbeFilter(["List every person's name in this text: nothing here."])
+    rows, dropped = prompts.task_prompts(70, 0, keep, MATERIAL)
+    assert not any("List every person's name" in r["prompt"] for r in rows)
+    assert dropped["probe"] > 0
+
+
+def test_questions_written_by_the_model_are_cleaned_and_filtered(
+        prompts: ModuleType, probe_texts: list[str]) -> None:
+    keep = prompts.ProbeFilter(probe_texts)
+    answers = ['"Why do volcanoes erupt more in some places than others?"\nBecause...',
+               "Question: How do bees find their way home?",
+               "ok",
+               probe_texts[0],
+               "Question: How do bees find their way home?"]
+    rows, dropped = prompts.self_prompts(answers, keep)
+    assert [r["prompt"] for r in rows] == [
+        "Why do volcanoes erupt more in some places than others?",
+        "How do bees find their way home?"]
+    assert dropped == {"unusable": 1, "probe": 1, "duplicate": 1}
+
+
+def test_question_requests_are_seeded(prompts: ModuleType) -> None:
+    a, b = prompts.question_requests(20, 1), prompts.question_requests(20, 1)
+    assert a == b and a != prompts.question_requests(20, 2)
+    assert all(r["prompt"].endswith("Reply with the question only.") for r in a)
+
+
+def test_task_prompt_refuses_an_unknown_kind(prompts: ModuleType) -> None:
+    with pytest.raises(ValueError, match="unknown kind"):
+        prompts.task_prompt("poetry", random.Random(0), *MATERIAL)
