@@ -31,13 +31,26 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 import train_drafter as td  # noqa: E402
 
-AUX_IDS = (1, 14, 26)  # SGLang captures the inputs of layers 2, 15, 27 (capture.py)
 PREDICT_STEPS = 5
 
 
-def target_size(target: Path, draft_vocab: int, aux_ids: tuple[int, ...] = AUX_IDS) -> td.Size:
+def aux_ids_of(dump: Path, num_layers: int) -> tuple[int, ...]:
+    """The eagle_aux_hidden_state_layer_ids the dump was captured for (its metadata), else the
+    ids of SGLang's default capture [2, n // 2, n - 3] (capture.py): [1, n // 2 - 1, n - 4]."""
+    meta = dump / "metadata.json"
+    ids = json.loads(meta.read_text()).get("aux_hidden_state_layer_ids") if meta.exists() \
+        else None
+    if isinstance(ids, list) and len(ids) == 3:
+        return tuple(int(i) for i in ids)
+    return (1, num_layers // 2 - 1, num_layers - 4)
+
+
+def target_size(target: Path, draft_vocab: int,
+                aux_ids: tuple[int, ...] | None = None) -> td.Size:
     """The drafter's shape for a Llama target: its width, heads and vocabulary, one layer."""
     cfg = json.loads((target / "config.json").read_text())
+    if aux_ids is None:
+        aux_ids = (1, int(cfg["num_hidden_layers"]) // 2 - 1, int(cfg["num_hidden_layers"]) - 4)
     rope = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta") or 1e4
     heads = int(cfg["num_attention_heads"])
     return td.Size(hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
@@ -110,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     vmap = load_file(str(args.vocab_map))
     d2t, t2d = vmap["d2t"].to(torch.int64), vmap["t2d"].to(torch.bool)
-    size = target_size(args.target, int(d2t.shape[0]))
+    layers = int(json.loads((args.target / "config.json").read_text())["num_hidden_layers"])
+    size = target_size(args.target, int(d2t.shape[0]), aux_ids_of(args.dump, layers))
     embed_w = load_file(str(args.dump / "embeddings.safetensors"))["embed_tokens.weight"]
     data = load_dump(args.dump, device)
     loaded_s = time.perf_counter() - started
