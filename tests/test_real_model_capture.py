@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
 def capture() -> ModuleType:
     pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("rm_capture", HERE / "capture.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -22,7 +22,8 @@ MATERIAL = ([("json.dumps", "Serialize obj to a JSON formatted str."),
 @pytest.fixture(scope="module")
 def prompts() -> ModuleType:
     spec = importlib.util.spec_from_file_location("rm_prompts", HERE / "prompts.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -36,7 +37,8 @@ def probe_texts() -> list[str]:
 
 def test_every_probe_prompt_is_excluded(prompts: ModuleType, probe_texts: list[str]) -> None:
     keep = prompts.ProbeFilter(probe_texts)
-    assert probe_texts and all(keep.excluded(t) for t in probe_texts)
+    assert probe_texts
+    assert all(keep.excluded(t) for t in probe_texts)
     # case and punctuation do not hide one
     assert keep.excluded(probe_texts[0].upper().replace(",", " ,"))
 
@@ -55,7 +57,8 @@ def test_task_prompts_are_distinct_seeded_cover_every_kind_and_avoid_the_probe(
     rows, dropped = prompts.task_prompts(140, 3, keep, MATERIAL)
     again, _ = prompts.task_prompts(140, 3, keep, MATERIAL)
     assert rows == again
-    assert len(rows) == 140 and len({r["prompt"] for r in rows}) == 140
+    assert len(rows) == 140
+    assert len({r["prompt"] for r in rows}) == 140
     assert {r["category"] for r in rows} == set(prompts.KINDS)
     assert not any(keep.excluded(r["prompt"]) for r in rows)
     assert set(dropped) == {"probe", "duplicate"}
@@ -87,7 +90,8 @@ def test_questions_written_by_the_model_are_cleaned_and_filtered(
 
 def test_question_requests_are_seeded(prompts: ModuleType) -> None:
     a, b = prompts.question_requests(20, 1), prompts.question_requests(20, 1)
-    assert a == b and a != prompts.question_requests(20, 2)
+    assert a == b
+    assert a != prompts.question_requests(20, 2)
     assert all(r["prompt"].endswith("Reply with the question only.") for r in a)
 
 

@@ -18,15 +18,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgate.io.checkpoint import expected_layout, open_drafter  # noqa: E402
-from specgate.io.metrics_log import read_metrics  # noqa: E402
+from specgate.io.checkpoint import expected_layout, open_drafter
+from specgate.io.metrics_log import read_metrics
 
 HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
 
 
 def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"rm_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -96,7 +97,8 @@ def test_the_drafter_fits_the_target_and_sglangs_layout(made: dict[str, Any]) ->
 def test_the_log_reads_and_the_summary_names_the_weights(made: dict[str, Any]) -> None:
     log = read_metrics(made["out"] / "logs" / "train.jsonl")
     first = log.first_loss()
-    assert first is not None and first.epoch == 0
+    assert first is not None
+    assert first.epoch == 0
     summary = json.loads((made["out"] / "summary.json").read_text())
     assert len(summary["sha256"]) == 64
     assert summary["how"] == "from scratch"
@@ -117,7 +119,9 @@ def test_a_fine_tune_starts_from_the_init(made: dict[str, Any]) -> None:
         assert before[name].equal(after[name]), name
     first = read_metrics(out / "logs" / "train.jsonl").first_loss()
     scratch = read_metrics(made["out"] / "logs" / "train.jsonl").first_loss()
-    assert first is not None and scratch is not None and first.loss != scratch.loss
+    assert first is not None
+    assert scratch is not None
+    assert first.loss != scratch.loss
 
 
 def test_specforges_draft_model_loads_the_checkpoint(made: dict[str, Any]) -> None:
@@ -128,9 +132,8 @@ def test_specforges_draft_model_loads_the_checkpoint(made: dict[str, Any]) -> No
     vocab = load("vocab")
     vocab.load_specforge(Path(root))  # stubs what its imports need
     from safetensors.torch import load_file
-    from transformers import LlamaConfig
-
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from transformers import LlamaConfig
 
     config = LlamaConfig.from_pretrained(str(made["out"]))
     model = LlamaForCausalLMEagle3(config)

@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
 
 def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"rm_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -69,7 +70,8 @@ def test_too_few_tokens_are_padded_from_the_lowest_ids(vocab: ModuleType) -> Non
 @pytest.mark.parametrize("vd", [16, 120, 400])
 def test_the_maps_keep_every_invariant_specgate_checks(vocab: ModuleType, vd: int) -> None:
     d2t, t2d = vocab.mappings(vocab.count_tokens(samples(1)), vd, 500)
-    assert d2t.dtype == np.int64 and t2d.dtype == np.bool_
+    assert d2t.dtype == np.int64
+    assert t2d.dtype == np.bool_
     assert check_invariants(VocabMap(d2t, t2d), vd, 500) == {}
 
 

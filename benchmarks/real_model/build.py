@@ -146,9 +146,15 @@ class Build:
                                            "dropped": dropped}
             self.lap("held-out and questions")
             log(f"prompts: {len(tasks)} tasks, {len(selfp)} self-written ({dropped})")
-            rows = [("tasks", t) for t in tasks] + [("self", s) for s in selfp]
+            # the smaller family first: a time cap cuts only the end of the tasks family
+            rows = [("self", s) for s in selfp] + [("tasks", t) for t in tasks]
             ids = [chat(r["prompt"]) for _, r in rows]
-            out = gen.generate(handle.url, ids, a.train_tokens, progress=log)
+            out = gen.generate(handle.url, ids, a.train_tokens, progress=log,
+                               stop_at=time.monotonic() + a.gen_seconds)
+            if len(out) < len(rows):
+                log(f"generation: {a.gen_seconds:.0f} s cap reached after {len(out)} of "
+                    f"{len(rows)} prompts")
+            rows, ids = rows[:len(out)], ids[:len(out)]
         finally:
             handle.stop()
         self.train_rows = [(fam, r, p, o["output_ids"]) for (fam, r), p, o
@@ -156,7 +162,7 @@ class Build:
         n_tok = sum(len(o) for *_x, o in self.train_rows)
         self.record["answers"] = {"tasks": sum(1 for f, *_x in self.train_rows if f == "tasks"),
                                   "self": sum(1 for f, *_x in self.train_rows if f == "self"),
-                                  "answer_tokens": n_tok,
+                                  "answer_tokens": n_tok, "prompts_sent": len(rows),
                                   "finished_by_eos": sum(1 for o in out if (o.get("finish") or {})
                                                          .get("type") == "stop")}
         out_dir = self.work / "out"
@@ -423,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-tasks", type=int, default=6000)
     ap.add_argument("--n-questions", type=int, default=2000)
     ap.add_argument("--train-tokens", type=int, default=320)
+    ap.add_argument("--gen-seconds", type=float, default=150.0,
+                    help="no batch of training prompts is sent after this long")
     ap.add_argument("--heldout-tokens", type=int, default=profiles.MAX_NEW_TOKENS)
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     ap.add_argument("--train-seconds", type=float, default=150.0)

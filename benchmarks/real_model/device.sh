@@ -10,7 +10,8 @@
 #   bash .rm/benchmarks/real_model/device.sh go SECONDS  # carry .gguf2 .rm: start the run, wait
 #   bash .rm/benchmarks/real_model/device.sh wait SECONDS  # carry .rm: wait, pack
 # Each call must start within 30 s of the last (/tmp is lost when the machine goes cold).
-# RM_BUILD_ARGS / RM_SERVE_ARGS add flags to build.py / serve.py.
+# RM_BUILD_ARGS / RM_SERVE_ARGS add flags to build.py / serve.py; RM_BUDGET (seconds from the
+# run's start, default 1290) is the time after which serve.py skips what it cannot finish.
 set -u
 W=${RM_WORK:-/tmp/rm}
 SITE=${RS_SITE:-/tmp/site}
@@ -89,7 +90,8 @@ case "${1:-}" in
       --tasks-file benchmarks/real_model/tasks.jsonl ${RM_BUILD_ARGS:-} \
       || echo "[device] build exit $?"
     echo "[device] build finished after $(( $(date +%s) - T0 )) s"
-    python3 benchmarks/real_model/serve.py --work "$W" --target "$W/target" ${RM_SERVE_ARGS:-} \
+    python3 benchmarks/real_model/serve.py --work "$W" --target "$W/target" \
+      --deadline $(( T0 + ${RM_BUDGET:-1290} )) ${RM_SERVE_ARGS:-} \
       || echo "[device] serve exit $?"
     echo "[device] all finished after $(( $(date +%s) - T0 )) s"
     echo "done" > "$W/STATUS" ;;

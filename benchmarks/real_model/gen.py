@@ -37,15 +37,19 @@ def answer_ids(item: dict[str, Any]) -> list[int]:
 
 def generate(url: str, prompts: Sequence[list[int] | str], max_new_tokens: int, *,
              batch: int = BATCH, threads: int = THREADS,
-             progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+             progress: Callable[[str], None] | None = None,
+             stop_at: float | None = None) -> list[dict[str, Any]]:
     """Greedy (temperature 0) answers, in prompt order: output_ids, finish reason, prompt and
-    completion token counts as the server reports them."""
+    completion token counts as the server reports them. With stop_at (time.monotonic()), no
+    batch is sent after it: the answers of the first prompts only."""
     params = {"temperature": 0.0, "max_new_tokens": max_new_tokens}
     chunks = [list(prompts[i:i + batch]) for i in range(0, len(prompts), batch)]
     results: list[list[dict[str, Any]] | None] = [None] * len(chunks)
     done = 0
 
     def one(k: int) -> None:
+        if stop_at is not None and k > 0 and time.monotonic() >= stop_at:
+            return
         chunk = chunks[k]
         key = "text" if isinstance(chunk[0], str) else "input_ids"
         out = post(url, {key: chunk, "sampling_params": params})
@@ -68,7 +72,12 @@ def generate(url: str, prompts: Sequence[list[int] | str], max_new_tokens: int, 
                 tokens = sum(len(r["output_ids"]) for part in results if part for r in part)
                 progress(f"generate: {done}/{len(chunks)} batches, {tokens} tokens, "
                          f"{tokens / max(time.monotonic() - started, 1e-9):.0f} tok/s")
-    return [r for part in results if part is not None for r in part]
+    out: list[dict[str, Any]] = []
+    for part in results:  # in order, up to the first batch left unsent
+        if part is None:
+            break
+        out.extend(part)
+    return out
 
 
 GPU_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "power.draw", "pstate",

@@ -146,7 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--skip-probe1", action="store_true")
     ap.add_argument("--probe-timeout", type=float, default=420.0)
+    ap.add_argument("--deadline", type=float, help="Unix time: later stages are skipped, in "
+                    "the order probe 2, borrowed, variance, when too little time is left")
     args = ap.parse_args(argv)
+
+    def left() -> float:
+        return float("inf") if args.deadline is None else args.deadline - time.time()
+
     from specgate.serving import server
 
     server.install_signal_handlers()
@@ -164,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
                                args.sim, args.steps)
     probe_toml = profiles.write(probe_doc, pdir / "probe-trained.toml")
     probe_prof = profiles.load(probe_doc, pdir / "probe-trained.toml")
-    if not args.skip_probe1:
+    if not args.skip_probe1 and left() > 200:
         record["probe-trained-1"] = pytest_probe(work, probe_toml, "probe-trained-1", [],
                                                  args.probe_timeout)
         record["seconds"]["probe-trained-1"] = round(time.monotonic() - t0, 1)
         save()
 
     # 2. everything at once
+    if left() < 240:
+        record["skipped"] = f"only {left():.0f} s left: no concurrent servers"
+        save()
+        return 0
     t1 = time.monotonic()
     base_prof = profiles.load(profiles.base("baseline", args.target, launcher, args.sim),
                               pdir / "baseline.toml")
@@ -202,22 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         record["ready_s"] = {k: round(v, 1) for k, v in ready.items()}
         record["seconds"]["concurrent start"] = round(time.monotonic() - t1, 1)
         save()
-        # 2b. each baseline measured while the others sit idle
-        built = work / "build.json"
-        first = json.loads(built.read_text()).get("variance_first") if built.exists() else None
-        rows = [first] if first else []
-        for k in range(1, RESIDENT_BASELINES + 1):
-            name = f"baseline-{k}"
-            if name in handles:
-                m = variance.measure(handles[name].url, base_prof)
-                rows.append(variance.record(k + 1, f"{name} (launched beside 6 servers)",
-                                            ready[name], False, list(base_prof.server.args), m,
-                                            len(handles) - 1))
-                log(f"{name}: {m['tps']} tok/s with {len(handles) - 1} other servers resident")
-        record["variance"] = rows
-        save()
         # 3. probe 2, attached
-        if "spec-trained" in handles and "baseline-1" in handles:
+        if "spec-trained" in handles and "baseline-1" in handles and left() > 120:
             t = time.monotonic()
             record["probe-trained-2"] = pytest_probe(
                 work, probe_toml, "probe-trained-2",
@@ -227,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         # 4. the borrowed drafter, before and after remap (and with the map copied in)
         t = time.monotonic()
-        names = [n for n in BORROWED if f"spec-{n}" in handles]
+        names = [n for n in BORROWED if f"spec-{n}" in handles] if left() > 45 else []
         with cf.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
             futs2 = {pool.submit(accept_length, handles[f"spec-{n}"].url, spec_profs[n]): n
                      for n in names}
@@ -240,12 +236,26 @@ def main(argv: list[str] | None = None) -> int:
                     record.setdefault("borrowed", {})[n] = {"error": str(exc)[:1000]}
         record["seconds"]["borrowed accept lengths"] = round(time.monotonic() - t, 1)
         save()
+        # 2b. each baseline measured while the others sit idle
+        built = work / "build.json"
+        first = json.loads(built.read_text()).get("variance_first") if built.exists() else None
+        rows = [first] if first else []
+        for k in range(1, RESIDENT_BASELINES + 1):
+            name = f"baseline-{k}"
+            if name in handles and left() > 25:
+                m = variance.measure(handles[name].url, base_prof)
+                rows.append(variance.record(k + 1, f"{name} (launched beside 6 servers)",
+                                            ready[name], False, list(base_prof.server.args), m,
+                                            len(handles) - 1))
+                log(f"{name}: {m['tps']} tok/s with {len(handles) - 1} other servers resident")
+        record["variance"] = rows
+        save()
         # 5. the first baseline again, alone
         for name, h in list(handles.items()):
             if name != "baseline-1":
                 h.stop()
                 handles.pop(name)
-        if "baseline-1" in handles:
+        if "baseline-1" in handles and left() > 20:
             m = variance.measure(handles["baseline-1"].url, base_prof)
             rows.append(variance.record(2, "baseline-1 again, the other servers stopped",
                                         ready["baseline-1"], False,

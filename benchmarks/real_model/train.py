@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import train_drafter as td  # noqa: E402
 
 PREDICT_STEPS = 5
+HARD_END_S = 20.0  # past --seconds, an epoch is cut rather than finished
 
 
 def aux_ids_of(dump: Path, num_layers: int) -> tuple[int, ...]:
@@ -80,7 +81,6 @@ def load_dump(folder: Path, device: str) -> list[dict[str, Any]]:
 
 def load_init(folder: Path, device: str) -> dict[str, Any]:
     """A drafter's trainable tensors (float32, on the device); d2t/t2d/embeddings left out."""
-    import torch
     from safetensors.torch import load_file
 
     tensors = load_file(str(folder / "model.safetensors"))
@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = td.train(size, weights, d2t, t2d, embed, data, seconds=args.seconds,
                        max_epochs=args.max_epochs, min_epochs=1, ttt=args.ttt, lr=args.lr,
                        log_path=args.out / "logs" / "train.jsonl", seed=args.seed,
-                       pack_tokens=args.pack_tokens)
+                       pack_tokens=args.pack_tokens,
+                       # a hard end: an epoch still running then is cut (logged as partial)
+                       stop_at=time.time() + args.seconds + HARD_END_S)
     td.save_drafter(args.out, size, weights, d2t, t2d, args.target)
     print(f"train ({how}): {summary['epochs']} epochs / {summary['steps']} steps in "
           f"{summary['seconds']} s; step-0 loss {summary['initial_loss']:.3f} -> "
