@@ -93,7 +93,7 @@ class Build:
         from specgate.serving import launch, server
 
         a = self.args
-        tok = AutoTokenizer.from_pretrained(str(self.target))
+        tok: Any = AutoTokenizer.from_pretrained(str(self.target))
         keep = prompts.ProbeFilter(prompts.probe_texts())
         if a.tasks_file:
             tasks = [json.loads(line) for line in a.tasks_file.read_text().splitlines() if line]
@@ -103,10 +103,9 @@ class Build:
         asks = prompts.question_requests(a.n_questions, a.seed + 1)
 
         def chat(text: str) -> list[int]:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}],
-                                          add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-            return list(ids)
+            got: Any = tok.apply_chat_template([{"role": "user", "content": text}],
+                                               add_generation_prompt=True, tokenize=True)
+            return [int(i) for i in (got["input_ids"] if hasattr(got, "keys") else got)]
 
         prof = profiles.load(profiles.generation(self.target, self.launcher, self.sim),
                              self.work / "profiles" / "generation.toml")
@@ -178,7 +177,7 @@ class Build:
         from transformers import AutoModelForCausalLM
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(str(self.target), dtype=torch.bfloat16)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(self.target), dtype=torch.bfloat16)
         model = model.to(device).eval()
         n_layers = model.config.num_hidden_layers
         layers = capture.sglang_capture_layers(None, n_layers)
@@ -414,7 +413,7 @@ class Build:
         return 0 if ok else 1
 
 
-OPTIONS = profiles.suite.OPTIONS
+OPTIONS = profiles.OPTIONS
 
 
 def main(argv: list[str] | None = None) -> int:

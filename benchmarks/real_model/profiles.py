@@ -35,8 +35,11 @@ def chat_template(target: Path) -> str | None:
     return "chatml" if getattr(chosen, "name", "plain") == "plain" else None
 
 
+OPTIONS: dict[str, str] = suite.OPTIONS  # specgate's pytest option names
+
+
 def flags(sim: bool, overrides: dict[str, str] | None = None) -> list[str]:
-    args = suite.server_flags(sim)
+    args: list[str] = list(suite.server_flags(sim))
     for flag, value in (overrides or {}).items():
         if flag in args:
             args[args.index(flag) + 1] = value

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import profiles  # noqa: E402
 import variance  # noqa: E402
 
-OPTIONS = profiles.suite.OPTIONS
+OPTIONS = profiles.OPTIONS
 BORROWED = ("borrowed", "borrowed-remapped", "borrowed-mismatched")
 RESIDENT_BASELINES = 3
 
@@ -106,7 +106,7 @@ def start(profile: Any, config: str, log_path: Path, port: int | None = None
           ) -> tuple[Any, float]:
     from specgate.serving import launch, server
 
-    spec = launch.build_command(profile, config, port=port)  # type: ignore[arg-type]
+    spec = launch.build_command(profile, config, port=port)
     t = time.monotonic()
     handle = server.launch(spec, log_path, startup_timeout_s=profile.server.startup_timeout_s)
     return handle, time.monotonic() - t
@@ -227,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         with cf.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
             futs2 = {pool.submit(accept_length, handles[f"spec-{n}"].url, spec_profs[n]): n
                      for n in names}
-            for fut in cf.as_completed(futs2):
-                n = futs2[fut]
+            for done in cf.as_completed(futs2):
+                n = futs2[done]
                 try:
-                    record.setdefault("borrowed", {})[n] = fut.result()
+                    record.setdefault("borrowed", {})[n] = done.result()
                     log(f"{n}: accept length {record['borrowed'][n]['accept_len']}")
                 except Exception as exc:
                     record.setdefault("borrowed", {})[n] = {"error": str(exc)[:1000]}

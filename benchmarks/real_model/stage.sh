@@ -2,8 +2,9 @@
 # Stage what the GPU machine needs into ignored folders of the checkout that the device tool sends
 # (README.md): the bundles (../../shared/tools), the GGUF in two halves, and .rm/ (this branch's
 # committed tree, to_hf.py, and the seeded prompt file). Run here, with network.
-# usage: bash benchmarks/real_model/stage.sh CHECKOUT [SEED]   (CHECKOUT: the repository root
-#        the device tool sends, e.g. /work/main; this script's own tree is what goes in .rm)
+# usage: PY=PYTHON bash benchmarks/real_model/stage.sh CHECKOUT [SEED]   (CHECKOUT: the repository
+#        root the device tool sends, e.g. /work/main; this script's own committed tree is what goes
+#        in .rm; PY: a Python that imports specgate, for prompts.py)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TREE=$(cd "$HERE/../.." && pwd)

@@ -77,7 +77,7 @@ def save_tokens(path: Path, samples: Sequence[tuple[np.ndarray[Any, Any],
     for k, (ids, mask) in enumerate(samples):
         arrays[f"ids_{k:06d}"] = np.asarray(ids, dtype=np.int32)
         arrays[f"mask_{k:06d}"] = np.asarray(mask, dtype=np.uint8)
-    np.savez_compressed(path, **arrays)
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
 
 def load_tokens(path: Path) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
