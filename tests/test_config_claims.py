@@ -126,3 +126,23 @@ def test_target_compat_skips_or_breaks(tmp_path: Path) -> None:
     empty = _write_config(tmp_path / "empty", {"foo": 1})
     result = target_compat_claim(make_profile(drafter, target=empty))
     assert (result.status, result.reason) == (Status.BROKEN, "not_a_model_config")
+
+
+@pytest.mark.parametrize("args", [["--context-length", "131072"], ["--context-length=65536"]])
+def test_a_served_context_within_the_drafters_positions_fits(tmp_path: Path,
+                                                             args: list[str]) -> None:
+    # SGLang serves the target at --context-length; a drafter that covers that context starts.
+    drafter = _write_config(tmp_path / "d", {**kimi_k25().config(),
+                                             "max_position_embeddings": 131072})
+    profile = make_profile(drafter, target=write_target_config(tmp_path / "t"))
+    assert target_compat_claim(profile).status is Status.FAILED
+    served = profile.model_copy(update={"server": profile.server.model_copy(
+        update={"args": args})})
+    result = target_compat_claim(served)
+    assert result.status is Status.PASSED, result.message
+    check = result.details["checks"]["max_position_embeddings"]
+    assert check[2] is True
+    assert "served at --context-length" in check[1]
+    longer = profile.model_copy(update={"server": profile.server.model_copy(
+        update={"args": ["--context-length", "200000"]})})
+    assert target_compat_claim(longer).status is Status.FAILED

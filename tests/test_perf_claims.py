@@ -117,6 +117,10 @@ def test_accept_len_against_breakeven_threshold():
     assert result.status is Status.FAILED
     assert "measured break-even 2.460" in result.message
     assert "chat 2.00" in result.message
+    # Said against the break-even, in accept length: not "below 1" (the paired ratio's terms).
+    assert "below the whole" in result.message
+    assert "interval of the break-even [" in result.message
+    assert "below 1" not in result.message
 
 
 def test_inconclusive_interval_fails_with_that_wording():

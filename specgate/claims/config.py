@@ -85,11 +85,13 @@ def _smaller(found: Any, expected: Any) -> bool:
         found < expected
 
 
-def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> tuple[
+def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any], *,
+                           context_length: int | None = None) -> tuple[
         list[str], list[str], dict[str, list[Any]]]:
     """Mismatches between a drafter config and its target's, the checks that passed, and every
     check made: code (hidden_size, vocab_size, aux_layer_ids, max_position_embeddings) →
-    [drafter's value, target's value, ok]."""
+    [drafter's value, target's value, ok]. context_length is the server's --context-length,
+    which caps the context SGLang serves the target at."""
     problems: list[str] = []
     passed: list[str] = []
     checks: dict[str, list[Any]] = {}
@@ -120,11 +122,30 @@ def target_compat_problems(drafter: dict[str, Any], target: dict[str, Any]) -> t
                 "aux_layer_ids")
     pos, t_pos = drafter.get("max_position_embeddings"), target.get("max_position_embeddings")
     if isinstance(pos, int) and isinstance(t_pos, int):
-        compare("max_position_embeddings", pos, t_pos, pos >= t_pos,
+        served: int | str = t_pos
+        if context_length is not None and context_length < t_pos:
+            served = f"{t_pos}, served at --context-length {context_length}"
+            t_pos = context_length
+        compare("max_position_embeddings", pos, served, pos >= t_pos,
                 f"SGLang refuses to start unless {OVERWRITE_ENV}=1 or --context-length ≤ {pos}; "
                 f"set the drafter's max_position_embeddings to {t_pos}",
                 "max_position_embeddings")
     return problems, passed, checks
+
+
+def served_context_length(args: list[str]) -> int | None:
+    """The --context-length among the server's launch arguments (SGLang's own spelling, with a
+    space or '='), or None."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag != "--context-length":
+            continue
+        text = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            return int(text)
+        except ValueError:
+            return None
+    return None
 
 
 def target_compat_claim(profile: Profile) -> ClaimResult:
@@ -135,7 +156,8 @@ def target_compat_claim(profile: Profile) -> ClaimResult:
         return loaded
     folder, target_path, drafter, target = loaded
     try:
-        problems, ok, checks = target_compat_problems(drafter, target)
+        problems, ok, checks = target_compat_problems(
+            drafter, target, context_length=served_context_length(profile.server.args))
     except CheckpointError as exc:  # a garbled field, e.g. aux layer ids that are not integers
         return claims.broken(cid, PHASE, f"{folder / 'config.json'}: {exc}")
     details = {"problems": problems, "passed": ok, "checks": checks,

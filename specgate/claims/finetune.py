@@ -76,8 +76,11 @@ def vocab_alignment_claim(profile: Profile) -> ClaimResult:
                 f"{cmp.draft_vocab_size} positions, the data's {vd}")
         message = (f"{head}{size}: at {vd - matches} positions the init's lm_head row scores a "
                    f"different target token than training will label it with, so the fine-tune "
-                   f"starts from wrong predictions (loss at or above random ln({vd}) = "
-                   f"{math.log(max(vd, 1)):.2f}). The maps share {cmp.shared_tokens} tokens: "
+                   f"starts from wrong predictions on the training tokens that fall there "
+                   f"(how far the first loss is from random ln({vd}) = "
+                   f"{math.log(max(vd, 1)):.2f} depends on how many tokens those positions "
+                   f"carry: `finetune.initial_loss` says). The maps share {cmp.shared_tokens} "
+                   f"tokens: "
                    f"run `specgate remap-vocab --from {init_path} --to {map_path} --out NEW` to "
                    f"move those rows to the data's positions, then fine-tune from NEW")
     return claims.judged(

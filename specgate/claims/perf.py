@@ -436,6 +436,7 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         # Judged as spec.breakeven is: on the paired speed-up's interval against 1, and
         # recorded like it, in decode-only accept length (what break-even is computed from).
         ok, how = _judge(be.ratio, 1.0, strict=True)
+        how = _in_accept_length_units(how, be)
         observed = be.tau
     else:
         threshold, label = float(configured), f"the minimum {float(configured):g}"
@@ -446,6 +447,24 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                          f"Per category: {per_cat}",
                          observed=round(observed, 3), expected=f">= {threshold:.3f}",
                          unit="tokens/verify", details=details, attachments=attachments)
+
+
+def _in_accept_length_units(how: str, be: BreakEven) -> str:
+    """_judge's sentence about the paired speed-up against 1, said of the accept length against
+    the break-even interval (the same test: τ clears break-even exactly when the ratio clears 1)."""
+    low, high = be.breakeven_ci
+    if low is None or high is None:
+        return how
+    span = f"[{low:.3f}, {high:.3f}]"
+    pct = stats.percent(be.ratio.confidence)
+    if how.startswith("the whole"):
+        side = "above" if "clears" in how else "below"
+        return (f"the decode-only accept length {be.tau:.3f} lies {side} the whole {pct} % "
+                f"interval of the break-even {span}")
+    if how.startswith("inconclusive"):
+        return (f"inconclusive at {pct} %: the break-even's interval {span} contains the "
+                f"decode-only accept length {be.tau:.3f}")
+    return how
 
 
 def _expected(profile: Profile) -> str | None:
