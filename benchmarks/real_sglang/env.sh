@@ -7,7 +7,7 @@
 if [ "$SIM" = 1 ]; then
   LAUNCHER=${RS_LAUNCHER:-python -m specgate.testing.simulator}
   TINY_FLAGS=--no-tokenizer
-  "$PY" -c 'import tokenizers' 2>/dev/null && TINY_FLAGS=
+  if "$PY" -c 'import tokenizers' 2>/dev/null; then TINY_FLAGS=; fi
 else
   LAUNCHER=${RS_LAUNCHER:-python3 -m sglang.launch_server}
   TINY_FLAGS=

@@ -558,12 +558,13 @@ class Ctx:
     reserve_s: float = 25.0
     attach: dict[str, OwnServer] = dataclasses.field(default_factory=dict)
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    keep: set[int] = dataclasses.field(default_factory=set)  # the suite's own other processes
 
     def left(self) -> float:
         return self.deadline - time.time() - self.reserve_s
 
     def attach_pids(self) -> set[int]:
-        pids: set[int] = set()
+        pids: set[int] = set(self.keep)
         for srv in self.attach.values():
             if srv.proc.poll() is None or srv.sampler.alive():
                 pids |= srv.pids()
@@ -608,7 +609,8 @@ def live_summary(reports: Path) -> dict[str, Any] | None:
 
 
 def run_pytest(ctx: Ctx, name: str, profile: Path, *, urls: dict[str, str] | None = None,
-               timeout_s: float, inject: Callable[[int, Path], Injector] | None = None,
+               timeout_s: float,
+               inject: Callable[[int, Path], Injector | SignalDuringLaunch] | None = None,
                ) -> dict[str, Any]:
     run_dir = ctx.work / "runs" / name
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -871,6 +873,106 @@ def fault_launched(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
     return r
 
 
+class SignalDuringLaunch:
+    """Sends `sig` to pytest itself once the server it launches for `config` has run for
+    `after_s` seconds (still loading: the user's Ctrl-C, or a CI job's SIGTERM, mid-launch)."""
+
+    def __init__(self, pytest_pid: int, config: str, sig: int, after_s: float) -> None:
+        self.pytest_pid, self.sig, self.after_s = pytest_pid, sig, after_s
+        self.find = launched_server(pytest_pid, config)
+        self.record: dict[str, Any] = {"signal": signal.Signals(sig).name, "sent": False,
+                                       "to": "pytest", "during": f"{config} launch"}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._t0 = time.monotonic()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def resume(self) -> None:
+        pass
+
+    def _run(self) -> None:
+        seen: float | None = None
+        while not self._stop.wait(0.2):
+            server = self.find()
+            if server is None:
+                continue
+            seen = seen if seen is not None else time.monotonic()
+            if time.monotonic() - seen < self.after_s:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pytest_pid, self.sig)
+                self.record.update(sent=True, server_pid=server.pid, at_s=round(
+                    time.monotonic() - self._t0, 1), server_age_s=self.after_s)
+            return
+
+
+def signal_during_launch(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
+    """Ctrl-C (SIGINT) or SIGTERM to pytest while the baseline server is still loading: the
+    verdict must say interrupted and no process or GPU memory may be left."""
+    profile = write_profile(ctx, name.replace("_", "-"), fault=True)
+
+    def inject(pid: int, _reports: Path) -> SignalDuringLaunch:
+        return SignalDuringLaunch(pid, "baseline", sig, ctx.scale(8.0))
+
+    r = run_pytest(ctx, name, profile, timeout_s=min(ctx.left(), 150),
+                   inject=inject)
+    verdict = r.get("verdict") or {}
+    check(r, [("the signal reached pytest during the launch", r.get("fault", {}).get("sent")),
+              ("pytest ended on it (no time-out)", not r["timed_out"]),
+              ("the verdict is written and says interrupted",
+               verdict.get("outcome") == "interrupted"),
+              ("nothing left behind", r["leftovers"]["clean"])])
+    return r
+
+
+GPU_HOLDER = """
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+held = torch.empty(int(free) - int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda")
+print(f"holding {held.numel() / 2**30:.1f} GiB of {total / 2**30:.1f} GiB", flush=True)
+time.sleep(3600)
+"""
+
+
+def run_oom_start(ctx: Ctx) -> dict[str, Any]:
+    """Another process holds all but 1 GiB of the GPU (a stale server, another job): the
+    launches run out of memory while starting. env.gpu_clean must name the holder, the live
+    claims must carry SGLang's own error, and specgate must leave nothing of its own behind."""
+    if ctx.sim:
+        return {"name": "c_oom_start", "skipped": "the simulator holds no GPU memory"}
+    holder = subprocess.Popen([ctx.python, "-c", GPU_HOLDER, "1024"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        first = holder.stdout.readline().strip() if holder.stdout else ""
+        ctx.keep.add(holder.pid)
+        profile = write_profile(ctx, "oom-start", fault=True)
+        r = run_pytest(ctx, "c_oom_start", profile, timeout_s=min(ctx.left(), 240))
+    finally:
+        holder.kill()
+        holder.wait(10)
+        ctx.keep.discard(holder.pid)
+    r["holder"] = {"pid": holder.pid, "said": first}
+    claims = claims_by_id(r)
+    causes = " ".join(str(c.get("cause", "")) + " " + str(c.get("message", ""))
+                      for c in claims.values()).lower()
+    check(r, [("the holder took the GPU", first.startswith("holding")),
+              ("env.gpu_clean failed, naming the holder",
+               status_of(r, "env.gpu_clean") == "failed"
+               and str(holder.pid) in str(claims.get("env.gpu_clean", {}).get("message"))),
+              ("perf.baseline_tps broken", status_of(r, "perf.baseline_tps") == "broken"),
+              ("spec.* broken", spec_broken(r)),
+              ("SGLang's own memory error reaches the claims",
+               "memory" in causes or "oom" in causes),
+              ("nothing left behind (besides the holder)", r["leftovers"]["clean"])])
+    return r
+
+
 RUNS: list[tuple[str, float, tuple[str, ...], Callable[[Ctx], dict[str, Any]]]] = [
     # name, estimated seconds on the H200, the suite's attach-mode servers it needs, function
     ("a_launch", 300, NONE, run_a),
@@ -885,6 +987,11 @@ RUNS: list[tuple[str, float, tuple[str, ...], Callable[[Ctx], dict[str, Any]]]] 
                                                              signal.SIGKILL)),
     ("c_sigstop_launched", 110, BASE, lambda c: fault_launched(c, "c_sigstop_launched",
                                                                 signal.SIGSTOP)),
+    ("c_sigint_launch", 40, NONE, lambda c: signal_during_launch(c, "c_sigint_launch",
+                                                                  signal.SIGINT)),
+    ("c_sigterm_launch", 40, NONE, lambda c: signal_during_launch(c, "c_sigterm_launch",
+                                                                   signal.SIGTERM)),
+    ("c_oom_start", 90, NONE, run_oom_start),
 ]
 ATTACH_START_S = 90  # both attach-mode servers, started together, on a warm machine
 
