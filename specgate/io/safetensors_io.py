@@ -336,7 +336,25 @@ def read_header(path: Path | str) -> dict[str, TensorInfo]:
     return read_file_header(path).tensors
 
 
+_INT_ONLY = frozenset({int})
+
+
 def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorInfo:
+    # The usual entry, checked in few steps (a header may hold 300,000 of them): a plain object
+    # with a known dtype, a list of integers and two integer offsets. Anything else, checked
+    # again below, is refused with what is wrong. type() is int, not isinstance: a bool is no
+    # size.
+    if type(entry) is dict:
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if (type(dtype) is str and dtype in FORMAT_BITS and type(shape) is list
+                and set(map(type, shape)) <= _INT_ONLY and type(offsets) is list
+                and len(offsets) == 2 and type(offsets[0]) is int and type(offsets[1]) is int):
+            return TensorInfo(name, dtype, tuple(shape), data_start + offsets[0],
+                              data_start + offsets[1], path)
+    return _checked_tensor_info(path, name, entry, data_start)
+
+
+def _checked_tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorInfo:
     if not isinstance(entry, dict):
         raise CheckpointError(f"{path}: header entry {name!r} is {_json_kind(entry)}, not an "
                               "object with dtype, shape and data_offsets")
@@ -352,7 +370,6 @@ def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorIn
         raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}; expected "
                               f"one of {', '.join(FORMAT_BITS)}")
     shape = entry["shape"]
-    # type() is int, not isinstance: a bool is no size (and the check is cheap per tensor).
     if type(shape) is not list or not all(type(d) is int for d in shape):
         raise CheckpointError(f"{path}: tensor {name!r} has shape {shape!r}, expected a list of "
                               "non-negative integers")
