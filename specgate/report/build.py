@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.core.errors import SpecgateError
+from specgate.io import runs
 from specgate.report import allure_meta
 
 MIN_NODE_MAJOR = 20
@@ -164,27 +165,39 @@ def build_report(reports_dir: Path, *, name: str | None = None) -> Path:
 
 
 def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
-    """build_report with the summary and timings, for callers and tests that want them."""
+    """build_report with the summary and timings, for callers and tests that want them.
+
+    DIR is a reports folder (its published allure-results: the latest finished run's) or one
+    run's folder under DIR/runs/; the history is the reports folder's either way."""
     reports_dir = Path(reports_dir).resolve()
-    results = reports_dir / "allure-results"
-    result_files = sorted(results.glob("*-result.json")) if results.is_dir() else []
-    if not result_files:
+    published = reports_dir / "allure-results"
+    if not (published.is_dir() and any(published.glob("*-result.json"))):
         raise ReportError(
-            f"no Allure results in {results}: run the claims first, e.g. "
+            f"no Allure results in {published}: run the claims first, e.g. "
             f"`pytest -m probe --reports {reports_dir}`, then `specgate report --reports "
             f"{reports_dir}`."
         )
-    if not (results / "categories.json").exists():
-        allure_meta.write_categories(results)
-    if not (results / "executor.json").exists():
-        allure_meta.write_executor(results)
-
     node, _ = find_node()
     started = time.monotonic()
     cli = ensure_allure()
     install_s = time.monotonic() - started
 
-    history_dir = reports_dir / "history"
+    with _scratch(reports_dir) as copy:
+        # A run that finishes meanwhile swaps in its own results: build from a copy taken
+        # while no run was publishing, so the report is one run's.
+        results = runs.snapshot(reports_dir, "allure-results", copy) or published
+        return _build(reports_dir, results, node, cli, install_s, name)
+
+
+def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: float,
+           name: str | None) -> BuiltReport:
+    result_files = sorted(results.glob("*-result.json"))
+    if not (results / "categories.json").exists():
+        allure_meta.write_categories(results)
+    if not (results / "executor.json").exists():
+        allure_meta.write_executor(results)
+
+    history_dir = runs.reports_root(reports_dir) / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
     history = history_dir / ALLURE_HISTORY_FILE
     fingerprint = _fingerprint(result_files)
