@@ -297,21 +297,24 @@ def _json_problem(doc: Any, raw: bytes | None = None) -> str | None:
     return None
 
 
-def _bracket_depth(raw: bytes, chunk: int = 1 << 24) -> int:
+def _bracket_depth(raw: bytes, chunk: int = 1 << 20) -> int:
     """The deepest container nesting of valid JSON without escapes: brackets outside strings,
-    where a string is whatever lies between a pair of quotes. In 16 MiB pieces (bounded memory;
-    a parsed document nests at most about a thousand deep, so int16 holds the running depth)."""
+    where a string is whatever lies between a pair of quotes. In 1 MiB pieces, whose working
+    arrays stay in cache (int32 holds a piece's running counts)."""
     deepest, depth, inside = 0, 0, 0
     for at in range(0, len(raw), chunk):
         b = np.frombuffer(raw, dtype=np.uint8, count=min(chunk, len(raw) - at), offset=at)
-        quotes = np.cumsum(b == 0x22, dtype=np.int64) + inside
-        outside = (quotes % 2) == 0
-        step = ((b == 0x5B) | (b == 0x7B)).astype(np.int16) - ((b == 0x5D) | (b == 0x7D))
-        step[~outside] = 0
-        running = np.cumsum(step, dtype=np.int64) + depth
+        quotes = np.cumsum(b == 0x22, dtype=np.int32)
+        quotes += inside
+        outside = (quotes & 1) == 0
+        step = ((b == 0x5B) | (b == 0x7B)).view(np.int8) - ((b == 0x5D) | (b == 0x7D)).view(
+            np.int8)
+        step *= outside
+        running = np.cumsum(step, dtype=np.int32)
+        running += depth
         if running.size:
             deepest = max(deepest, int(running.max()))
-            depth, inside = int(running[-1]), int(quotes[-1]) % 2
+            depth, inside = int(running[-1]), int(quotes[-1]) & 1
     return deepest
 
 
