@@ -295,6 +295,24 @@ def test_a_broken_profile_publishes_an_error_verdict(project: Path) -> None:
     assert "unknown key 'servr'" in own["claims"][0]["message"]
 
 
+def test_outputs_the_user_placed_are_left_where_they_are(project: Path) -> None:
+    """--junitxml into the reports folder and --alluredir elsewhere: pytest and allure write
+    them, and publishing neither replaces nor removes them."""
+    reports = project / "reports"
+    reports.mkdir()
+    (reports / "junit.xml").write_text("an earlier job's")
+    proc = subprocess.run(_argv(project, f"--junitxml={reports / 'junit.xml'}",
+                                f"--alluredir={project / 'mine'}"),
+                          cwd=project, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RUN_TAG": "A"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "<testsuite" in (reports / "junit.xml").read_text()
+    assert _allure_tags(project / "mine") == {"A"}
+    assert not (reports / "allure-results").exists()
+    ((_run_id, own),) = _run_ids(project)
+    assert json.loads((reports / "verdict.json").read_text()) == own
+
+
 # -- the run folders themselves ----------------------------------------------------------------
 
 def _made(reports: Path, files: dict[str, str]) -> runs.RunFolder:
