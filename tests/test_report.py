@@ -180,6 +180,18 @@ def test_main_report_without_results_raises_for_the_cli(tmp_path: Path) -> None:
         main_report(["--reports", str(tmp_path)])
 
 
+def test_the_report_title_is_that_of_the_run_it_shows(tmp_path: Path) -> None:
+    """While a later run goes, verdict.json is its interim one; the published results, and so
+    the title, are still the last finished run's."""
+    from specgate.io import runs
+
+    shown = runs.new_run(tmp_path)
+    (shown.path / "verdict.json").write_text(json.dumps({"profile": "finished"}))
+    (tmp_path / "verdict.json").write_text(json.dumps({"profile": "going", "interim": True}))
+    assert report._report_name(tmp_path, shown.id) == "specgate — finished"
+    assert report._report_name(tmp_path, None) == "specgate — going"
+
+
 def test_the_report_title_says_simulated(tmp_path: Path) -> None:
     # The title is the first thing the report shows; the environment list hides most lines.
     verdict = tmp_path / "verdict.json"

@@ -148,7 +148,8 @@ def _tags(doc: dict[str, Any]) -> set[str]:
 
 def _run_ids(project: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     for folder in sorted((project / "reports" / "runs").iterdir()):
-        yield folder.name, json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
+        if folder.is_dir():
+            yield folder.name, json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
 
 
 def test_a_second_run_waits_and_no_verdict_mixes_runs(project: Path) -> None:
@@ -338,6 +339,15 @@ def test_publishing_replaces_the_published_files_and_removes_what_the_run_lacks(
     assert (old.path / "allure-results" / "a-result.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".specgate")) == [
         "allure-results", "runs", "verdict.json"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(
+        [old.id, new.id, runs.LATEST_FILE])
+    # What is published, and which run it is, are taken together.
+    assert runs.published_run(tmp_path) == new.id
+    (tmp_path / "copy").mkdir()
+    copy, run_id = runs.snapshot(tmp_path, "allure-results", tmp_path / "copy")
+    assert run_id == new.id
+    assert copy is not None
+    assert sorted(p.name for p in copy.iterdir()) == ["b-result.json"]
 
 
 def test_prune_keeps_the_newest_runs_and_the_current_one(tmp_path: Path) -> None:

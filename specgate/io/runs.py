@@ -4,6 +4,7 @@
                                    live/
     REPORTS/verdict.json           the latest run's verdict (interim while it runs)
     REPORTS/junit.xml, allure-results/, live/   the latest finished run's, swapped in at its end
+    REPORTS/runs/latest.json       which run the published files are
     REPORTS/history/, baselines/   shared by every run
 
 A run holds REPORTS/.specgate-run.lock from start to end; another run waits for it (saying so)
@@ -31,6 +32,7 @@ from filelock import FileLock, Timeout
 
 RUNS_DIR = "runs"
 RUN_FILE = "run.json"
+LATEST_FILE = "latest.json"  # in RUNS_DIR: the run whose files are the published ones
 RUN_LOCK = ".specgate-run.lock"
 HOLDER_FILE = ".specgate-run.json"  # who holds RUN_LOCK, for the message of a run that waits
 PUBLISH_LOCK = ".specgate-publish.lock"
@@ -172,6 +174,9 @@ def publish(run: RunFolder, names: Sequence[str] = PUBLISHED) -> list[str]:
                 except OSError as exc:
                     problems.append(f"publishing {name} of run {run.id} to {reports} failed "
                                     f"({exc}); the run's own copy is {source}")
+            with contextlib.suppress(OSError):
+                _replace_text(reports / RUNS_DIR / LATEST_FILE, json.dumps(
+                    {"id": run.id, "folder": run.relative}) + "\n")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return problems
@@ -200,18 +205,29 @@ def prune(reports: Path, keep: int = KEEP_RUNS, *, spare: str | None = None) -> 
     return removed
 
 
-def snapshot(reports: Path, name: str, into: Path) -> Path | None:
-    """A copy of the published `name` taken under the publish lock (None when there is none),
-    so building from it is not disturbed by a run publishing meanwhile."""
+def published_run(reports: Path) -> str | None:
+    """The id of the run whose files are published (None before any run published)."""
+    try:
+        found = json.loads((reports / RUNS_DIR / LATEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(found["id"]) if isinstance(found, dict) and found.get("id") else None
+
+
+def snapshot(reports: Path, name: str, into: Path) -> tuple[Path | None, str | None]:
+    """A copy of the published `name` (None when there is none) and the id of the run it is
+    from, taken together under the publish lock, so building from them is not disturbed by a
+    run publishing meanwhile."""
     source = reports / name
     with publishing(reports):
+        run_id = published_run(reports)
         if source.is_dir():
             shutil.copytree(source, into / name, copy_function=_link_or_copy)
         elif source.is_file():
             _link_or_copy(str(source), str(into / name))
         else:
-            return None
-    return into / name
+            return None, run_id
+    return into / name, run_id
 
 
 def _swap(new: Path, target: Path, aside: Path) -> None:

@@ -185,12 +185,13 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
     with _scratch(reports_dir) as copy:
         # A run that finishes meanwhile swaps in its own results: build from a copy taken
         # while no run was publishing, so the report is one run's.
-        results = runs.snapshot(reports_dir, "allure-results", copy) or published
-        return _build(reports_dir, results, node, cli, install_s, name)
+        results, run_id = runs.snapshot(reports_dir, "allure-results", copy)
+        return _build(reports_dir, results or published, node, cli, install_s,
+                      name or _report_name(reports_dir, run_id))
 
 
 def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: float,
-           name: str | None) -> BuiltReport:
+           name: str) -> BuiltReport:
     result_files = sorted(results.glob("*-result.json"))
     if not (results / "categories.json").exists():
         allure_meta.write_categories(results)
@@ -215,7 +216,7 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
             history.write_text("".join(lines[:earlier]), encoding="utf-8")
         output = scratch / "allure-report"
         config = scratch / "allurerc.json"
-        doc = allure_config(output, history, name=name or _report_name(reports_dir))
+        doc = allure_config(output, history, name=name)
         config.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
         started = time.monotonic()
         proc = subprocess.run(
@@ -282,8 +283,12 @@ def strip_analytics(html: Path) -> bool:
     return count > 0
 
 
-def _report_name(reports_dir: Path) -> str:
+def _report_name(reports_dir: Path, run_id: str | None = None) -> str:
+    """The title, from the verdict of the run whose results the report shows (the published
+    verdict.json may be a later run's interim one)."""
     verdict = reports_dir / "verdict.json"
+    if run_id and (reports_dir / runs.RUNS_DIR / run_id / "verdict.json").is_file():
+        verdict = reports_dir / runs.RUNS_DIR / run_id / "verdict.json"
     with contextlib.suppress(OSError, ValueError):
         doc: Mapping[str, Any] = json.loads(verdict.read_text(encoding="utf-8"))
         if doc.get("profile"):
