@@ -339,3 +339,30 @@ def test_header_depth_is_counted_exactly(key: str, depth: int, refused: bool) ->
     raw = ("{" + key + ": " + inner + "}").encode()
     doc = json.loads(raw)
     assert (_json_problem(doc, raw) is not None) is refused
+
+
+def test_the_cycle_collector_is_held_off_while_a_header_is_parsed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 300,000 entries the collector walked the growing header more than the parse took; it
+    is off during the parse and on again after, a refused header included."""
+    import gc
+
+    from specgate.io import safetensors_io
+
+    seen: list[bool] = []
+    real = safetensors_io._parse_header_json
+
+    def parse(path: Path, raw: bytes) -> dict[str, object]:
+        seen.append(gc.isenabled())
+        return real(path, raw)
+
+    monkeypatch.setattr(safetensors_io, "_parse_header_json", parse)
+    folder = tiny_drafter(tmp_path / "d")
+    _empty_tensors(folder, 10)
+    (folder / "bad.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00[]")
+    assert gc.isenabled()
+    safetensors_io.read_file_header(folder / "extra.safetensors")
+    with pytest.raises(CheckpointError, match=r"bad\.safetensors"):
+        safetensors_io.read_file_header(folder / "bad.safetensors")
+    assert seen == [False, False]
+    assert gc.isenabled()
