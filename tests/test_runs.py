@@ -152,6 +152,7 @@ def _run_ids(project: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield folder.name, json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_a_second_run_waits_and_no_verdict_mixes_runs(project: Path) -> None:
     reports = project / "reports"
     with Watcher(reports) as watcher:
@@ -197,6 +198,7 @@ def test_a_second_run_waits_and_no_verdict_mixes_runs(project: Path) -> None:
     assert [h["run"] for h in history] == [run_a, run_b]
 
 
+@pytest.mark.slow
 def test_a_run_told_not_to_wait_is_refused_with_its_own_verdict(project: Path) -> None:
     reports = project / "reports"
     first = _start(project, "A", slow=True)
@@ -222,6 +224,7 @@ def test_a_run_told_not_to_wait_is_refused_with_its_own_verdict(project: Path) -
         assert _wait(first) == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_waiting_leaves_an_interrupted_verdict_of_its_own(project: Path) -> None:
     reports = project / "reports"
     first = _start(project, "A", slow=True)
@@ -246,6 +249,7 @@ def test_ctrl_c_while_waiting_leaves_an_interrupted_verdict_of_its_own(project: 
     assert _tags(json.loads((reports / "verdict.json").read_text())) == {"A"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_a_signal_mid_claim_publishes_an_interrupted_verdict(project: Path,
                                                              sig: signal.Signals) -> None:
@@ -260,6 +264,7 @@ def test_a_signal_mid_claim_publishes_an_interrupted_verdict(project: Path,
     assert _allure_tags(reports / "allure-results") == {"A"}  # the claims that finished
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_its_interim_verdict_and_the_next_run_publishes(
         project: Path) -> None:
     reports = project / "reports"
