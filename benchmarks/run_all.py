@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bounded_work
 import health_scan
 import launches
 import offline_claims
@@ -99,6 +100,10 @@ def _bench7(work: Path, quick: bool) -> dict[str, Any]:
     return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
 
 
+def _bench10(work: Path, quick: bool) -> dict[str, Any]:
+    return bounded_work.run(work, quick)
+
+
 def _rows4(result: dict[str, Any]) -> list[list[str]]:
     import live_sim
 
@@ -116,6 +121,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "7": ("safetensors_oracle", _bench7, oracle.rows),
     "8": ("paired_design", _bench8, _rows8),
     "9": ("accuracy", _bench9, _rows9),
+    "10": ("bounded_work", _bench10, bounded_work.rows),
 }
 
 

@@ -163,6 +163,19 @@ def file_contains(path: Path, text: str) -> Callable[[], bool]:
     return check
 
 
+def run_file_contains(reports: Path, relative: str, text: str) -> Callable[[], bool]:
+    """file_contains for a file of the run in progress, in the run folder its interim verdict
+    names (reports/verdict.json's run.folder)."""
+    def check() -> bool:
+        try:
+            doc = json.loads((reports / "verdict.json").read_text(encoding="utf-8"))
+            folder = doc["run"]["folder"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return file_contains(reports / folder / relative, text)()
+    return check
+
+
 def marked_processes(marker: str) -> list[psutil.Process]:
     """Live processes whose environment carries this case's marker (servers and their children)."""
     found = []

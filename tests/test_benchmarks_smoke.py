@@ -142,3 +142,20 @@ def test_run_all_quick_writes_bench_json_and_a_table(tmp_path: Path,
     printed = capsys.readouterr().out
     assert printed.startswith("| benchmark")
     assert str(out) in printed
+
+
+@pytest.mark.slow
+def test_bounded_work_runs_every_case(tmp_path: Path) -> None:
+    import bounded_work
+
+    from specgate.core.profile import MAX_EXPECT_KEYS
+
+    result = bounded_work.run(tmp_path, quick=True)
+    cases = result["cases"]
+    assert {name: c["exit_codes"] for name, c in cases.items()} == {
+        "normal": [0], "empty_tensors": [0], "expect_keys": [0], "refused_keys": [4]}
+    assert cases["empty_tensors"]["claims"] == cases["normal"]["claims"]
+    assert cases["expect_keys"]["claims"] == cases["normal"]["claims"] + MAX_EXPECT_KEYS - 2
+    assert cases["empty_tensors"]["extra_header_bytes"] > 20_000 * 50
+    assert all(math.isfinite(c["ratio_wall"]) for c in cases.values())
+    assert len(bounded_work.rows(result)) == 3

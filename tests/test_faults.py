@@ -222,8 +222,8 @@ def test_signal_mid_benchmark(sig: signal.Signals, xdist: bool, tmp_path: Path, 
     reports = tmp_path / "reports"
     args = ["-n", "2"] if xdist else []
     proc = fh.start_probe(profile, reports, *args)
-    hung = fh.wait_for(fh.file_contains(reports / "live" / "baseline-server.log",
-                                        "simulated fault hang_after"), 40)
+    hung = fh.wait_for(fh.run_file_contains(reports, "live/baseline-server.log",
+                                            "simulated fault hang_after"), 40)
     started = time.monotonic()
     if sig == signal.SIGINT:
         fh.kill_group(proc.pid, signal.SIGINT)  # Ctrl-C reaches the terminal's whole job

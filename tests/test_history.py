@@ -225,6 +225,24 @@ def test_append_run_records_the_verdict_and_its_figures(tmp_path: Path) -> None:
     assert record.figures["accept_len"] == Figure(2.6, 2.5, 2.7, "tokens/verify")
 
 
+def test_a_run_is_recorded_once_and_from_its_own_folder_too(tmp_path: Path) -> None:
+    """The same run appended twice (its run id in the verdict) is one line; a run folder's
+    history is its reports folder's."""
+    from specgate.io import runs
+
+    run = runs.new_run(tmp_path)
+    results = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.6)]
+    doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="passed",
+                        extra={"run": {"id": run.id, "folder": run.relative}})
+    first = history.append_run(run.path, _profile(), doc)
+    again = history.append_run(tmp_path, _profile(), doc)
+    other = history.append_run(tmp_path, _profile(), {**doc, "run": {"id": "another"}})
+    assert history_store.history_file(run.path) == history_store.history_file(tmp_path)
+    assert again == first
+    assert first.run == run.id
+    assert history_store.read_history(history_store.history_file(tmp_path)) == [first, other]
+
+
 def test_check_regression_reads_the_history_and_the_profile_tolerance(tmp_path: Path) -> None:
     history_store.record_run(history_store.history_file(tmp_path), profile="demo", drafter=None,
                        outcome="passed", figures={"accept_len": Figure(2.6)})

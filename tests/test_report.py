@@ -11,6 +11,7 @@ import pytest
 from helpers_allure import CLAIM_IDS, embedded_files, make_results
 
 from specgate.cli.report import main_report
+from specgate.io.runs import PUBLISH_LOCK
 from specgate.report import allure_meta
 from specgate.report import build as report
 from specgate.report.build import ReportError
@@ -148,8 +149,24 @@ def test_a_real_report_across_two_runs(tmp_path: Path) -> None:
     by_type = {c["type"]: c for c in charts.values()}
     assert len(by_type["statusDynamics"]["data"]) == 2  # the trend spans both runs
     assert by_type["statusTransitions"]["data"][-1]["fixed"] == 1  # vocab.d2t_match
-    assert sorted(p.name for p in reports.iterdir()) == [
+    # No scratch folder is left behind (the publish lock file stays, as every lock file does).
+    assert sorted(p.name for p in reports.iterdir() if p.name != PUBLISH_LOCK) == [
         "allure-report", "allure-results", "history", "verdict.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_NODE, reason="node and npm are needed to run Allure Report 3")
+def test_a_report_of_one_run_folder_keeps_the_reports_folders_history(tmp_path: Path) -> None:
+    from specgate.io import runs
+
+    reports = tmp_path / "reports"
+    run = runs.new_run(reports)
+    make_results(tmp_path / "run1", run.path / "allure-results", round_=1)
+    built = report.build(run.path)
+    assert built.index == run.path / "allure-report" / "index.html"
+    assert built.history_appended
+    assert (reports / "history" / report.ALLURE_HISTORY_FILE).exists()
+    assert not (run.path / "history").exists()
 
 
 def test_summary_line_counts_what_ran() -> None:
@@ -161,6 +178,18 @@ def test_summary_line_counts_what_ran() -> None:
 def test_main_report_without_results_raises_for_the_cli(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="no Allure results"):
         main_report(["--reports", str(tmp_path)])
+
+
+def test_the_report_title_is_that_of_the_run_it_shows(tmp_path: Path) -> None:
+    """While a later run goes, verdict.json is its interim one; the published results, and so
+    the title, are still the last finished run's."""
+    from specgate.io import runs
+
+    shown = runs.new_run(tmp_path)
+    (shown.path / "verdict.json").write_text(json.dumps({"profile": "finished"}))
+    (tmp_path / "verdict.json").write_text(json.dumps({"profile": "going", "interim": True}))
+    assert report._report_name(tmp_path, shown.id) == "specgate — finished"
+    assert report._report_name(tmp_path, None) == "specgate — going"
 
 
 def test_the_report_title_says_simulated(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from specgate.claims import inputs
@@ -23,6 +24,30 @@ def config_field_ids(profile: Profile) -> list[str]:
 
 def config_field_claims(profile: Profile) -> list[ClaimResult]:
     return [config_field_claim(profile, key) for key in config_field_ids(profile)]
+
+
+# The last config.json read for config.<field> claims, by its file, with (inode, size, mtime):
+# a profile with thousands of [drafter.expect] keys reads the file once, not once a key.
+_last_config: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _config_of(folder: Path) -> dict[str, Any]:
+    """read_config(folder), kept while config.json stays the same file with the same size and
+    modification time. The claims only look values up in it."""
+    file = folder / "config.json" if folder.is_dir() else folder
+    try:
+        st = file.stat()
+        stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = None
+    kept = _last_config.get(file)
+    if stamp is not None and kept is not None and kept[0] == stamp:
+        return kept[1]
+    config = read_config(folder)
+    _last_config.clear()
+    if stamp is not None:
+        _last_config[file] = (stamp, config)
+    return config
 
 
 def lookup(config: dict[str, Any], key: str) -> Any:
@@ -50,7 +75,7 @@ def config_field_claim(profile: Profile, key: str) -> ClaimResult:
     expected = profile.drafter.expect.get(key, _MISSING)
     if expected is _MISSING:
         return claims.broken(cid, PHASE, f"[drafter.expect] has no key {key!r}")
-    loaded = inputs.prepare(profile, cid, PHASE, ["drafter"], lambda a: (a, read_config(a)))
+    loaded = inputs.prepare(profile, cid, PHASE, ["drafter"], lambda a: (a, _config_of(a)))
     if isinstance(loaded, ClaimResult):
         return loaded
     folder, config = loaded

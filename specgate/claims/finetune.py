@@ -31,7 +31,7 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
         return loaded
     init_path, drafter_path, parity = loaded
     total = len(parity.matched) + len(parity.missing) + len(parity.mismatched)
-    skipped = f"skipped as a fine-tune loader does: {', '.join(parity.frozen) or 'none'}"
+    skipped = f"skipped as a fine-tune loader does: {_names(parity.frozen) or 'none'}"
     problems = [f"{n}: init {a}, drafter {b}" for n, a, b in parity.mismatched]
     problems += [f"{n}: no such tensor in the drafter" for n in parity.missing]
     if problems:
@@ -41,16 +41,24 @@ def init_parity_claim(profile: Profile) -> ClaimResult:
                    f"Names were normalised (midlayer.* ≡ layers.0.*); {skipped}")
     else:
         fresh = (f"; {len(parity.extra)} drafter tensor(s) not in init start from their own "
-                 f"initialisation: {', '.join(parity.extra)}" if parity.extra else "")
+                 f"initialisation: {_names(parity.extra)}" if parity.extra else "")
         message = (f"{init_path}: all {total} trainable tensors load into {drafter_path} with the"
                    f" same shape and dtype (midlayer.* ≡ layers.0.*); {skipped}{fresh}")
     return claims.judged(
         not problems, cid, PHASE, message, observed=len(parity.matched), expected=f"= {total}",
-        unit="tensors", details={"skipped": list(parity.frozen), "missing": list(parity.missing),
-                                 "mismatched": [list(m) for m in parity.mismatched],
-                                 "fresh": list(parity.extra), "compared": total,
+        unit="tensors", details={**claims.listed("skipped", parity.frozen),
+                                 **claims.listed("missing", parity.missing),
+                                 **claims.listed("mismatched", [list(m) for m in
+                                                                parity.mismatched]),
+                                 **claims.listed("fresh", parity.extra), "compared": total,
                                  "names_normalised": True},
         fail_reason="shape_mismatch" if parity.mismatched else "missing_tensor")
+
+
+def _names(names: tuple[str, ...], shown: int = 6) -> str:
+    """A few names for a message, and how many more there are (the details list them)."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def vocab_alignment_claim(profile: Profile) -> ClaimResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from specgate.core.attachment import Attachment as Attachment
@@ -110,6 +111,16 @@ class ClaimResult:
             reason=str(data.get("reason") or ""),
             cause=str(data.get("cause") or ""),
         )
+
+
+# Names a claim's details list at most (the first ones, beside how many there were): what a
+# checkpoint holds per tensor must not grow the verdict, the report or junit.xml with it.
+DETAILS_LISTED = 50
+
+
+def listed(key: str, items: Sequence[Any]) -> dict[str, Any]:
+    """details[key] as the first DETAILS_LISTED items, and key_count = how many there were."""
+    return {key: list(items[:DETAILS_LISTED]), f"{key}_count": len(items)}
 
 
 def passed(claim_id: str, phase: str, message: str, **kw: Any) -> ClaimResult:

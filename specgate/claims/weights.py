@@ -59,7 +59,8 @@ def layout_claim(profile: Profile) -> ClaimResult:
         problems, unexpected = layout_problems(drafter)
     except CheckpointError as exc:
         return claims.broken(cid, PHASE, f"{drafter.path / 'config.json'}: {exc}")
-    details: dict[str, Any] = {"problems": problems, "unexpected": unexpected}
+    details: dict[str, Any] = {**claims.listed("problems", problems),
+                               **claims.listed("unexpected", unexpected)}
     note = ""
     if unexpected:
         # SGLang's loader silently ignores names it does not know, so say which ones it will skip.
@@ -130,7 +131,7 @@ def shape_parity_claim(profile: Profile) -> ClaimResult:
     reference_path = reference.path
     problems = parity_problems(drafter, reference)
     compared = sum(1 for n in reference.by_canonical() if is_trainable(n))
-    details = {"problems": problems, "compared": compared}
+    details = {**claims.listed("problems", problems), "compared": compared}
     if problems:
         return claims.failed(cid, PHASE, f"{len(problems)} of {compared} trainable tensors of "
                              f"{reference_path} have no same-shape, same-dtype twin in "
@@ -152,15 +153,17 @@ def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult
     except OSError as exc:
         return claims.broken(cid, PHASE, f"{drafter.path}: reading the weights failed: {exc}")
     problems = [f"{t.name} has {t.nonfinite} NaN/Inf value(s)" for t in report.nonfinite]
-    nonfinite = {t.name: t.nonfinite for t in report.nonfinite}
+    nonfinite = {t.name: t.nonfinite for t in report.nonfinite[:claims.DETAILS_LISTED]}
     all_zero = [t.name for t in report.all_zero]
     problems += [f"{t.name} is all zeros (never trained, or saved before the weights were "
                  "materialised)" for t in report.all_zero]
-    details: dict[str, Any] = {"problems": problems, "nonfinite": nonfinite,
-                               "all_zero": all_zero, "bytes_scanned": report.bytes_scanned,
+    details: dict[str, Any] = {**claims.listed("problems", problems), "nonfinite": nonfinite,
+                               "nonfinite_count": len(report.nonfinite),
+                               **claims.listed("all_zero", all_zero),
+                               "bytes_scanned": report.bytes_scanned,
                                "bytes_in_holes": report.bytes_in_holes,
                                "seconds": round(report.seconds, 3)}
-    scanned = (f"{len(report.tensors)} tensors, "
+    scanned = (f"{report.count} tensors, "
                f"{_size(report.bytes_scanned + report.bytes_in_holes)} in {report.seconds:.2f} s")
     if problems:
         return claims.failed(cid, PHASE, f"{drafter.path}: {_listing(problems)} ({scanned}); "

@@ -21,6 +21,10 @@ PROFILE_ENV = "SPECGATE_PROFILE"
 CACHE_ENV = "SPECGATE_CACHE"
 # A profile is a few KB; a bound keeps a wrong file (a 34 MB log) from taking a minute to parse.
 MAX_PROFILE_BYTES = 1 << 20
+# Each [drafter.expect] key is a claim, and so a test, an Allure result and a junit case: a
+# drafter's config.json has a few dozen fields (a multimodal target's, nested, about 150), and
+# the bound keeps a generated profile from costing a run seconds per hundred keys.
+MAX_EXPECT_KEYS = 256
 DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
 SIMULATOR_MODULE = "specgate.testing.simulator"
 
@@ -362,6 +366,13 @@ def load_profile(path: Path | str) -> Profile:
 
 def parse_profile(raw: dict[str, Any], source: Path | None = None) -> Profile:
     label = str(source) if source else "<profile>"
+    drafter = raw.get("drafter")
+    expect = drafter.get("expect") if isinstance(drafter, dict) else None
+    if isinstance(expect, dict) and len(expect) > MAX_EXPECT_KEYS:
+        raise ProfileError(f"{label}: [drafter.expect] lists {len(expect)} keys, over the "
+                           f"{MAX_EXPECT_KEYS} specgate checks (each is a claim; a drafter's "
+                           "config.json has a few dozen fields): keep the fields that decide "
+                           "whether SGLang serves the drafter")
     data = dict(raw)
     if source is not None:
         data["source"] = str(Path(source).resolve())

@@ -11,7 +11,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from specgate.core.profile import Profile
+from specgate.core.profile import MAX_EXPECT_KEYS, Profile
 
 HEADER = """# Profile reference
 
@@ -37,7 +37,7 @@ DESCRIPTIONS: dict[str, str] = {
     "drafter.path": "drafter checkpoint folder (config.json and *.safetensors) under test",
     "drafter.reference": "a second drafter to compare against (shape parity, vocab matches)",
     "drafter.expect": "config.json fields the drafter must carry, one `config.<key>` claim "
-                      "each; dotted keys reach nested fields",
+                      f"each; dotted keys reach nested fields; at most {MAX_EXPECT_KEYS} keys",
     "server.launcher": "argv prefix that starts an SGLang server (a list, or a string that is "
                        "shell-split); a leading `ssh` or `pct` makes it remote",
     "server.host": "address the server binds; anything but loopback is a warning",

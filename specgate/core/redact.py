@@ -54,8 +54,8 @@ _URL_QUERY = re.compile(
 
 def redact_urls(text: str) -> str:
     """text with every URL's password and credential-looking query values replaced by ***."""
-    if "://" not in text and "=" not in text:
-        return text
+    if "://" not in text and ("=" not in text or not any(c in text for c in "?&;")):
+        return text  # neither pattern can match: no scheme, and no query separator before =
     text = _URL_USERINFO.sub(lambda m: m.group(0) if m.group(2) == MASK
                              else f"{m.group(1)}{MASK}{m.group(3)}", text)
     return _URL_QUERY.sub(lambda m: f"{m.group(1)}{MASK}", text)

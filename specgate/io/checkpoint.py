@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,11 +21,12 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 FROZEN_TENSORS = frozenset({"embed_tokens.weight", "verifier_lm_head.weight", "d2t", "t2d"})
 
 _LEGACY_RENAMES = (
-    (re.compile(r"^midlayer\."), "layers.0."),
-    (re.compile(r"^aux_norm_low\."), "fc_norm.0."),
-    (re.compile(r"^aux_norm_mid\."), "fc_norm.1."),
-    (re.compile(r"^aux_norm_high\."), "fc_norm.2."),
+    ("midlayer.", "layers.0."),
+    ("aux_norm_low.", "fc_norm.0."),
+    ("aux_norm_mid.", "fc_norm.1."),
+    ("aux_norm_high.", "fc_norm.2."),
 )
+_LEGACY_PREFIXES = tuple(old for old, _ in _LEGACY_RENAMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +62,10 @@ class ExpectedTensor(NamedTuple):
 def normalize_name(name: str) -> str:
     """One spelling for a tensor: no `model.` prefix, `layers.0.*` for legacy `midlayer.*`."""
     name = name.removeprefix("model.")
-    for pattern, replacement in _LEGACY_RENAMES:
-        name = pattern.sub(replacement, name)
+    if name.startswith(_LEGACY_PREFIXES):
+        for old, new in _LEGACY_RENAMES:
+            if name.startswith(old):
+                return new + name[len(old):]
     return name
 
 

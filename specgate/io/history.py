@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.io import jsonl
+from specgate.io import jsonl, runs
 
 HISTORY_FILE = "verdicts.jsonl"
 
@@ -62,22 +62,27 @@ class Figure:
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-    """One finished run: which profile and drafter, how it ended, and its key figures."""
+    """One finished run: which profile and drafter, how it ended, its key figures, and the run
+    folder it came from (reports/runs/<run>)."""
 
     profile: str
     drafter: str | None
     outcome: str
     time: str
     figures: Mapping[str, Figure] = dataclasses.field(default_factory=dict)
+    run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "profile": self.profile,
             "drafter": self.drafter,
             "outcome": self.outcome,
             "time": self.time,
             "figures": {k: f.to_json() for k, f in self.figures.items()},
         }
+        if self.run is not None:
+            out["run"] = self.run
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
@@ -87,11 +92,13 @@ class RunRecord:
             outcome=str(data["outcome"]),
             time=str(data.get("time", "")),
             figures={str(k): Figure.from_json(v) for k, v in (data.get("figures") or {}).items()},
+            run=None if data.get("run") is None else str(data["run"]),
         )
 
 
 def history_file(reports_dir: Path) -> Path:
-    return Path(reports_dir) / "history" / HISTORY_FILE
+    """REPORTS/history/verdicts.jsonl (for a run's own folder, that of its reports folder)."""
+    return runs.reports_root(Path(reports_dir)) / "history" / HISTORY_FILE
 
 
 def record_run(
@@ -102,11 +109,17 @@ def record_run(
     outcome: str,
     figures: Mapping[str, Figure],
     when: _dt.datetime | None = None,
+    run: str | None = None,
 ) -> RunRecord:
-    """Append one finished run to the history file and return its record."""
+    """Append one finished run to the history file and return its record; a run already there
+    (the same run id) is not appended again."""
+    if run is not None:
+        for earlier in read_history(path):
+            if earlier.run == run:
+                return earlier
     when = when or _dt.datetime.now(_dt.UTC)
     record = RunRecord(profile, drafter, outcome, when.isoformat(timespec="seconds"),
-                       dict(figures))
+                       dict(figures), run)
     path.parent.mkdir(parents=True, exist_ok=True)
     # One short line in append mode: concurrent writers interleave whole lines, not bytes.
     with open(path, "a", encoding="utf-8") as fh:

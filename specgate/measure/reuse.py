@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgate.core.redact import redact_urls
+from specgate.io import runs
 from specgate.io.jsonl import json_safe
 from specgate.serving.launch import ServerPlan
 
@@ -188,7 +189,8 @@ def _specgate_version() -> str:
 
 
 def store_dir(reports_dir: Path) -> Path:
-    return reports_dir / STORE_DIR
+    """REPORTS/baselines, shared by every run (also when given a run's own folder)."""
+    return runs.reports_root(reports_dir) / STORE_DIR
 
 
 def save(reports_dir: Path, fp: Fingerprint, run: dict[str, Any], *,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.core.errors import SpecgateError
+from specgate.io import runs
 from specgate.report import allure_meta
 
 MIN_NODE_MAJOR = 20
@@ -164,27 +165,40 @@ def build_report(reports_dir: Path, *, name: str | None = None) -> Path:
 
 
 def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
-    """build_report with the summary and timings, for callers and tests that want them."""
+    """build_report with the summary and timings, for callers and tests that want them.
+
+    DIR is a reports folder (its published allure-results: the latest finished run's) or one
+    run's folder under DIR/runs/; the history is the reports folder's either way."""
     reports_dir = Path(reports_dir).resolve()
-    results = reports_dir / "allure-results"
-    result_files = sorted(results.glob("*-result.json")) if results.is_dir() else []
-    if not result_files:
+    published = reports_dir / "allure-results"
+    if not (published.is_dir() and any(published.glob("*-result.json"))):
         raise ReportError(
-            f"no Allure results in {results}: run the claims first, e.g. "
+            f"no Allure results in {published}: run the claims first, e.g. "
             f"`pytest -m probe --reports {reports_dir}`, then `specgate report --reports "
             f"{reports_dir}`."
         )
-    if not (results / "categories.json").exists():
-        allure_meta.write_categories(results)
-    if not (results / "executor.json").exists():
-        allure_meta.write_executor(results)
-
     node, _ = find_node()
     started = time.monotonic()
     cli = ensure_allure()
     install_s = time.monotonic() - started
 
-    history_dir = reports_dir / "history"
+    with _scratch(reports_dir) as copy:
+        # A run that finishes meanwhile swaps in its own results: build from a copy taken
+        # while no run was publishing, so the report is one run's.
+        results, run_id = runs.snapshot(reports_dir, "allure-results", copy)
+        return _build(reports_dir, results or published, node, cli, install_s,
+                      name or _report_name(reports_dir, run_id))
+
+
+def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: float,
+           name: str) -> BuiltReport:
+    result_files = sorted(results.glob("*-result.json"))
+    if not (results / "categories.json").exists():
+        allure_meta.write_categories(results)
+    if not (results / "executor.json").exists():
+        allure_meta.write_executor(results)
+
+    history_dir = runs.reports_root(reports_dir) / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
     history = history_dir / ALLURE_HISTORY_FILE
     fingerprint = _fingerprint(result_files)
@@ -202,7 +216,7 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
             history.write_text("".join(lines[:earlier]), encoding="utf-8")
         output = scratch / "allure-report"
         config = scratch / "allurerc.json"
-        doc = allure_config(output, history, name=name or _report_name(reports_dir))
+        doc = allure_config(output, history, name=name)
         config.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
         started = time.monotonic()
         proc = subprocess.run(
@@ -269,8 +283,12 @@ def strip_analytics(html: Path) -> bool:
     return count > 0
 
 
-def _report_name(reports_dir: Path) -> str:
+def _report_name(reports_dir: Path, run_id: str | None = None) -> str:
+    """The title, from the verdict of the run whose results the report shows (the published
+    verdict.json may be a later run's interim one)."""
     verdict = reports_dir / "verdict.json"
+    if run_id and (reports_dir / runs.RUNS_DIR / run_id / "verdict.json").is_file():
+        verdict = reports_dir / runs.RUNS_DIR / run_id / "verdict.json"
     with contextlib.suppress(OSError, ValueError):
         doc: Mapping[str, Any] = json.loads(verdict.read_text(encoding="utf-8"))
         if doc.get("profile"):

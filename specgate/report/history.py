@@ -58,10 +58,12 @@ def _summary_figure(data: Any, unit: str) -> Figure | None:
 def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, Any]) -> RunRecord:
     """Record a finished run from its verdict document (called after verdict.json is written)."""
     results = [ClaimResult.from_json(c) for c in verdict_doc.get("claims") or []]
+    run = verdict_doc.get("run")
     return record_run(
         history_file(reports_dir),
         profile=profile.name,
         drafter=verdict_doc.get("drafter"),
         outcome=str(verdict_doc.get("outcome", "error")),
         figures=figures_from_claims(results),
+        run=str(run["id"]) if isinstance(run, Mapping) and run.get("id") else None,
     )

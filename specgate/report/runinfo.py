@@ -1,19 +1,11 @@
-"""Around a claims run: a clean results folder before it, result files and history after it."""
+"""After a claims run: Allure's environment, executor and categories files, and the history."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from specgate.core.profile import Profile
-
-
-def clean_results(results_dir: Path) -> None:
-    """Empty allure-results of an earlier run (history lives elsewhere and is kept)."""
-    if results_dir.exists():
-        shutil.rmtree(results_dir, ignore_errors=True)
-    results_dir.mkdir(parents=True, exist_ok=True)
 
 
 def finish(profile: Profile | None, reports_dir: Path, verdict_doc: dict[str, Any],
