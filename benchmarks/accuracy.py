@@ -41,7 +41,10 @@ def _port() -> int:
 
 
 def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
-                   max_new_tokens: int = 64, per_category: int = 6) -> dict[str, Any]:
+                   max_new_tokens: int = 64, per_category: int = 6,
+                   keep: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The harness's figures against the simulator's truth log in one streaming mode; `keep`
+    receives the measurement and the served records for a caller that checks each request."""
     from specgate.measure import bench, prompts
     from specgate.serving.client import SGLangClient
     from specgate.testing import generate
@@ -87,6 +90,8 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
         proc.terminate()
         proc.wait(10)
     truth = [r for r in model.read_truth(truth_file) if r.stream]
+    if keep is not None:
+        keep.update(measurement=m, served=truth)
     true_accept = model.accept_length_of(truth)
     true_tps = model.decode_tps_of(truth)
     accept, tps = m.stats["accept_len"].mean, m.stats["tps"].mean

@@ -500,8 +500,9 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import accuracy
 
+    kept: dict[str, object] = {}
     row = accuracy.simulator_mode(tmp_path, mode, accuracy.MODES[mode], max_new_tokens=128,
-                                  per_category=2)
+                                  per_category=2, keep=kept)
     assert row["requests"] == 14
     assert row["accept_len"] == pytest.approx(row["true_accept_len"], rel=1e-12)  # exact counts
     if mode == "buffering proxy":
@@ -510,7 +511,12 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
         assert row["tps"] > 20 * row["true_tps"]
     else:
         assert row["bursts"] == 0
-        assert row["tps"] == pytest.approx(row["true_tps"], rel=0.005)
+        # Per request within what the client can observe of the simulator's own clock, however
+        # loaded the machine (the bound of tests/test_bench.py).
+        from test_bench import _assert_timed_as_served
+
+        tps, true_tps, _slack = _assert_timed_as_served(kept["measurement"], kept["served"])
+        assert (tps, true_tps) == (pytest.approx(row["tps"]), pytest.approx(row["true_tps"]))
 
 
 # -- one-token answers, unpaired prompts, untimed decode
