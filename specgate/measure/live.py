@@ -293,14 +293,7 @@ def _log_tail_of(exc: SpecgateError) -> str:
 
 def _stop(handle: ServerHandle) -> str:
     """Stop now (serve() would too) so the report of what was left behind is kept."""
-    report = handle.stop()
-    text = str(report.how)
-    if not report.clean:
-        text += (f"; left behind: pids {list(report.leftovers)}, port free {report.port_free}, "
-                 f"GPU pids {list(report.gpu_leftovers)}")
-    if report.notes:
-        text += "; " + "; ".join(report.notes)
-    return text
+    return handle.stop().summary()
 
 
 def _tail(handle: ServerHandle | None) -> str:
@@ -483,14 +476,15 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
     """SGLang version, chat template, GPUs and server URLs of the live session written to
     reports_dir after `since` (a Unix time), for the verdict and the report's environment; {}
     when there was none."""
+    stopped = _stop_reports(reports_dir / "live", since)
     path = reports_dir / "live" / RESULTS_FILE
     try:
         if path.stat().st_mtime < since:
-            return {}
+            return stopped
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
-    facts: dict[str, Any] = {}
+        return stopped
+    facts: dict[str, Any] = dict(stopped)
     for config in ("speculative", "baseline"):
         run = data.get(config) or {}
         info = run.get("server_info") or {}
@@ -510,3 +504,21 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
     if reuse:
         facts["baseline_reuse"] = reuse
     return facts
+
+
+def _stop_reports(live_dir: Path, since: float) -> dict[str, Any]:
+    """{"servers_stopped": {config: what was stopped and how}} from the stop reports the
+    launched servers left beside their logs after `since`, also when the run was interrupted."""
+    stopped: dict[str, Any] = {}
+    for config in ("baseline", "speculative"):
+        path = server.stop_report_path(live_dir / f"{config}-server.log")
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict):
+            stopped[config] = {key: report.get(key) for key in
+                               ("how", "clean", "summary", "exit_code", "seconds", "far_side")}
+    return {"servers_stopped": stopped} if stopped else {}

@@ -5,7 +5,8 @@ A local launcher gets the profile's `[server] env` through the child's environme
 launcher (ssh, pct, docker, kubectl) does not carry the local environment, so the same variables
 travel on the command line as `env K=V ...` inserted where the remote command starts, and every
 argument the harness adds is shell-quoted for ssh, whose remote side re-parses the command
-through a shell.
+through a shell. A remote command's standard input must reach the far side (serving/remote.py
+watches it), so `docker exec` and the like get `-i`, and `ssh -n` is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ ATTACH_OPTIONS: dict[str, str] = {"baseline": "--baseline-url / [server] baselin
                                   "speculative": "--server-url / [server] url"}
 
 REMOTE_PROGRAMS = frozenset({"ssh", "pct", "docker", "podman", "kubectl", "lxc-attach"})
+# `X exec` attaches the command's standard input only with -i.
+_EXEC_NEEDS_I = frozenset({"docker", "podman", "kubectl"})
+# ssh options that take a value (ssh(1) SYNOPSIS), to find the destination after them.
+_SSH_VALUE_OPTIONS = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 _REMOTE_PROGRAM_NAMES = ("sglang", "uv", "conda")
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 LOOPBACK_HOSTS = frozenset({"localhost", "::1", "[::1]"})
@@ -64,6 +69,9 @@ class LaunchSpec:
     remote: bool
     simulated: bool
     stop_command: tuple[str, ...] | None = None
+    # A remote launcher: argv[:remote_at] reaches the far side (`ssh gpu-box`, `pct exec 101 --`);
+    # the command run there starts at remote_at. 0 for a local launcher.
+    remote_at: int = 0
     secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     redacted_argv: tuple[str, ...] = dataclasses.field(init=False, repr=False)
     redacted_env: Mapping[str, str] = dataclasses.field(init=False, repr=False)
@@ -213,13 +221,16 @@ def command(settings: LaunchSettings, config: Config, *, port: int | None = None
         flags += ["--api-key", api_key]
 
     env = dict(settings.env)
+    remote_at = 0
     if remote:
         flags = [shlex.quote(f) for f in flags] if _is_ssh(launcher) else flags
         cut = remote_command_start(launcher)
+        reach = keep_stdin(launcher[:cut], settings.source)
         carriage = ["env", *(f"{k}={_remote_quote(launcher, v)}" for k, v in env.items())]
-        head = launcher[:cut] + (carriage if env else [])
+        head = reach + (carriage if env else [])
         argv = head + launcher[cut:] + flags
         prefix_len = len(head) + len(launcher) - cut
+        remote_at = len(reach)
         env = {}
     else:
         argv = launcher + flags
@@ -237,6 +248,7 @@ def command(settings: LaunchSettings, config: Config, *, port: int | None = None
         remote=remote,
         simulated=settings.simulated,
         stop_command=tuple(server.stop_command) if server.stop_command else None,
+        remote_at=remote_at,
         secrets=tuple(secrets_from_env(server.env)),
     )
 
@@ -273,6 +285,58 @@ def remote_command_start(launcher: list[str]) -> int:
         "starts (looked for python, sglang, uv, conda or a '--'), so [server] env cannot be "
         "carried to it; write the launcher as e.g. 'ssh gpu-box python -m sglang.launch_server'"
     )
+
+
+def keep_stdin(reach: list[str], source: str = "<profile>") -> list[str]:
+    """The part of a remote launcher that reaches the far side, with the command's standard input
+    kept open all the way: `-i` added to `docker exec` (podman, kubectl), `ssh -n` refused."""
+    out = list(reach)
+    i = 0
+    while i < len(out):
+        name = Path(out[i]).name
+        if name == "ssh":
+            refused = _ssh_stdin_flags(out[i + 1:])
+            if refused:
+                raise ProfileError(
+                    f"{source}: [server] launcher uses ssh -{refused}, which leaves the remote "
+                    "command without standard input; specgate's wrapper on the GPU host watches "
+                    "it to stop the server when specgate goes away, so remove -" + refused)
+        if name in _EXEC_NEEDS_I and i + 1 < len(out) and out[i + 1] == "exec":
+            options = _leading_options(out[i + 2:])
+            if not any(o in ("-i", "--interactive") or (o[1:2] != "-" and "i" in o[1:])
+                       for o in options):
+                out.insert(i + 2, "-i")
+        i += 1
+    return out
+
+
+def _leading_options(words: list[str]) -> list[str]:
+    options = []
+    for word in words:
+        if not word.startswith("-") or word == "--":
+            break
+        options.append(word)
+    return options
+
+
+def _ssh_stdin_flags(words: list[str]) -> str:
+    """Which of ssh's -n (stdin from /dev/null) and -f (background) the options before the
+    destination set, as their letters."""
+    found = ""
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if not word.startswith("-") or word == "--":
+            break
+        for j, letter in enumerate(word[1:]):
+            if letter in "nf" and letter not in found:
+                found += letter
+            if letter in _SSH_VALUE_OPTIONS:
+                skip = j == len(word) - 2  # the value is the next word
+                break
+    return found
 
 
 def server_url(host: str, port: int) -> str:

@@ -6,14 +6,17 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -24,7 +27,7 @@ import psutil
 
 from specgate.core.errors import ServerError
 from specgate.core.redact import Redactor
-from specgate.serving import gpu
+from specgate.serving import gpu, remote
 from specgate.serving.client import NoAnswer, SGLangClient, Unreachable
 from specgate.serving.launch import ATTACH_OPTIONS, Config, LaunchSpec, ServerPlan, free_port
 from specgate.serving.preflight import preflight_spec
@@ -48,6 +51,17 @@ Progress = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
+class FarSideStop:
+    """How a remote launch's server was stopped on the far side (serving/remote.py)."""
+
+    tag: str  # the SPECGATE_REMOTE_TAG value every process of the server's tree carries
+    pid: int | None  # the server's pid there, which is also its process group (None: unknown)
+    wrapper: tuple[str, ...]  # what the wrapper said it did when its standard input ended
+    second_path: str  # the sweep through the launcher prefix (or [server] stop_command)
+    left: tuple[int, ...] | None  # tagged pids still alive after the sweep; None: unknown
+
+
+@dataclasses.dataclass(frozen=True)
 class StopReport:
     """How a server ended and what, if anything, outlived it."""
 
@@ -60,10 +74,31 @@ class StopReport:
     gpu_leftovers: tuple[int, ...] = ()
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    far_side: FarSideStop | None = None
 
     @property
     def clean(self) -> bool:
-        return not self.leftovers and self.port_free is not False and not self.gpu_leftovers
+        far_left = self.far_side is not None and bool(self.far_side.left)
+        return (not self.leftovers and self.port_free is not False and not self.gpu_leftovers
+                and not far_left)
+
+    def summary(self) -> str:
+        """One line for the reports: how it ended, what was left behind, the notes."""
+        text = self.how
+        if not self.clean:
+            far = list(self.far_side.left or ()) if self.far_side else []
+            text += (f"; left behind: pids {list(self.leftovers)}, port free {self.port_free}, "
+                     f"GPU pids {list(self.gpu_leftovers)}"
+                     + (f", on the far side pids {far}" if far else ""))
+        if self.notes:
+            text += "; " + "; ".join(self.notes)
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["clean"] = self.clean
+        out["summary"] = self.summary()
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +117,8 @@ class ServerHandle:
                  spec: LaunchSpec | None = None, log_path: Path | None = None,
                  proc: subprocess.Popen[bytes] | None = None,
                  server_info: dict[str, Any] | None = None,
-                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+                 stop_timeout_s: float = STOP_TIMEOUT_S,
+                 remote_tag: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.config = config
@@ -90,6 +126,8 @@ class ServerHandle:
         self.log_path = log_path
         self.server_info: dict[str, Any] = server_info or {}
         self.stop_timeout_s = stop_timeout_s
+        # A remote launch: the tag its wrapper gives the server's tree on the far side.
+        self.remote_tag = remote_tag
         self._proc = proc
         self._family: dict[int, psutil.Process] = {}
         self._report: StopReport | None = None
@@ -137,12 +175,21 @@ class ServerHandle:
         except psutil.Error:
             pass
 
+    def far_side(self) -> remote.FarSide | None:
+        """Where the wrapper says the server runs on the far side (a remote launch)."""
+        if self.remote_tag is None or self.log_path is None:
+            return None
+        found = remote.started(_head(self.log_path))
+        return found if found is not None and found.tag == self.remote_tag else None
+
     def stop(self) -> StopReport:
         """Stop the tree (SIGTERM, then SIGKILL after stop_timeout_s); idempotent."""
         with self._lock:
             if self._report is None:
                 self._report = self._stop()
                 _registry.discard(self)
+                if self.log_path is not None:
+                    _write_stop_report(self.log_path, self.config, self._report)
             return self._report
 
     def _stop(self) -> StopReport:
@@ -151,8 +198,10 @@ class ServerHandle:
             return StopReport(how="attached", notes=("attached server: left running",))
         notes: list[str] = []
         spec = self.spec
+        far: FarSideStop | None = None
         if spec is not None and spec.remote:
-            notes += _run_stop_command(spec, self._redactor)
+            far = self._stop_far_side(spec)
+            notes += _far_notes(far)
         self.remember_children()
         family = [p for p in self._family.values() if _running(p)]
         exited_before = self._proc.poll() is not None
@@ -162,10 +211,9 @@ class ServerHandle:
         port_free = _wait_port_free(self.url, 5.0 if not (spec and spec.remote) else 15.0)
         if spec is not None and spec.remote and port_free is False:
             notes.append(
-                "the remote server still answers after the local launcher was stopped; "
-                + ("its [server] stop_command did not stop it" if spec.stop_command else
-                   "set [server] stop_command (e.g. ['ssh', 'gpu-box', 'pkill', '-f', "
-                   "'sglang.launch_server']) so specgate can stop it")
+                f"{self.url} still answers after the far side was stopped: "
+                + ("[server] stop_command did not stop what holds the port" if spec.stop_command
+                   else "something the wrapper did not start holds the port")
             )
         pids = tuple(sorted(self._family))
         if self.log_path is not None:
@@ -175,7 +223,33 @@ class ServerHandle:
             "exited" if exited_before else "killed" if killed else "terminated")
         return StopReport(how=how, exit_code=exit_code, pids=pids, killed=tuple(killed),
                           leftovers=leftovers, port_free=port_free, gpu_leftovers=gpu_left,
-                          seconds=round(time.monotonic() - started, 3), notes=tuple(notes))
+                          seconds=round(time.monotonic() - started, 3), notes=tuple(notes),
+                          far_side=far)
+
+    def _stop_far_side(self, spec: LaunchSpec) -> FarSideStop:
+        """Both paths that stop a remote launch's server on the far side.
+
+        First the wrapper's: its standard input ends, so it TERMs the server's process group
+        (KILL after the grace period) and exits, and the local launcher with it. Then the
+        second: a sweep of every process carrying the tag, through the same launcher prefix,
+        or the user's [server] stop_command in its place.
+        """
+        assert self._proc is not None
+        assert self.remote_tag is not None
+        grace = remote.grace_s(self.stop_timeout_s)
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=grace + 15.0)
+        found = self.far_side()
+        said = tuple(remote.wrapper_said(_tail_raw(self.log_path))) if self.log_path else ()
+        if spec.stop_command:
+            second, left = " ".join(_run_stop_command(spec, self._redactor)), None
+        else:
+            second, left = _sweep(spec, self.remote_tag, self.stop_timeout_s, self._redactor)
+        return FarSideStop(tag=self.remote_tag, pid=found.pid if found else None,
+                           wrapper=said, second_path=second, left=left)
 
 
 def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
@@ -191,19 +265,29 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
             "choose another [server] port, or attach with --server-url/--baseline-url"
         )
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # A remote server runs under serving/remote.py's wrapper, which stops it on the far side
+    # when this end lets go of its standard input.
+    tag = uuid.uuid4().hex if spec.remote else None
+    argv = remote.wrap(spec, tag, stop_timeout_s) if tag else list(spec.argv)
     with log_path.open("wb") as log:
         log.write(f"# specgate: {spec.display}\n".encode())
+        if tag:
+            log.write(f"# specgate: run on the far side by a wrapper that stops the server's "
+                      f"process group when this launcher ends ({remote.TAG_VAR}={tag})\n"
+                      .encode())
         log.flush()
         try:
             proc = subprocess.Popen(
-                list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env={**os.environ, **spec.env},
+                argv, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE if tag else subprocess.DEVNULL,
+                env={**os.environ, **spec.env},
                 start_new_session=True, preexec_fn=_die_with_parent_hook())
         except OSError as exc:
             raise ServerError(f"cannot start {spec.argv[0]!r}: {exc}; check [server] launcher "
                               "or --sglang-launcher") from None
     handle = ServerHandle(url=spec.url, api_key=spec.api_key, config=spec.config, spec=spec,
-                          log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s)
+                          log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s,
+                          remote_tag=tag)
     _registry.add(handle)
     try:
         _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s,
@@ -552,10 +636,40 @@ def _terminate_tree(proc: subprocess.Popen[bytes], family: list[psutil.Process],
     return killed
 
 
+def _far_notes(far: FarSideStop) -> list[str]:
+    where = (f"far side: the server ran as pid {far.pid}, leading its own process group, "
+             f"tagged {remote.TAG_VAR}={far.tag}" if far.pid is not None else
+             "far side: the wrapper never reported the server's pid (it did not start, or its "
+             f"output was lost); its processes are tagged {remote.TAG_VAR}={far.tag}")
+    wrapper = ("the wrapper: " + "; ".join(far.wrapper) if far.wrapper else
+               "the wrapper reported no stop (nothing of the server was running when it ended, "
+               "or its output was lost with the connection)")
+    return [where, wrapper, far.second_path]
+
+
+def _sweep(spec: LaunchSpec, tag: str, stop_timeout_s: float,
+           redactor: Redactor) -> tuple[str, tuple[int, ...] | None]:
+    """Run serving/remote.py's sweep through the launcher prefix: what it said, and the tagged
+    pids it still saw at its end (None when it could not tell)."""
+    through = shlex.join(spec.redacted_argv[:spec.remote_at])
+    try:
+        done = subprocess.run(remote.sweep(spec, tag, stop_timeout_s), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL,
+                              timeout=remote.grace_s(stop_timeout_s) + 60.0, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sweep through `{through}` failed: {exc}", None
+    said = remote.sweep_said(done.stdout)
+    left = remote.sweep_left(done.stdout)
+    if left is None:
+        err = redactor.redact((done.stdout + done.stderr).strip())[-300:]
+        return (f"sweep through `{through}` could not tell what is left (exit "
+                f"{done.returncode}{': ' + err if err else ''})"), None
+    return f"sweep through `{through}`: " + "; ".join(said), left
+
+
 def _run_stop_command(spec: LaunchSpec, redactor: Redactor) -> list[str]:
     if not spec.stop_command:
-        return ["remote launcher without [server] stop_command: only the local launcher "
-                "process is stopped; the server on the GPU host may keep running"]
+        return []
     try:
         done = subprocess.run(list(spec.stop_command), capture_output=True, text=True,
                               timeout=60, check=False)
@@ -631,6 +745,39 @@ def _answers(url: str) -> bool:
 
 def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _head(path: Path, size: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as f:
+            return f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _tail_raw(path: Path, size: int = 64 * 1024) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def stop_report_path(log_path: Path) -> Path:
+    """Where a launched server's stop report is written, beside its log."""
+    return log_path.with_suffix(".stop.json")
+
+
+def _write_stop_report(log_path: Path, config: Config, report: StopReport) -> None:
+    """The stop report beside the log: the verdict names what was stopped and how, also when
+    the run was interrupted or the server ran in another xdist worker."""
+    path = stop_report_path(log_path)
+    with contextlib.suppress(OSError):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"config": config, **report.to_json()}), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def _tail(path: Path, n: int) -> str:
