@@ -1,3 +1,22 @@
 """Shared fixtures for the harness's own tests."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sshd
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd.SSHServer]:
+    """A real OpenSSH server on a loopback port with throwaway keys (tests/sshd.py); the tests
+    that need it skip with the reason where it cannot run."""
+    why = sshd.unavailable()
+    if why:
+        pytest.skip(why)
+    server = sshd.start(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()

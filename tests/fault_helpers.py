@@ -32,7 +32,10 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
                   launcher: list[str] | None = None, api_key_env: str | None = None,
                   extra_env: dict[str, str] | None = None, max_new_tokens: int = 8,
                   prompts_per_category: int = 1,
-                  host: str = "127.0.0.1", name: str = "profile.toml") -> tuple[Path, str]:
+                  host: str = "127.0.0.1", name: str = "profile.toml",
+                  target: Path | None = None, server_args: list[str] | None = None,
+                  stop_timeout_s: float = 5.0,
+                  thresholds: dict[str, float] | None = None) -> tuple[Path, str]:
     """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker)."""
     marker = marker or uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
@@ -45,12 +48,13 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
         f'name = "fault-{marker[:8]}"',
         "simulated = true",
         "[demo]", f"assets = {_toml(str(assets))}",
-        "[target]", f"path = {_toml(str(assets / 'target'))}",
+        "[target]", f"path = {_toml(str(target or assets / 'target'))}",
         "[drafter]", f"path = {_toml(str(assets / 'drafter'))}",
         f"reference = {_toml(str(assets / 'reference'))}",
         "[server]", f"launcher = {_toml(launcher)}", f"host = {_toml(host)}", f"port = {port}",
-        "tp = 1", f"startup_timeout_s = {startup_timeout_s}", "stop_timeout_s = 5",
+        "tp = 1", f"startup_timeout_s = {startup_timeout_s}", f"stop_timeout_s = {stop_timeout_s}",
         f"env = {{ {env_items} }}",
+        *([f"args = {_toml(server_args)}"] if server_args else []),
         *([f"api_key_env = {_toml(api_key_env)}"] if api_key_env else []),
         "[speculative]", 'algorithm = "EAGLE3"', "num_steps = 2", "eagle_topk = 1",
         "num_draft_tokens = 3",
@@ -58,7 +62,9 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
         'categories = ["chat"]',
         'chat_template = "chatml"', f"max_new_tokens = {max_new_tokens}", "warmup = 0",
         "repeats = 1", "max_repeats = 1", f"request_timeout_s = {request_timeout_s}",
-        "[thresholds]", "baseline_tps_min = 1.0", "accept_len_min = 1.0", "speedup_min = 0.01",
+        "[thresholds]",
+        *(f"{k} = {v}" for k, v in {"baseline_tps_min": 1.0, "accept_len_min": 1.0,
+                                    "speedup_min": 0.01, **(thresholds or {})}.items()),
     ]
     path = folder / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

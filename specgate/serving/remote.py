@@ -66,6 +66,8 @@ stop_tree() {{
     say "still running $grace s after TERM: KILL to process group $pg${{left:+, tagged pids $left}}"
     kill -KILL -$pg 2>/dev/null
     [ -z "$left" ] || kill -KILL $left 2>/dev/null
+    n=0
+    while [ $n -lt 25 ] && alive; do sleep $step; n=$((n + 1)); done
   else
     say "process group $pg ended after TERM"
   fi

@@ -240,8 +240,11 @@ class ServerHandle:
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
+        # The wrapper exits once the group is gone (TERM, grace, KILL), and the launcher with
+        # it. One that does not (the wrapper itself was killed, its output pipe is held) is
+        # left to the sweep, then to the local teardown below.
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=grace + 15.0)
+            self._proc.wait(timeout=grace + 5.0)
         found = self.far_side()
         said = tuple(remote.wrapper_said(_tail_raw(self.log_path))) if self.log_path else ()
         if spec.stop_command:
