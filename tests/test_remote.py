@@ -243,6 +243,7 @@ def test_launch_and_stop_leave_nothing_on_the_far_side(
     far = report.far_side
     assert far is not None
     assert far.pid == started.pid
+    assert far.wrapper, "the wrapper reported no stop"
     assert far.wrapper[0].startswith(f"standard input closed: TERM to process group {far.pid}")
     assert far.wrapper[-1] == f"process group {far.pid} ended after TERM"
     assert far.left == ()
@@ -277,6 +278,8 @@ def test_a_server_that_ignores_sigterm_is_killed(
     assert far.wrapper[-1].startswith(
         f"still running 2 s after TERM: KILL to process group {started.pid}")
     assert {started.pid, escaped[0]} <= pids_in(far.wrapper[-1])
+    # The wrapper's KILL got them all: the second path found nothing to do.
+    assert f"no process tagged {far.tag} is left" in far.second_path
     assert far.left == ()
     assert report.clean, report.summary()
 
@@ -401,19 +404,27 @@ def test_readiness_polls_the_address_the_profile_names(
 
 
 def test_the_users_own_ssh_folder_is_untouched(
-        sshd_server: sshd.SSHServer, tmp_path: Path,
-        markers: list[tuple[str, list[str]]]) -> None:
+        tmp_path: Path, markers: list[tuple[str, list[str]]]) -> None:
+    """Keys, sshd, a launch and its stop: ~/.ssh (where ssh would look) is neither read for a
+    key or a known host nor written."""
+    why = sshd.unavailable()
+    if why:
+        pytest.skip(why)
     before = sshd.home_ssh_state()
-    marker = uuid.uuid4().hex
-    profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker)
-    handle = _launch(profile, tmp_path / "server.log")
-    started = handle.far_side()
-    markers.append((marker, [started.tag] if started else []))
-    handle.stop()
+    own = sshd.start(tmp_path / "ssh")
+    try:
+        marker = uuid.uuid4().hex
+        profile = _profile(tmp_path, [*own.prefix(), *SIMULATOR], marker)
+        handle = _launch(profile, tmp_path / "server.log")
+        started = handle.far_side()
+        markers.append((marker, [started.tag] if started else []))
+        assert handle.stop().clean
+    finally:
+        own.stop()
     assert sshd.home_ssh_state() == before
-    config = sshd_server.client_config.read_text()
+    config = own.client_config.read_text()
     for line in ("IdentitiesOnly yes", "IdentityAgent none", "BatchMode yes",
-                 f"UserKnownHostsFile {sshd_server.folder / 'known_hosts'}"):
+                 f"UserKnownHostsFile {own.folder / 'known_hosts'}"):
         assert line in config
 
 
