@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,14 @@ def tags_in(log_dir: Path) -> list[str]:
     return sorted(set(found))
 
 
+def _register(markers: list[tuple[str, list[str]]]) -> tuple[str, list[str]]:
+    """A new marker for a launch, reaped after the test whatever happens; its tags are added
+    to the list once known."""
+    marker, tags = uuid.uuid4().hex, []
+    markers.append((marker, tags))
+    return marker, tags
+
+
 @pytest.fixture
 def markers() -> Iterator[list[tuple[str, list[str]]]]:
     """(marker, tags) of the launches a test made; whatever they left is killed afterwards."""
@@ -221,12 +230,12 @@ def test_docker_exec_keeps_stdin_and_ssh_n_is_refused(tmp_path: Path) -> None:
 
 def test_launch_and_stop_leave_nothing_on_the_far_side(
         transport: Transport, tmp_path: Path, markers: list[tuple[str, list[str]]]) -> None:
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     profile = _profile(tmp_path, [*transport.prefix, *SIMULATOR], marker)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None, handle.log_tail()
-    markers.append((marker, [started.tag]))
+    tags.append(started.tag)
     try:
         assert handle.server_info["speculative_algorithm"] == "EAGLE3"
         tree = tagged(started.tag)
@@ -260,13 +269,13 @@ def test_a_server_that_ignores_sigterm_is_killed(
         transport: Transport, tmp_path: Path, markers: list[tuple[str, list[str]]]) -> None:
     script = tmp_path / "ignores_term.py"
     script.write_text(IGNORES_TERM, encoding="utf-8")
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     profile = _profile(tmp_path, [*transport.prefix, PY, str(script)], marker,
                        stop_timeout_s=2)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None
-    markers.append((marker, [started.tag]))
+    tags.append(started.tag)
     escaped = [p.pid for p in tagged(started.tag) if os.getpgid(p.pid) != started.pgid]
     assert len(escaped) == 1, "the helper left the server's process group"
     report = handle.stop()
@@ -288,12 +297,12 @@ def test_a_server_that_ignores_sigterm_is_killed(
 def test_a_dropped_connection_stops_the_far_side_by_itself(
         drop: str, sshd_server: sshd.SSHServer, tmp_path: Path,
         markers: list[tuple[str, list[str]]]) -> None:
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None
-    markers.append((marker, [started.tag]))
+    tags.append(started.tag)
     assert len(far_side(marker, [started.tag])) >= 4
     if drop == "sshd session killed":
         assert sshd_server.drop_connections()
@@ -314,12 +323,12 @@ def test_the_sweep_stops_what_the_wrapper_could_not(
         markers: list[tuple[str, list[str]]]) -> None:
     """The wrapper itself SIGKILLed on the far side (no handler runs): the second path, a sweep
     through the launcher prefix, stops the server's tree by its tag."""
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None
-    markers.append((marker, [started.tag]))
+    tags.append(started.tag)
     wrappers = [p for p in far_side(marker, [started.tag])
                 if remote.WRAPPER_NAME in " ".join(p.cmdline())]
     assert wrappers
@@ -354,7 +363,7 @@ def test_a_failed_start_brings_back_the_log_tail(
         failure: str, transport: Transport, tmp_path: Path,
         markers: list[tuple[str, list[str]]]) -> None:
     options, code, said = FAILURES[failure]
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     target = options.get("target")
     profile = _profile(tmp_path, [*transport.prefix, *SIMULATOR], marker,
                        args=options.get("args", []))
@@ -365,8 +374,7 @@ def test_a_failed_start_brings_back_the_log_tail(
     with _holding(spec.port if failure == "port taken there" else None), \
             pytest.raises(ServerError) as caught:
         server.launch(spec, tmp_path / "server.log", startup_timeout_s=60, stop_timeout_s=3)
-    tags = tags_in(tmp_path)
-    markers.append((marker, tags))
+    tags += tags_in(tmp_path)
     assert f"exited with code {code} before it was ready" in str(caught.value)
     assert said in caught.value.log_tail, caught.value.log_tail
     assert left_on_far_side(marker, tags) == []
@@ -388,13 +396,13 @@ def test_readiness_polls_the_address_the_profile_names(
         sshd_server: sshd.SSHServer, tmp_path: Path,
         markers: list[tuple[str, list[str]]]) -> None:
     # 127.0.0.2 is loopback too, but nothing of the server listens on 127.0.0.1.
-    marker = uuid.uuid4().hex
+    marker, tags = _register(markers)
     profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker, host="127.0.0.2")
     with server.running(build_command(profile, "baseline"), tmp_path / "server.log",
                         startup_timeout_s=60, stop_timeout_s=3) as handle:
         started = handle.far_side()
         assert started is not None
-        markers.append((marker, [started.tag]))
+        tags.append(started.tag)
         port = int(handle.url.rsplit(":", 1)[1])
         assert handle.url == f"http://127.0.0.2:{port}"
         assert "--host 127.0.0.2" in handle.command
@@ -413,11 +421,11 @@ def test_the_users_own_ssh_folder_is_untouched(
     before = sshd.home_ssh_state()
     own = sshd.start(tmp_path / "ssh")
     try:
-        marker = uuid.uuid4().hex
+        marker, tags = _register(markers)
         profile = _profile(tmp_path, [*own.prefix(), *SIMULATOR], marker)
         handle = _launch(profile, tmp_path / "server.log")
         started = handle.far_side()
-        markers.append((marker, [started.tag] if started else []))
+        tags += [started.tag] if started else []
         assert handle.stop().clean
     finally:
         own.stop()
@@ -480,13 +488,16 @@ def test_probe_through_ssh_ends_clean(outcome: str, sshd_server: sshd.SSHServer,
     thresholds = {"baseline_tps_min": 1e9} if outcome == "failed" else None
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
                                      thresholds=thresholds)
+    markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record(f"remote ssh: {outcome}", run, held=not left, orphans_found=len(left))
     assert not run.timed_out, run.output[-3000:]
     assert len(tags) == 2, tags
-    assert left_on_far_side(marker, tags) == []
+    assert left == []
     _assert_measured(run)
     if outcome == "failed":
         assert (run.verdict["outcome"], run.returncode) == ("failed", 1), run.output[-3000:]
@@ -502,13 +513,16 @@ def test_probe_through_a_container_standin_ends_clean(
         markers: list[tuple[str, list[str]]]) -> None:
     prefix = ["pct", "exec", "101", "--"] if standin == "pct" else ["docker", "exec", "gpu"]
     profile, marker = _probe_profile(tmp_path, assets, prefix)
+    markers.append((marker, []))
     reports = tmp_path / "reports"
     env = fh.child_env(PATH=f"{STANDINS}{os.pathsep}{os.environ.get('PATH', '')}")
     run = fh.run_probe(profile, reports, env=env, timeout_s=BOUND_S)
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record(f"remote {standin} stand-in: measured", run, held=not left, orphans_found=len(left))
     assert not run.timed_out, run.output[-3000:]
-    assert left_on_far_side(marker, tags) == []
+    assert left == []
     _assert_measured(run)
     _assert_stopped_remotely(run, ("baseline", "speculative"))
 
@@ -522,38 +536,65 @@ def test_probe_through_ssh_with_a_server_that_ignores_sigterm(
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
                                      launcher=[*sshd_server.prefix(), PY, str(script)],
                                      stop_timeout_s=2)
+    markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record("remote ssh: server ignores SIGTERM", run, held=not left, orphans_found=len(left))
     assert not run.timed_out, run.output[-3000:]
-    assert left_on_far_side(marker, tags) == []
+    assert left == []
     _assert_measured(run)
     _assert_stopped_remotely(run, ("baseline", "speculative"),
                              how="still running 2 s after TERM: KILL to process group")
 
 
+# (name, profile options, reason in every broken live claim, what the log tail shows)
+REMOTE_FAULTS = {
+    "model path missing there": (
+        {"target": Path("/nonexistent/gpu-box/models/target")},
+        "exited with code 1 before it was ready",
+        "/nonexistent/gpu-box/models/target (--model-path) is not a local folder"),
+    "flag SGLang rejects": ({"server_args": ["--no-such-flag"]},
+                            "exited with code 2 before it was ready",
+                            "unrecognized arguments: --no-such-flag"),
+    "server exits at start": ({"fault": "exit_at_start"},
+                              "exited with code 1 before it was ready", "OutOfMemoryError"),
+    "never ready": ({"fault": "never_ready", "startup_timeout_s": 3},
+                    "did not answer /health_generate with 200 within 3 s",
+                    "Capture cuda graph end"),
+    "dies mid-benchmark": ({"fault": "die_after:1"}, "the server process has exited",
+                           "illegal memory access"),
+}
+
+
 @pytest.mark.slow
-def test_probe_through_ssh_reports_a_remote_start_failure(
-        sshd_server: sshd.SSHServer, tmp_path: Path, assets: Path,
+@pytest.mark.parametrize("case", list(REMOTE_FAULTS))
+def test_probe_through_ssh_reports_a_remote_failure(
+        case: str, sshd_server: sshd.SSHServer, tmp_path: Path, assets: Path,
         markers: list[tuple[str, list[str]]]) -> None:
-    missing = "/nonexistent/gpu-box/models/target"
-    profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
-                                     target=Path(missing))
+    options, reason, said = REMOTE_FAULTS[case]
+    profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(), **options)
+    markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record(f"remote ssh: {case}", run, held=not left, orphans_found=len(left))
     assert not run.timed_out, run.output[-3000:]
-    assert left_on_far_side(marker, tags) == []
-    assert run.verdict["outcome"] == "error"
+    assert left == []
+    assert run.verdict["outcome"] == "error", run.output[-3000:]
     for cid in LIVE_CLAIMS:
         claim = run.claims()[cid]
         assert claim["status"] == "broken", claim
         message = str(claim["message"])
-        assert "exited with code 1 before it was ready" in message, message
+        assert reason in message, message
         assert LOG_HEADER in message
-        assert f"{missing} (--model-path) is not a local folder" in message, message
+        assert said in message, message
+    assert all(stop["far_side"]["left"] == [] for stop in _stops(run).values()), _stops(run)
+    assert fh.wait_for(lambda: not sshd_server.sessions(), 10)
 
 
 @pytest.mark.slow
@@ -566,12 +607,14 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
                                      fault="hang_after:0",
                                      request_timeout_s=6 if dropped else 120)
+    markers.append((marker, []))
     reports = tmp_path / "reports"
     proc = fh.start_probe(profile, reports)
     hung = fh.wait_for(fh.file_contains(reports / "live" / "baseline-server.log",
                                         "simulated fault hang_after"), 60)
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    signalled = time.monotonic()
     if event == "SIGINT":
         fh.kill_group(proc.pid, signal.SIGINT)  # Ctrl-C reaches the terminal's whole job
     elif dropped:
@@ -586,13 +629,18 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
         pytest.fail(f"{event}: no end within {BOUND_S:g} s\n{out[-3000:]}")
     tags = tags_in(reports / "live")
     markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record(f"remote ssh: {event} mid-benchmark", fh.ProbeRun(
+        proc.returncode, out, round(time.monotonic() - signalled, 2), reports),
+        held=not left, orphans_found=len(left), note="seconds from the event to exit")
     assert hung, out[-3000:]
-    assert left_on_far_side(marker, tags) == [], out[-3000:]
+    assert left == [], out[-3000:]
     assert fh.wait_for(lambda: not sshd_server.sessions(), 10)
     doc = json.loads((reports / "verdict.json").read_text(encoding="utf-8"))
     if event == "SIGKILL":
-        # Nothing runs in pytest after SIGKILL; its ssh client gets SIGTERM from the kernel
-        # (PR_SET_PDEATHSIG), the connection ends, and the wrapper stops the far side.
+        # Nothing runs in pytest after SIGKILL, but the write end of the ssh client's standard
+        # input dies with it: ssh passes the end of input on and the wrapper stops the far side
+        # (the kernel also sends the ssh client SIGTERM: PR_SET_PDEATHSIG).
         assert (doc["outcome"], proc.returncode) == ("interrupted", -9)
         return
     stop = doc["servers_stopped"]["baseline"]

@@ -39,12 +39,17 @@ DESCRIPTIONS: dict[str, str] = {
     "drafter.expect": "config.json fields the drafter must carry, one `config.<key>` claim "
                       f"each; dotted keys reach nested fields; at most {MAX_EXPECT_KEYS} keys",
     "server.launcher": "argv prefix that starts an SGLang server (a list, or a string that is "
-                       "shell-split); a leading `ssh` or `pct` makes it remote",
-    "server.host": "address the server binds; anything but loopback is a warning",
+                       "shell-split); a leading `ssh`, `pct`, `docker` (podman, kubectl, "
+                       "lxc-attach) makes it remote: the server then runs under a wrapper that "
+                       "stops its process group on the far side when specgate lets go",
+    "server.host": "address the server binds and specgate polls (for a remote launcher: the "
+                   "GPU host's address as this machine reaches it); anything but loopback is "
+                   "a warning",
     "server.port": "port of the speculative server (0: a free port for each launch)",
     "server.tp": "tensor-parallel size passed to SGLang",
     "server.startup_timeout_s": "seconds to wait for the server to answer /health",
-    "server.stop_timeout_s": "seconds between SIGTERM and SIGKILL of the server's process tree",
+    "server.stop_timeout_s": "seconds between SIGTERM and SIGKILL of the server's process tree "
+                             "(on the far side too, for a remote launcher)",
     "server.args": "further SGLang arguments for both servers",
     "server.baseline_args": "further SGLang arguments for the baseline server only",
     "server.env": "environment the server must start with (checked by `env.server_env`)",
@@ -52,7 +57,8 @@ DESCRIPTIONS: dict[str, str] = {
                           "--api-key, sent as a Bearer token, redacted everywhere)",
     "server.url": "attach to this running speculative server instead of launching one",
     "server.baseline_url": "attach to this running baseline server instead of launching one",
-    "server.stop_command": "argv run on every stop, for servers a remote launcher started",
+    "server.stop_command": "argv run on every stop of a remote launch, in place of specgate's "
+                           "own sweep of the server's tagged processes through the launcher",
     "server.gpus": ("GPU indices the server uses: passed to it as CUDA_VISIBLE_DEVICES and "
                     "checked by `env.gpu_clean` before a launch (default: the env's "
                     "CUDA_VISIBLE_DEVICES, else 0..tp-1)"),
