@@ -127,6 +127,35 @@ def test_pct_launcher_inserts_env_after_the_double_dash() -> None:
         remote_command_start(["ssh", "gpu-box", "/opt/run-sglang"])
 
 
+@pytest.mark.parametrize(("reach", "kept"), [
+    (["docker", "exec", "ctr"], ["docker", "exec", "-i", "ctr"]),
+    (["docker", "exec", "-it", "ctr"], ["docker", "exec", "-it", "ctr"]),
+    (["podman", "exec", "--interactive", "ctr"], ["podman", "exec", "--interactive", "ctr"]),
+    (["ssh", "-o", "User=n", "gpu-box", "docker", "exec", "-e", "A=1", "ctr"],
+     ["ssh", "-o", "User=n", "gpu-box", "docker", "exec", "-i", "-e", "A=1", "ctr"]),
+    (["ssh", "-p", "2222", "gpu-box"], ["ssh", "-p", "2222", "gpu-box"]),
+    (["pct", "exec", "101", "--"], ["pct", "exec", "101", "--"]),
+])
+def test_remote_command_keeps_its_standard_input(reach: list[str], kept: list[str]) -> None:
+    # The far side's wrapper stops the server when its standard input ends: `docker exec`
+    # attaches it only with -i.
+    p = parse_profile({"name": "t", "target": {"path": "/t"},
+                       "server": {"launcher": [*reach, "python", "-m", "sglang.launch_server"]}})
+    spec = build_command(p, "baseline")
+    assert list(spec.argv[:spec.remote_at]) == kept
+    assert spec.argv[spec.remote_at] == "python"
+
+
+@pytest.mark.parametrize("flags", [["-n"], ["-Tn"], ["-fN"], ["-p", "22", "-n"]])
+def test_ssh_without_standard_input_is_refused(flags: list[str]) -> None:
+    p = parse_profile({"name": "t", "target": {"path": "/t"},
+                       "server": {"launcher": ["ssh", *flags, "gpu-box", "python", "-m",
+                                               "sglang.launch_server"]}})
+    with pytest.raises(ProfileError, match=r"uses ssh -[nf]+, which leaves the remote command "
+                                           r"without standard input"):
+        build_command(p, "baseline")
+
+
 def test_server_url_reaches_wildcards_through_loopback() -> None:
     assert server_url("0.0.0.0", 1) == "http://127.0.0.1:1"
     assert server_url("::1", 2) == "http://[::1]:2"

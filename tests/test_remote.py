@@ -47,7 +47,7 @@ import psutil
 import pytest
 import sshd
 
-from specgate.core.errors import ProfileError, ServerError
+from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
 from specgate.serving import remote, server
 from specgate.serving.launch import build_command
@@ -210,20 +210,6 @@ def test_wrapper_goes_where_the_far_side_command_starts(tmp_path: Path) -> None:
                          remote.WRAPPER_NAME, "cd" * 16, "3"]
     assert argv[10:] == list(pct.argv[4:])
     assert remote.sweep(pct, "cd" * 16, 3)[:5] == ["pct", "exec", "101", "--", "sh"]
-
-
-def test_docker_exec_keeps_stdin_and_ssh_n_is_refused(tmp_path: Path) -> None:
-    spec = build_command(_profile(tmp_path, ["docker", "exec", "ctr", *SIMULATOR], "m"),
-                         "baseline")
-    assert list(spec.argv[:4]) == ["docker", "exec", "-i", "ctr"]
-    assert spec.remote_at == 4
-    kept = build_command(_profile(tmp_path, ["docker", "exec", "-it", "ctr", *SIMULATOR], "m"),
-                         "baseline")
-    assert list(kept.argv[:4]) == ["docker", "exec", "-it", "ctr"]
-    with pytest.raises(ProfileError, match=r"ssh -n, which leaves the remote command without"):
-        build_command(_profile(tmp_path, ["ssh", "-n", "gpu-box", *SIMULATOR], "m"), "baseline")
-    assert build_command(_profile(tmp_path, ["ssh", "-p", "2222", "gpu-box", *SIMULATOR], "m"),
-                         "baseline").remote_at == 4
 
 
 # ---- launch and stop, through each transport -------------------------------------------------

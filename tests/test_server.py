@@ -253,6 +253,9 @@ def test_remote_launcher_carries_env_and_runs_stop_command(tmp_path: Path,
     report = handle.stop()
     assert marker.exists()
     assert report.how == "remote"
+    # [server] stop_command replaces specgate's own sweep through the launcher.
+    assert report.far_side is not None
+    assert report.far_side.second_path.startswith("[server] stop_command exited with code 0")
     assert report.port_free
     assert _alive(report.pids) == []
 
