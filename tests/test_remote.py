@@ -50,6 +50,7 @@ from helpers_ckpt import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
+from specgate.measure import live
 from specgate.serving import remote, server
 from specgate.serving.launch import build_command
 
@@ -651,3 +652,24 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
     else:
         assert (doc["outcome"], proc.returncode) == ("interrupted", 2), out[-3000:]
         assert "standard input closed: TERM to process group" in stop["summary"], stop
+
+
+def test_a_stop_that_left_something_is_a_warning(tmp_path: Path) -> None:
+    live_dir = tmp_path / "live"
+    live_dir.mkdir()
+    far = server.FarSideStop(tag="ab" * 16, pid=4242, wrapper=("standard input closed: TERM to "
+                             "process group 4242",), second_path="sweep: left: 4243",
+                             left=(4243,))
+    report = server.StopReport(how="remote", port_free=True, far_side=far)
+    server_log = live_dir / "speculative-server.log"
+    server._write_stop_report(server_log, "speculative", report)
+    clean = server.StopReport(how="remote", port_free=True,
+                              far_side=dataclasses.replace(far, left=()))
+    server._write_stop_report(live_dir / "baseline-server.log", "baseline", clean)
+    facts = live.server_facts(tmp_path)
+    assert facts["servers_stopped"]["speculative"]["clean"] is False
+    assert facts["servers_stopped"]["speculative"]["far_side"]["left"] == [4243]
+    assert facts["servers_stopped"]["baseline"]["clean"] is True
+    warnings = live.stop_warnings(tmp_path)
+    assert warnings == [f"the speculative server was not stopped cleanly: {report.summary()}"]
+    assert "on the far side pids [4243]" in warnings[0]

@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -333,3 +334,30 @@ def test_an_attached_server_that_cannot_be_used_is_one_sentence_naming_the_url(
     assert re.search(what, said), said
     for urllib3_words in ("HTTPConnectionPool", "Max retries", "Caused by", "Error("):
         assert urllib3_words not in said
+
+
+def test_a_stop_reentered_from_a_signal_handler_does_not_hang(tmp_path: Path) -> None:
+    # SIGTERM's handler runs stop_all() in the thread that may be inside a stop already.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    handle = server.ServerHandle(url="http://127.0.0.1:9", api_key=None, config="baseline",
+                                 proc=proc, stop_timeout_s=2)
+    inner: list[server.StopReport] = []
+    outer_stop = handle._stop
+
+    def interrupted_stop() -> server.StopReport:
+        inner.append(handle.stop())  # what the signal handler's stop_all() does
+        return outer_stop()
+
+    handle._stop = interrupted_stop  # type: ignore[method-assign]
+    done: list[server.StopReport] = []
+    worker = threading.Thread(target=lambda: done.append(handle.stop()), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():
+        proc.kill()
+        pytest.fail("stop() hung when re-entered")
+    assert inner[0].how == "stopping"
+    assert done[0].how == "terminated"
+    assert proc.poll() is not None
+    assert handle.stop() is done[0]

@@ -506,6 +506,13 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
     return facts
 
 
+def stop_warnings(reports_dir: Path, *, since: float = 0.0) -> list[str]:
+    """One warning for each launched server of this run that was not stopped cleanly."""
+    stopped = _stop_reports(reports_dir / "live", since).get("servers_stopped", {})
+    return [f"the {config} server was not stopped cleanly: {stop.get('summary')}"
+            for config, stop in stopped.items() if stop.get("clean") is False]
+
+
 def _stop_reports(live_dir: Path, since: float) -> dict[str, Any]:
     """{"servers_stopped": {config: what was stopped and how}} from the stop reports the
     launched servers left beside their logs after `since`, also when the run was interrupted."""
