@@ -131,7 +131,9 @@ class ServerHandle:
         self._proc = proc
         self._family: dict[int, psutil.Process] = {}
         self._report: StopReport | None = None
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler's stop_all() may run inside a stop in the same thread.
+        self._lock = threading.RLock()
+        self._stopping = False
         self._redactor = spec.redactor() if spec else Redactor([api_key])
         self.remember_children()
 
@@ -185,8 +187,16 @@ class ServerHandle:
     def stop(self) -> StopReport:
         """Stop the tree (SIGTERM, then SIGKILL after stop_timeout_s); idempotent."""
         with self._lock:
+            if self._stopping:
+                # Re-entered from a signal handler (SIGTERM during a stop): the stop under way
+                # finishes it, or a later stop_all() if the signal interrupts it.
+                return StopReport(how="stopping", notes=("a stop of this server is under way",))
             if self._report is None:
-                self._report = self._stop()
+                self._stopping = True
+                try:
+                    self._report = self._stop()
+                finally:
+                    self._stopping = False
                 _registry.discard(self)
                 if self.log_path is not None:
                     _write_stop_report(self.log_path, self.config, self._report)
