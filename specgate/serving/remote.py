@@ -1,20 +1,4 @@
-"""The far side of a remote launch (ssh, pct exec, docker exec): a POSIX-sh wrapper that runs the
-server in its own process group and stops that group when specgate lets go, and a sweep run
-through the same launcher prefix on stop.
-
-Killing a local `ssh` (or `pct exec`, `docker exec`) does not stop what it started on the far
-side: no signal crosses the connection. What does cross is the end of the command's standard
-input, whether specgate closes it, its launcher is killed, or the connection drops (sshd closes
-the session's pipes). The wrapper starts the server with `setsid`, tags it with an environment
-variable every descendant inherits, reports pid and process group on its first line, and waits;
-when its standard input ends (or it gets TERM, HUP or INT) it sends TERM to the group and to
-every tagged process, then KILL after the grace period. When the server exits by itself the
-wrapper sweeps what the server left in its group and exits with the server's exit code.
-
-The sweep is the second path: a fresh command through the launcher prefix that TERMs, then
-KILLs, every process carrying the tag (processes that left the group included), and says what
-it found. Both scripts need only a POSIX sh, `setsid`, `grep` and `kill` on the far side.
-"""
+"""The far side of a remote launch: a sh wrapper owning the server's process group, and a sweep."""
 
 from __future__ import annotations
 
@@ -26,6 +10,17 @@ from pathlib import Path
 
 from specgate.serving.launch import LaunchSpec
 
+# Killing a local `ssh` (or `pct exec`, `docker exec`) does not stop what it started on the far
+# side: no signal crosses the connection. What does cross is the end of the command's standard
+# input, whether specgate closes it, its launcher is killed, or the connection drops (sshd closes
+# the session's pipes). So the wrapper starts the server with `setsid`, tags it with TAG_VAR
+# (every descendant inherits it), reports pid and process group on its first line, and waits;
+# when its standard input ends (or it gets TERM, HUP or INT) it sends TERM to the group and to
+# every tagged process, then KILL after the grace period. When the server exits by itself the
+# wrapper stops what is left of its tree and exits with the server's exit code. The sweep is the
+# second path: a fresh command through the launcher prefix that TERMs, then KILLs, every process
+# still carrying the tag (one that left the group too) and says what it found. Both need only a
+# POSIX sh, `setsid`, `grep`, `kill` and /proc on the far side.
 TAG_VAR = "SPECGATE_REMOTE_TAG"
 WRAPPER_NAME = "specgate-remote"
 SWEEP_NAME = "specgate-sweep"
