@@ -133,10 +133,11 @@ def pids_in(text: str) -> set[int]:
     return {int(p) for p in re.findall(r"\b\d+\b", text)}
 
 
-def tags_in(log_dir: Path) -> list[str]:
-    """The wrapper tags of the launches whose server logs are in log_dir."""
+def tags_in(folder: Path) -> list[str]:
+    """The wrapper tags of the launches whose server logs are in folder (a run's folder under a
+    reports folder included)."""
     found = []
-    for log in sorted(log_dir.glob("*server.log")):
+    for log in sorted(folder.rglob("*server.log")):
         text = log.read_text(encoding="utf-8", errors="replace")
         found += re.findall(rf"{remote.TAG_VAR}=([0-9a-f]{{32}})", text)
     return sorted(set(found))
@@ -487,7 +488,7 @@ def test_probe_through_ssh_ends_clean(outcome: str, sshd_server: sshd.SSHServer,
     markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports / "live")
+    tags = tags_in(reports)
     markers.append((marker, tags))
     left = left_on_far_side(marker, tags)
     fh.record(f"remote ssh: {outcome}", run, held=not left, orphans_found=len(left))
@@ -513,7 +514,7 @@ def test_probe_through_a_container_standin_ends_clean(
     reports = tmp_path / "reports"
     env = fh.child_env(PATH=f"{STANDINS}{os.pathsep}{os.environ.get('PATH', '')}")
     run = fh.run_probe(profile, reports, env=env, timeout_s=BOUND_S)
-    tags = tags_in(reports / "live")
+    tags = tags_in(reports)
     markers.append((marker, tags))
     left = left_on_far_side(marker, tags)
     fh.record(f"remote {standin} stand-in: measured", run, held=not left, orphans_found=len(left))
@@ -535,7 +536,7 @@ def test_probe_through_ssh_with_a_server_that_ignores_sigterm(
     markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports / "live")
+    tags = tags_in(reports)
     markers.append((marker, tags))
     left = left_on_far_side(marker, tags)
     fh.record("remote ssh: server ignores SIGTERM", run, held=not left, orphans_found=len(left))
@@ -575,7 +576,7 @@ def test_probe_through_ssh_reports_a_remote_failure(
     markers.append((marker, []))
     reports = tmp_path / "reports"
     run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports / "live")
+    tags = tags_in(reports)
     markers.append((marker, tags))
     left = left_on_far_side(marker, tags)
     fh.record(f"remote ssh: {case}", run, held=not left, orphans_found=len(left))
@@ -608,9 +609,9 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
     markers.append((marker, []))
     reports = tmp_path / "reports"
     proc = fh.start_probe(profile, reports)
-    hung = fh.wait_for(fh.file_contains(reports / "live" / "baseline-server.log",
-                                        "simulated fault hang_after"), 60)
-    tags = tags_in(reports / "live")
+    hung = fh.wait_for(fh.run_file_contains(reports, "live/baseline-server.log",
+                                            "simulated fault hang_after"), 60)
+    tags = tags_in(reports)
     markers.append((marker, tags))
     signalled = time.monotonic()
     if event == "SIGINT":
@@ -625,7 +626,7 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
         fh.kill_group(proc.pid)
         out, _ = proc.communicate()
         pytest.fail(f"{event}: no end within {BOUND_S:g} s\n{out[-3000:]}")
-    tags = tags_in(reports / "live")
+    tags = tags_in(reports)
     markers.append((marker, tags))
     left = left_on_far_side(marker, tags)
     fh.record(f"remote ssh: {event} mid-benchmark", fh.ProbeRun(
