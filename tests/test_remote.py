@@ -674,3 +674,12 @@ def test_a_stop_that_left_something_is_a_warning(tmp_path: Path) -> None:
     warnings = live.stop_warnings(tmp_path)
     assert warnings == [f"the speculative server was not stopped cleanly: {report.summary()}"]
     assert "on the far side pids [4243]" in warnings[0]
+
+
+def test_where_sshd_cannot_run_the_reason_is_given(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sshd, "SSHD", tmp_path / "sshd")
+    assert "apt-get install openssh-server" in str(sshd.unavailable())
+    monkeypatch.setattr(sshd, "SSHD", Path(sys.executable))  # any file that exists
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "must run as root" in str(sshd.unavailable())
