@@ -100,7 +100,7 @@ def _profile(target: Path, draft: Path, bench_kw: dict[str, Any],
 def _measure(url: str, config: str, profile: Profile, chosen: Sequence[prompts.Prompt],
              baseline: bench.Measurement | None, sequential: bool) -> bench.Measurement:
     sent = prompts.PromptSet.rendered(chosen, prompts.template_named("chatml", "benchmark"))
-    keep = live._keep_going(profile.thresholds, config, baseline) if sequential else None
+    keep = live.keep_going_rule(profile.thresholds, config, baseline) if sequential else None
     with SGLangClient(url) as client:
         return bench.measure(client, bench.Sampling.of(profile.bench), sent,
                              config=config,  # type: ignore[arg-type]
