@@ -62,8 +62,8 @@ def launch_noise(coverage: drift.Coverage, confidence: float) -> LaunchNoise:
     term = drift.Term.of([(2.0, coverage.speculative)])
     q = t_quantile(0.5 + confidence / 2.0, term.df)
     return LaunchNoise(1.0 - math.exp(-q * term.sd),
-                       f"launch-to-launch spread of two launches ±{term.sd * 100:.1f} % "
-                       f"({coverage.speculative.describe()})")
+                       f"launch-to-launch spread of two launches, {term.sd * 100:.1f} % "
+                       f"(standard deviation of the log; {coverage.speculative.describe()})")
 
 
 def check_regression(

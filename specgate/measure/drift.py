@@ -108,8 +108,7 @@ class Spread:
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        out["sd"] = round(self.sd, 6)
-        out["df"] = None if math.isinf(self.df) else round(self.df, 3)
+        out["df"] = None if math.isinf(self.df) else self.df
         return out
 
     @classmethod
@@ -264,9 +263,9 @@ class Coverage:
                  "speedup": [self.speculative, self.baseline]}[claim]
         pooled = (f" (the baseline pools {self.baseline_launches} launches)"
                   if self.baseline_launches > 1 and claim != "speculative" else "")
-        text = (f"launch-to-launch spread ±{self.term(claim).sd * 100:.1f} % on the log scale"
-                f" ({'; '.join(p.describe() for p in parts)}){pooled}; design "
-                f"{DESIGN_SPOKEN[self.design]}")
+        text = (f"launch-to-launch spread, {self.term(claim).sd * 100:.1f} % (standard "
+                f"deviation of the log; {'; '.join(p.describe() for p in parts)}){pooled}; "
+                f"design {DESIGN_SPOKEN[self.design]}")
         if self.bracket is not None:
             text += (f"; the baseline moved {self.bracket.moved * 100:+.1f} % between its two "
                      "launches in this run")
@@ -307,8 +306,10 @@ def widen(summary: Summary, term: Term) -> Summary:
     Each side of the interval over prompts and passes is read as a log-scale standard error,
     s = |ln(bound / estimate)| / t(df); the launch variance is added to its square and the side
     is rebuilt with t at the Welch–Satterthwaite degrees of freedom of the sum. With no launch
-    spread the interval comes back as it was. An interval that reaches zero or below (a ratio
-    nobody can read on a log scale) keeps that side.
+    spread the interval comes back as it was, and it never comes back narrower: a known launch
+    variance raises the degrees of freedom of the sum, which alone could shrink the t quantile
+    below the one a few prompts needed. An interval that reaches zero or below (a ratio nobody
+    can read on a log scale) keeps that side.
     """
     if not summary.has_interval or summary.mean <= 0 or term.var <= 0:
         return summary
@@ -326,7 +327,8 @@ def widen(summary: Summary, term: Term) -> Summary:
 
     low, df_low = side(summary.ci_low, -1.0)
     high, df_high = side(summary.ci_high, 1.0)
-    return dataclasses.replace(summary, ci_low=low, ci_high=high, df=min(df_low, df_high))
+    return dataclasses.replace(summary, ci_low=min(low, summary.ci_low),
+                               ci_high=max(high, summary.ci_high), df=min(df_low, df_high))
 
 
 def undecidable(summary: Summary, term: Term, threshold: float) -> bool:
@@ -365,8 +367,8 @@ class Covered:
         return (f"the {pct} % interval over prompts and passes [{self.within.ci_low:.{digits}f}, "
                 f"{self.within.ci_high:.{digits}f}] clears {threshold:g}, but its margin "
                 f"({margin:+.1f} %) lies within the launch-to-launch spread it leaves out "
-                f"(±{self.term.sd * 100:.1f} %): a new launch of either server could move it "
-                "across, so this is not a confident pass")
+                f"({self.term.sd * 100:.1f} %, a standard deviation of the log): launching "
+                "either server again could move it across, so this is not a confident pass")
 
     def details(self) -> dict[str, Any]:
         return {"included": True, "sd": round(self.term.sd, 6),

@@ -255,8 +255,8 @@ class _GateRule:
                 continue
             if term is not None and drift.undecidable(summary, term, threshold):
                 self.undecided = (f"more passes cannot decide it: {reason}, and the "
-                                  f"launch-to-launch spread alone (±{term.sd * 100:.1f} %) "
-                                  "keeps it there")
+                                  f"launch-to-launch spread alone ({term.sd * 100:.1f} %, a "
+                                  "standard deviation of the log) keeps it there")
                 continue
             reasons.append(reason)
         return "; ".join(reasons) if reasons else None
