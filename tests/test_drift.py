@@ -38,7 +38,7 @@ def test_the_prior_is_the_pooled_spread_of_the_real_sglang_launches():
     assert tps.source == cycle.source == "prior"
     assert 0.05 < tps.sd < 0.3
     assert 0.05 < cycle.sd < 0.3
-    assert "no launches of this deployment yet" in tps.describe()
+    assert "none of this deployment's yet" in tps.describe()
 
 
 def test_pooling_ignores_single_launches_and_the_spread_between_configurations():

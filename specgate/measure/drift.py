@@ -61,7 +61,7 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         "tiny-llama-64l, 1291k drafter, s10-k1-d11": (3.789, 4.437),
     },
 }
-PRIOR_SOURCE = "real SGLang on an H200 (docs/claims.md)"
+PRIOR_SOURCE = "real SGLang on an H200, docs/claims.md"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,14 +97,14 @@ class Spread:
         value = f"{SPOKEN.get(self.figure, self.figure)} {self.sd * 100:.1f} %"
         of = (f"{self.launches} launches of {self.configurations} configurations"
               if self.configurations > 1 else f"{self.launches} launches")
-        prior_of = f"the prior from {self.prior_launches} launches of {PRIOR_SOURCE}"
+        prior_of = f"{self.prior_launches} launches of {PRIOR_SOURCE}"
         if self.source == "learned":
             return f"{value}, learned from {of} of this deployment"
         if self.source == "updated":
-            return f"{value}, {prior_of} updated with {of} of this deployment"
+            return f"{value}, the prior ({prior_of}) updated with {of} of this deployment"
         if self.source == "profile":
             return f"{value}, set in the profile ([bench] launch_spread)"
-        return f"{value}, {prior_of} (no launches of this deployment yet)"
+        return f"{value}, the prior ({prior_of}; none of this deployment's yet)"
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -673,6 +673,8 @@ def _interleaved(plan: LivePlan, say: Progress,
         for c in plans:
             fields[c].setdefault("failure", Failure(stage, f"internal error: {detail}",
                                                     _tail(handles.get(c))))
+    for c, h in handles.items():  # stopped on the way out: keep what was left behind
+        fields[c].setdefault("stop", _stop(h))
     for c, p in plans.items():
         fields[c].setdefault("stop", "attached: left running" if p.spec is None else "")
     return ConfigRun(**fields["baseline"]), ConfigRun(**fields["speculative"])

@@ -120,14 +120,15 @@ class Trials:
             found = launches.entry(KEYS, config, m, design=design, run=seed)
             if found is not None:
                 self.records.append(found)
-        coverage = (launches.coverage(self.settings, self.records, KEYS,
-                                      baseline_launches=2 if aba else 1, bracket=bracket))
+        coverage = launches.coverage(self.settings, self.records, KEYS,
+                                     baseline_launches=2 if aba else 1, bracket=bracket)
         results = live.LiveResults(
             "launch-drift", True, live.ConfigRun("baseline", measurement=base),
             live.ConfigRun("speculative", measurement=spec,
                            server_info={"speculative_algorithm": "EAGLE3"}),
             coverage=coverage)
-        return Trial(seed, speeds, perf.speedup_claim(self.profile, results, attach=False), coverage)
+        judged = perf.speedup_claim(self.profile, results, attach=False)
+        return Trial(seed, speeds, judged, coverage)
 
 
 def pass_rate(trials: Sequence[Trial]) -> float:
