@@ -7,6 +7,7 @@ import math
 import sys
 
 import pytest
+from helpers_ckpt import tiny_drafter
 
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
@@ -20,6 +21,8 @@ def _profile(tmp_path, *, design="ab", env=None, bench=None, drafter_sim=None):
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(exist_ok=True)
     draft.mkdir(exist_ok=True)
+    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
+        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     (target / "specgate_sim.json").write_text(json.dumps(
         {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25, "start_delay_s": 0.1,
          "health_generate_s": 0.05}))

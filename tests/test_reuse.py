@@ -322,7 +322,8 @@ class FakeServers:
         self.speculative_fails = False
 
     def __call__(self, plan: live_plan.LivePlan, config: str, *, baseline: Any = None,
-                 progress: Any = None, keep_going: Any = None) -> live.ConfigRun:
+                 progress: Any = None, keep_going: Any = None,
+                 coverage: Any = None) -> live.ConfigRun:
         self.calls.append(config)
         if config == "speculative" and self.speculative_fails:
             # It started and answered /server_info, then died while measured.
