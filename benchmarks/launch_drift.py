@@ -9,8 +9,8 @@ in-process with the gate's sequential passes and judged by spec.speedup. Per des
 
 - first probe: every trial a new deployment, so the spread is the prior;
 - learned: the trials are successive probes of one deployment sharing one launch log;
-- without the spread: the interval over prompts and passes alone (what a gate that ignores
-  launches judges on).
+- spread set to about 0 in the profile: what a gate that ignores launches judges on (an A–B–A
+  run still bounds the spread by its own two baseline launches).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         out.append([f"{label}, true 1.00",
                     f"false passes: first probe {cell['false_pass_first_probe']:.1%}, "
                     f"learned {cell['false_pass_learned']:.1%}",
-                    f"without the spread: {cell['false_pass_without_spread']:.1%}", "",
+                    f"launch spread set to ≈0: {cell['false_pass_without_spread']:.1%}", "",
                     f"≤ {nominal:.1%}"])
         out.append([f"{label}, true 1.50",
                     f"passes: first probe {cell['pass_1_5_first_probe']:.0%}, learned "

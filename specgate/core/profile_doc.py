@@ -93,7 +93,7 @@ DESCRIPTIONS: dict[str, str] = {
                             "(docs/claims.md): `learned` from this deployment's earlier "
                             "launches in REPORTS/history/launches.jsonl and its stored "
                             "baselines, the prior from real SGLang (11 % for baseline tok/s, "
-                            "14 % for the verify cycle) until there are enough; or a fraction "
+                            "12 % for the verify cycle) until there are enough; or a fraction "
                             "you know for this deployment (the standard deviation of ln tok/s "
                             "between launches, e.g. 0.05)"),
     "bench.launch_spread_min_launches": ("launches of one configuration (or as many degrees "

@@ -51,14 +51,21 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         "tiny-llama-4l, eager": (277.1, 252.8, 243.3, 205.1, 197.9),
         # 2026-12-01-h200-tiny-llama-64l: the five probes' baselines
         "tiny-llama-64l, CUDA graphs": (506.5, 510.3, 472.2, 505.1, 514.0),
-        # SmolLM2-135M-Instruct: two launches (SGLang's bench_serving agreed with the second)
-        "SmolLM2-135M-Instruct": (607.0, 716.0),
+        # 2026-12-01-h200-smollm2-135m-instruct/launch-variance: baseline-1, -2 and -3, started
+        # with the same flags and measured by the same 14 prompts
+        "SmolLM2-135M-Instruct, 14 prompts": (623.15, 542.38, 668.67),
+        # the same deployment's probes (42 prompts): probe-trained-1's baseline launch, and
+        # probe-trained-2's (baseline-1's launch)
+        "SmolLM2-135M-Instruct, 42 prompts": (598.00, 565.70),
     },
     "cycle_ms": {
         # the same drafter files served twice at one chain
         "tiny-llama-4l, 129k drafter, s5-k1-d6": (3.436, 4.335),
         "tiny-llama-4l, 507k-a drafter, s6-k1-d7": (3.285, 4.014),
         "tiny-llama-64l, 1291k drafter, s10-k1-d11": (3.789, 4.437),
+        # 2026-12-01-h200-smollm2-135m-instruct: probe-trained-1 and -2, the trained drafter
+        # at s3-k1-d4
+        "SmolLM2-135M-Instruct, trained drafter, s3-k1-d4": (4.1208, 4.2827),
     },
 }
 PRIOR_SOURCE = "real SGLang on an H200, docs/claims.md"
