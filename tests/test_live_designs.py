@@ -1,6 +1,7 @@
 """Tests of the live session's launch designs (measure/live.py, measure/interleave.py) and of the
 launch log that teaches the spread (measure/launches.py), against the simulator."""
 
+import dataclasses
 import itertools
 import json
 import math
@@ -12,9 +13,13 @@ from helpers_ckpt import tiny_drafter
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
 from specgate.io import launch_log
-from specgate.measure import launches, live, plan, reuse
+from specgate.measure import drift, launches, live, plan, reuse
+from specgate.measure.bench import RequestSample, Sampling, build_measurement
+from specgate.measure.prompts import template_named
 from specgate.measure.stats import Summary
 from specgate.testing.simulator import model
+
+PLAIN = template_named("plain", "test")
 
 
 def _profile(tmp_path, *, design="ab", env=None, bench=None, drafter_sim=None):
@@ -177,3 +182,37 @@ def test_stored_baselines_count_as_launches(tmp_path):
     assert [(r.config, r.fingerprint) for r in found] == [("baseline", keys.baseline)]
     assert found[0].log_of("tps") == pytest.approx(math.log(500.0))
     assert not launch_log.log_file(reports).exists()  # read, not written
+
+
+def _measured(config, rate, *, verify=None, passes=2):
+    samples = [RequestSample(r, f"p{i}", "chat", 10, 65, verify, 0.01,
+                             0.01 + 64 / (rate * (1 + 0.05 * i)), None, "stop", 65)
+               for r in range(1, passes + 1) for i in range(6)]
+    return build_measurement(config=config, url="http://x", template=PLAIN,
+                             sampling=Sampling(repeats=2, max_repeats=4), samples=samples)
+
+
+def test_the_rule_for_more_passes_stops_when_the_launch_spread_alone_holds_the_interval():
+    base = _measured("baseline", 100.0)
+    near = _measured("speculative", 108.0, verify=30)
+    thresholds = parse_profile({"name": "t"}).thresholds
+    wide = drift.Coverage("ab", drift.fixed("tps", 0.1), drift.fixed("cycle_ms", 0.1))
+    rule = live.keep_going_rule(thresholds, "speculative", base, wide)
+    assert rule(near) is None  # another pass would not move the launch part
+    assert rule.undecided.startswith("more passes cannot decide it: the speedup interval")
+    assert "launch-to-launch spread alone (14.1 %" in rule.undecided
+    stopped = live._stopped_why(near, rule)
+    assert stopped.stop_reason.startswith("2 repeats: more passes cannot decide it")
+    # Without launch spread the same interval is decided by the prompts: it clears 1.
+    steady = drift.Coverage("ab", drift.fixed("tps", 1e-6), drift.fixed("cycle_ms", 1e-6))
+    assert live.keep_going_rule(thresholds, "speculative", base, steady)(near) is None
+    # Where more passes can still help, the rule asks for them: prompts that disagree widely.
+    factors = [2.0, 2.6, 1.6, 2.4, 1.0, 2.8]
+    noisy = build_measurement(
+        config="speculative", url="http://x", template=PLAIN,
+        sampling=Sampling(repeats=2, max_repeats=4),
+        samples=[dataclasses.replace(s, e2e_s=0.01 + (s.e2e_s - 0.01) / factors[i % 6])
+                 for i, s in enumerate(_measured("speculative", 100.0, verify=30).samples)])
+    asked = live.keep_going_rule(thresholds, "speculative", base, wide)
+    assert asked(noisy) is not None
+    assert asked.undecided is None

@@ -128,6 +128,12 @@ class Spread:
                    prior_launches=int(data.get("prior_launches", 0)))
 
 
+def _design(value: str) -> Design:
+    if value == "aba":
+        return "aba"
+    return "interleaved" if value == "interleaved" else "ab"
+
+
 def _source(value: str) -> Source:
     for known in ("learned", "updated", "prior", "profile"):
         if value == known:
@@ -293,8 +299,7 @@ class Coverage:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Coverage:
         bracket = data.get("bracket")
-        design = str(data.get("design", "ab"))
-        return cls(design=design if design in ("aba", "interleaved") else "ab",  # type: ignore[arg-type]
+        return cls(design=_design(str(data.get("design", "ab"))),
                    baseline=Spread.from_json(data["baseline"]),
                    speculative=Spread.from_json(data["speculative"]),
                    baseline_launches=int(data.get("baseline_launches", 1)),

@@ -583,19 +583,22 @@ def _beside(first: ServerPlan, second: ServerPlan) -> ServerPlan:
     return dataclasses.replace(second, spec=moved, url=server_url(moved.host, moved.port))
 
 
+def _not_beside(blocked: Blocked, config: Config) -> ConfigRun:
+    """A run of the interleaved design that cannot start because one server is blocked."""
+    if config == blocked.config:
+        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message))
+    return ConfigRun(config=config, failure=Failure(
+        blocked.stage, f"not launched: the {blocked.config} server cannot be run beside it: "
+                       f"{blocked.message}"))
+
+
 def _interleaved(plan: LivePlan, say: Progress,
                  coverage: drift.Coverage) -> tuple[ConfigRun, ConfigRun]:
     """Both servers resident at once, their requests in turn (measure/interleave.py); errors
     become data, as in run_config, and both servers are stopped whatever happens."""
-    planned = {"baseline": plan.baseline, "speculative": plan.speculative}
-    for config, p in planned.items():
-        if isinstance(p, Blocked):
-            other = "speculative" if config == "baseline" else "baseline"
-            return tuple(  # type: ignore[return-value]
-                ConfigRun(config=c, failure=Failure(p.stage, p.message if c == config else
-                                                    f"not launched: the {other} server cannot "
-                                                    f"be run beside it: {p.message}"))
-                for c in live_plan.CONFIGS)
+    for blocked in (plan.baseline, plan.speculative):
+        if isinstance(blocked, Blocked):
+            return _not_beside(blocked, "baseline"), _not_beside(blocked, "speculative")
     base_plan, spec_plan = plan.baseline, plan.speculative
     if not isinstance(base_plan, ServerPlan) or not isinstance(spec_plan, ServerPlan):
         raise TypeError("both servers are planned here")  # Blocked ones returned above
@@ -631,11 +634,11 @@ def _interleaved(plan: LivePlan, say: Progress,
                     f["env"] = EnvCheck(False, f"environment check failed: {exc}", dict(p.env))
             stage = "measure"
             base_rule = keep_going_rule(plan.thresholds, "baseline", None, coverage)
+            spec_rule = keep_going_rule(plan.thresholds, "speculative", None, coverage)
 
             def pair_rule(base: bench.Measurement, spec: bench.Measurement) -> str | None:
-                reasons = [base_rule(base),
-                           keep_going_rule(plan.thresholds, "speculative", base, coverage)(spec)]
-                found = [r for r in reasons if r]
+                spec_rule.baseline = base
+                found = [r for r in (base_rule(base), spec_rule(spec)) if r]
                 return "; ".join(found) if found else None
 
             timeout = plan.sampling.request_timeout_s
@@ -644,13 +647,14 @@ def _interleaved(plan: LivePlan, say: Progress,
                     SGLangClient(handles["speculative"].url, handles["speculative"].api_key,
                                  timeout_s=timeout) as s_client:
                 try:
-                    fields["baseline"]["measurement"], fields["speculative"]["measurement"] = \
-                        interleave.measure(
-                            b_client, s_client, plan.sampling, plan.prompts,
-                            keep_going=pair_rule, progress=say,
-                            simulated=bool(handles["speculative"].simulated),
-                            server_specs=(fields["baseline"]["server_info"],
-                                          fields["speculative"]["server_info"]))
+                    pair = interleave.measure(
+                        b_client, s_client, plan.sampling, plan.prompts, keep_going=pair_rule,
+                        progress=say, simulated=bool(handles["speculative"].simulated),
+                        server_specs=(fields["baseline"]["server_info"],
+                                      fields["speculative"]["server_info"]))
+                    undecided = base_rule if base_rule.undecided else spec_rule
+                    fields["baseline"]["measurement"], fields["speculative"]["measurement"] = (
+                        _stopped_why(m, undecided) for m in pair)
                 except SpecgateError as exc:
                     for c, h in handles.items():
                         fields[c]["failure"] = Failure("measure", str(exc),
