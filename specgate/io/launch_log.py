@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specgate.io import jsonl
+from specgate.io import jsonl, runs
 
 LAUNCH_LOG = "launches.jsonl"
 
@@ -56,7 +56,9 @@ class LaunchRecord:
 
 
 def log_file(reports_dir: Path) -> Path:
-    return Path(reports_dir) / "history" / LAUNCH_LOG
+    """REPORTS/history/launches.jsonl (for a run's own folder, that of its reports folder): every
+    run of the reports folder adds to one log."""
+    return runs.reports_root(Path(reports_dir)) / "history" / LAUNCH_LOG
 
 
 def append(path: Path, record: LaunchRecord) -> None:
