@@ -295,12 +295,14 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         return _broken(cid, live, "the baseline pass produced no decode tokens to time "
                        "(every completion was a single token?)", attachments=attachments)
     covered = drift.cover(tps, live.launch_coverage, "baseline")
-    figures = (f"baseline {covered.judged.describe('tok/s', 1)} with launch-to-launch spread "
-               f"(over prompts and passes alone [{tps.ci_low:.1f}, {tps.ci_high:.1f}]), "
-               f"{got.repeats} repeats of {len(got.samples) // max(got.repeats, 1)} prompts "
-               f"({got.stop_reason})" if tps.has_interval else
-               f"baseline {tps.describe('tok/s', 1)}, {got.repeats} repeats of "
-               f"{len(got.samples) // max(got.repeats, 1)} prompts ({got.stop_reason})")
+    judged = covered.judged
+    passes = (f"{got.repeats} repeats of {len(got.samples) // max(got.repeats, 1)} prompts "
+              f"({got.stop_reason})")
+    figures = (f"baseline {tps.mean:.1f} tok/s, {stats.percent(judged.confidence)} % CI "
+               f"[{judged.ci_low:.1f}, {judged.ci_high:.1f}] with launch-to-launch spread "
+               f"([{tps.ci_low:.1f}, {tps.ci_high:.1f}] over prompts and passes alone, CV "
+               f"{tps.cv * 100:.1f} %, n = {tps.n}), {passes}" if tps.has_interval else
+               f"baseline {tps.describe('tok/s', 1)}, {passes}")
     threshold = profile.thresholds.baseline_tps_min
     details: dict[str, Any] = {"tps": covered.judged.to_json(), "tps_within_launch": tps.to_json(),
                                "launch_spread": covered.details(), "template": got.template}
