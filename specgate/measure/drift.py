@@ -26,6 +26,8 @@ from specgate.measure.stats import Summary, percent, t_quantile
 
 Source = Literal["learned", "updated", "prior", "profile"]
 Design = Literal["ab", "aba", "interleaved"]
+# The figures a timed claim judges: each server's alone, or the speed-up between them.
+Claim = Literal["speedup", "baseline", "speculative"]
 # The figure whose spread each server's launches are learned from: the baseline's decode tok/s,
 # and the speculative server's verify cycle (its accept length does not move between launches
 # under greedy decoding, so the cycle carries all of its launch spread).
@@ -262,7 +264,7 @@ class Coverage:
             return spread
         return dataclasses.replace(spread, sd=self.bracket.sd)
 
-    def term(self, claim: Literal["speedup", "baseline", "speculative"]) -> Term:
+    def term(self, claim: Claim) -> Term:
         base = (1.0 / max(self.baseline_launches, 1), self.bounded(self.baseline))
         spec = (1.0, self.bounded(self.speculative))
         if claim == "baseline":
@@ -271,7 +273,7 @@ class Coverage:
             return Term.of([spec])
         return Term.of([spec, base])
 
-    def describe(self, claim: Literal["speedup", "baseline", "speculative"]) -> str:
+    def describe(self, claim: Claim) -> str:
         parts = {"baseline": [self.baseline], "speculative": [self.speculative],
                  "speedup": [self.speculative, self.baseline]}[claim]
         pooled = (f" (the baseline pools {self.baseline_launches} launches)"
@@ -361,7 +363,7 @@ class Covered:
     judged: Summary
     term: Term
     coverage: Coverage
-    claim: Literal["speedup", "baseline", "speculative"]
+    claim: Claim
 
     def within_spread(self, threshold: float) -> bool:
         """The interval over prompts and passes clears the threshold, the judged one does not:
@@ -390,7 +392,7 @@ class Covered:
 
 
 def cover(summary: Summary, coverage: Coverage,
-          claim: Literal["speedup", "baseline", "speculative"]) -> Covered:
+          claim: Claim) -> Covered:
     term = coverage.term(claim)
     return Covered(summary, widen(summary, term), term, coverage, claim)
 

@@ -22,6 +22,7 @@ from specgate.io.jsonl import json_safe
 from specgate.measure import bench, drift, interleave, launches, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
+from specgate.measure.stats import Summary
 from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, ServerPlan, server_url
@@ -214,6 +215,16 @@ def check_env(expected: Mapping[str, str], handle: ServerHandle) -> EnvCheck:
                     mask_env(expected), found)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Check:
+    """One interval the rule for more passes looks at, its threshold, and the claim it covers."""
+
+    summary: Summary | None
+    threshold: float | None
+    what: str
+    claim: drift.Claim | None = None  # None: not timed (no launch spread)
+
+
 class _GateRule:
     """Another pass is worth it while an interval a claim is judged on straddles its threshold,
     and more passes can still move it off: an interval held there by the launch-to-launch
@@ -225,32 +236,34 @@ class _GateRule:
         self.baseline, self.coverage = baseline, coverage
         self.undecided: str | None = None  # why the last look stopped without deciding
 
-    def _checks(self, m: bench.Measurement) -> list[tuple[Any, float | None, str, Any]]:
+    def _checks(self, m: bench.Measurement) -> list[_Check]:
         th = self.thresholds
         if self.config == "baseline":
-            return [(m.stat("tps"), th.baseline_tps_min, "baseline tok/s", "baseline")]
-        checks: list[tuple[Any, float | None, str, Any]] = []
+            return [_Check(m.stat("tps"), th.baseline_tps_min, "baseline tok/s", "baseline")]
+        checks: list[_Check] = []
         if isinstance(th.accept_len_min, (int, float)):
-            checks.append((m.stat("accept_len"), float(th.accept_len_min), "accept length",
-                           None))
+            checks.append(_Check(m.stat("accept_len"), float(th.accept_len_min),
+                                 "accept length"))
         base_tps = self.baseline.stat("tps") if self.baseline else None
         if self.baseline is not None and m.stat("tps") and base_tps:
             # spec.breakeven and spec.speedup are one hypothesis on one interval.
             ratio = bench.speedup(m, self.baseline)
-            checks.append((ratio, th.speedup_min, "speedup", "speedup"))
+            checks.append(_Check(ratio, th.speedup_min, "speedup", "speedup"))
             if th.speedup_min != 1.0:
-                checks.append((ratio, 1.0, "speedup (break-even)", "speedup"))
+                checks.append(_Check(ratio, 1.0, "speedup (break-even)", "speedup"))
         return checks
 
     def __call__(self, m: bench.Measurement) -> str | None:
         self.undecided = None
         reasons = []
-        for summary, threshold, what, claim in self._checks(m):
+        for check in self._checks(m):
+            summary, threshold = check.summary, check.threshold
             if summary is None or threshold is None:
                 continue
-            term = self.coverage.term(claim) if self.coverage and claim else None
+            term = (self.coverage.term(check.claim) if self.coverage and check.claim
+                    else None)
             judged = drift.widen(summary, term) if term else summary
-            reason = bench.straddles(judged, threshold, what)
+            reason = bench.straddles(judged, threshold, check.what)
             if reason is None:
                 continue
             if term is not None and drift.undecidable(summary, term, threshold):

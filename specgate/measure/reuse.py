@@ -146,8 +146,8 @@ def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
 
     Only for a server the plan launches, with its prompts loaded (see plan.resolve).
     """
-    baseline, prompt_set = plan.server(config), plan.prompts
-    if not isinstance(baseline, ServerPlan) or baseline.spec is None or prompt_set is None:
+    planned, prompt_set = plan.server(config), plan.prompts
+    if not isinstance(planned, ServerPlan) or planned.spec is None or prompt_set is None:
         raise ValueError(f"a fingerprint needs a launched {config} server and its prompts")
     target = plan.target
     s = plan.sampling
@@ -157,10 +157,10 @@ def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
                          for name in _TARGET_FILES},
         "target_weights": _weights(target),
         "sglang": plan.sglang,
-        "launch": _launch_args(baseline.spec),
+        "launch": _launch_args(planned.spec),
         "gpus": _gpus(plan.gpus),
         # A local launcher's [server] env (secrets as ***); a remote one's is in its argv.
-        "env": {k: v for k, v in sorted(baseline.spec.redacted_env.items())
+        "env": {k: v for k, v in sorted(planned.spec.redacted_env.items())
                 if k not in _SIM_ENV_IGNORED},
         "prompts": {"sent_sha256": prompt_set.digest, "count": len(prompt_set.texts)},
         "sampling": {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
@@ -173,7 +173,7 @@ def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
                                        if k.startswith(_SIM_ENV_PREFIX)
                                        and k not in _SIM_ENV_IGNORED}
     if config == "speculative":
-        drafter = _drafter_dir(baseline.spec)
+        drafter = _drafter_dir(planned.spec)
         components["drafter"] = {
             "path": str(drafter) if drafter else None,
             "files": {name: _file_hash(drafter / name) if drafter else None
