@@ -354,10 +354,11 @@ def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | 
     return ConfigRun(**fields)
 
 
-def _stopped_why(m: bench.Measurement, rule: object) -> bench.Measurement:
+def _stopped_why(m: bench.Measurement, rule: object,
+                 passes: str = "repeats") -> bench.Measurement:
     """The measurement, saying so when the gate's rule stopped because passes cannot decide."""
     if isinstance(rule, _GateRule) and rule.undecided:
-        return dataclasses.replace(m, stop_reason=f"{m.repeats} repeats: {rule.undecided}")
+        return dataclasses.replace(m, stop_reason=f"{m.repeats} {passes}: {rule.undecided}")
     return m
 
 
@@ -667,7 +668,7 @@ def _interleaved(plan: LivePlan, say: Progress,
                                       fields["speculative"]["server_info"]))
                     undecided = base_rule if base_rule.undecided else spec_rule
                     fields["baseline"]["measurement"], fields["speculative"]["measurement"] = (
-                        _stopped_why(m, undecided) for m in pair)
+                        _stopped_why(m, undecided, "interleaved repeats") for m in pair)
                 except SpecgateError as exc:
                     for c, h in handles.items():
                         fields[c]["failure"] = Failure("measure", str(exc),
