@@ -91,7 +91,7 @@ def fixed_prompts(n: int = FIXED_PROMPTS) -> list[prompts.Prompt]:
 def _profile(target: Path, draft: Path, bench_kw: dict[str, Any],
              thresholds: dict[str, Any]) -> Profile:
     # The simulator's launches run at one speed here, so the profile states a small
-    # launch-to-launch spread (benchmark 10 measures the gate with launches that drift).
+    # launch-to-launch spread (benchmark 11 measures the gate with launches that drift).
     return parse_profile({
         "name": "bench-live", "simulated": True,
         "target": {"path": str(target)}, "drafter": {"path": str(draft)},
