@@ -10,7 +10,7 @@ from specgate.claims.result import Status
 from specgate.testing import drift_trials
 from specgate.testing.simulator import model
 
-# The per-launch spread real SGLang showed (the prior's order: 11 % of baseline tok/s, 14 % of
+# The per-launch spread real SGLang showed (the prior's order: 11 % of baseline tok/s, 12 % of
 # the verify cycle), and twice that.
 REAL = 0.12
 TWICE = 0.25
