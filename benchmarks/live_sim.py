@@ -17,13 +17,14 @@ import requests
 
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import bench, live, prompts
+from specgate.measure import bench, drift, launches, live, prompts
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.serving.client import SGLangClient
 from specgate.testing import demo, generate
 from specgate.testing.simulator import model
 
 STEPS = 2
+LAUNCH_SPREAD = 0.02
 FIXED_PROMPTS = 80
 FIXED_REPEATS = 3
 
@@ -89,18 +90,25 @@ def fixed_prompts(n: int = FIXED_PROMPTS) -> list[prompts.Prompt]:
 
 def _profile(target: Path, draft: Path, bench_kw: dict[str, Any],
              thresholds: dict[str, Any]) -> Profile:
+    # The simulator's launches run at one speed here, so the profile states a small
+    # launch-to-launch spread (benchmark 11 measures the gate with launches that drift).
     return parse_profile({
         "name": "bench-live", "simulated": True,
         "target": {"path": str(target)}, "drafter": {"path": str(draft)},
         "speculative": {"algorithm": "EAGLE3", "num_steps": STEPS, "eagle_topk": 1,
                         "num_draft_tokens": STEPS + 1},
-        "bench": bench_kw, "thresholds": thresholds})
+        "bench": {"launch_spread": LAUNCH_SPREAD, **bench_kw}, "thresholds": thresholds})
+
+
+def _coverage(profile: Profile) -> drift.Coverage:
+    return launches.coverage(drift.Settings.of(profile.bench), [], launches.Keys(None, None))
 
 
 def _measure(url: str, config: str, profile: Profile, chosen: Sequence[prompts.Prompt],
              baseline: bench.Measurement | None, sequential: bool) -> bench.Measurement:
     sent = prompts.PromptSet.rendered(chosen, prompts.template_named("chatml", "benchmark"))
-    keep = live._keep_going(profile.thresholds, config, baseline) if sequential else None
+    keep = (live.keep_going_rule(profile.thresholds, config, baseline, _coverage(profile))
+            if sequential else None)
     with SGLangClient(url) as client:
         return bench.measure(client, bench.Sampling.of(profile.bench), sent,
                              config=config,  # type: ignore[arg-type]
@@ -110,7 +118,7 @@ def _measure(url: str, config: str, profile: Profile, chosen: Sequence[prompts.P
 def _results(profile: Profile, base: bench.Measurement,
              spec: bench.Measurement) -> LiveResults:
     return LiveResults(profile.name, True, ConfigRun("baseline", measurement=base),
-                       ConfigRun("speculative", measurement=spec))
+                       ConfigRun("speculative", measurement=spec), coverage=_coverage(profile))
 
 
 def _decisions(profile: Profile, results: LiveResults) -> dict[str, str]:

@@ -96,6 +96,18 @@ def _rows9(result: dict[str, Any]) -> list[list[str]]:
     return accuracy.bench_rows(result)
 
 
+def _bench11(work: Path, quick: bool) -> dict[str, Any]:
+    import launch_drift
+
+    return launch_drift.run(trials=20 if quick else 400)
+
+
+def _rows11(result: dict[str, Any]) -> list[list[str]]:
+    import launch_drift
+
+    return launch_drift.rows(result)
+
+
 def _bench7(work: Path, quick: bool) -> dict[str, Any]:
     return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
 
@@ -122,6 +134,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "8": ("paired_design", _bench8, _rows8),
     "9": ("accuracy", _bench9, _rows9),
     "10": ("bounded_work", _bench10, bounded_work.rows),
+    "11": ("launch_drift", _bench11, _rows11),
 }
 
 

@@ -17,6 +17,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import common  # noqa: E402
 import health_scan  # noqa: E402
+import launch_drift  # noqa: E402
 import launches  # noqa: E402
 import offline_claims  # noqa: E402
 import probe_run  # noqa: E402
@@ -159,3 +160,14 @@ def test_bounded_work_runs_every_case(tmp_path: Path) -> None:
     assert cases["empty_tensors"]["extra_header_bytes"] > 20_000 * 50
     assert all(math.isfinite(c["ratio_wall"]) for c in cases.values())
     assert len(bounded_work.rows(result)) == 3
+
+
+def test_launch_drift_benchmark_reports_rates_per_design_and_spread() -> None:
+    result = launch_drift.run(trials=8)
+    assert set(result["cells"]) == {f"{d} {s}" for d in launch_drift.DESIGNS
+                                    for s in launch_drift.SPREADS}
+    for cell in result["cells"].values():
+        assert all(0.0 <= rate <= 1.0 for rate in cell.values())
+    rows = launch_drift.rows(result)
+    assert len(rows) == 2 * len(result["cells"])
+    assert rows[0][0].startswith("11 launch drift σ 5%, A–B, true 1.00")

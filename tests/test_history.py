@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from specgate.core.profile import Profile, parse_profile
 from specgate.io import history as history_store
 from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
-from specgate.measure import stats
+from specgate.measure import drift, stats
 from specgate.report import history, runinfo
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
@@ -374,3 +375,22 @@ def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> Non
     accept = regress.regression_claim("regress.accept_len", _profile(), live, tmp_path)
     assert (tps.observed, tps.status) == (pytest.approx(150.0), Status.PASSED)
     assert (accept.observed, accept.status) == (pytest.approx(101 / 40), Status.PASSED)
+
+
+def test_regress_tps_allows_the_drop_a_new_launch_alone_could_show() -> None:
+    past = [_run("p", "passed", 2.6, 100.0)]
+    now = {"spec_tps": Figure(88.0, unit="tok/s")}
+    assert regress.judge_regression("regress.tps", now, past, "p").status is Status.FAILED
+    coverage = drift.Coverage("ab", drift.fixed("tps", 0.1), drift.fixed("cycle_ms", 0.1))
+    launch = regress.launch_noise(coverage, 0.95)
+    # Two launches of the speculative server: ln of their ratio has sd √2 × 10 %.
+    assert launch.rel == pytest.approx(1 - math.exp(-1.959964 * math.sqrt(2) * 0.1), rel=1e-5)
+    result = regress.judge_regression("regress.tps", now, past, "p", launch=launch)
+    assert result.status is Status.PASSED
+    assert "the noise includes the launch-to-launch spread of two launches, 14.1 %" in (
+        result.message)
+    assert result.details["launch_spread"]["included"] is True
+    beyond = regress.judge_regression("regress.tps", {"spec_tps": Figure(70.0)}, past, "p",
+                                      launch=launch)
+    assert beyond.status is Status.FAILED
+    assert "launch-to-launch spread" in beyond.message

@@ -33,8 +33,9 @@ def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, benc
                    "startup_timeout_s": 30, "env": env or {"NCCL_PROTO": "Simple"}},
         "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
                         "num_draft_tokens": 3},
+        # The simulator's launches run at one speed here: a spread the profile states.
         "bench": {"prompts_per_category": 1, "max_new_tokens": 48, "warmup": 1, "repeats": 2,
-                  "max_repeats": 3, **(bench or {})},
+                  "max_repeats": 3, "launch_spread": 0.01, **(bench or {})},
         "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": 2.0, **(thresholds or {})},
     }
     return parse_profile(raw, source=tmp_path / "profile.toml")

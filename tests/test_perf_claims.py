@@ -15,12 +15,15 @@ from specgate.claims import verdict
 from specgate.claims.figures import figures_of, key_figures
 from specgate.claims.result import Attachment, Status
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, stats
+from specgate.measure import bench, drift, stats
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
 from specgate.measure.prompts import template_named
 
 PLAIN = template_named("plain", "test")
+# A deployment whose launches are known not to move (set in the profile): the tests of wording
+# and arithmetic below judge the interval over prompts and passes as it is.
+STABLE = drift.Coverage("ab", drift.fixed("tps", 1e-9), drift.fixed("cycle_ms", 1e-9))
 
 
 def _profile(**thresholds):
@@ -48,11 +51,12 @@ def _measurement(config, *, tps_per_repeat, verify=None, completion=83, requests
                              sampling=Sampling(max_repeats=3), samples=samples)
 
 
-def _live(base=None, spec=None, *, base_run=None, spec_run=None, gpu=None, env=None):
+def _live(base=None, spec=None, *, base_run=None, spec_run=None, gpu=None, env=None,
+          coverage=STABLE):
     base_run = base_run or ConfigRun("baseline", measurement=base, gpu=gpu, env=env)
     spec_run = spec_run or ConfigRun("speculative", measurement=spec, gpu=gpu, env=env,
                                      server_info={"speculative_algorithm": "EAGLE3"})
-    return LiveResults("t", False, base_run, spec_run)
+    return LiveResults("t", False, base_run, spec_run, coverage=coverage)
 
 
 def _seeds_story():
@@ -446,3 +450,74 @@ def test_a_failed_server_is_one_cause_of_every_claim_it_broke():
     doc = verdict.build(results, profile="t", drafter=None, outcome="error")
     assert doc["causes"] == [{"message": results[0].cause,
                               "claims": ["spec.accept_len", "spec.breakeven", "spec.speedup"]}]
+
+
+# -- what the timed claims' intervals cover -------------------------------------------------------
+
+LEARNED = drift.Coverage("ab", drift.Spread("tps", 0.04, 5.0, "learned", 6, 1),
+                         drift.Spread("cycle_ms", 0.05, 4.0, "learned", 6, 3))
+
+
+def _faster(by):
+    """Every prompt `by` times faster on the speculative server, with a tight interval."""
+    factors = [0.9, 1.0, 1.1, 1.05]
+    base = _measurement("baseline", tps_per_repeat=[100.0, 100.5, 99.5], prompt_factors=factors)
+    spec = _measurement("speculative", tps_per_repeat=[100.0 * by] * 3, verify=30,
+                        prompt_factors=factors)
+    return base, spec
+
+
+TIMED = (perf_claims.baseline_tps_claim, perf_claims.speedup_claim,
+         perf_claims.breakeven_claim, perf_claims.accept_len_claim)
+
+
+def test_every_timed_claim_says_what_its_interval_covers():
+    base, spec = _faster(2.0)
+    profile = _profile(baseline_tps_min=60.0, accept_len_min="breakeven")
+    with _no_plots():
+        results = [claim(profile, _live(base, spec, coverage=LEARNED)) for claim in TIMED]
+    for result in results:
+        assert result.status is Status.PASSED, result.message
+        assert "the interval includes the launch-to-launch spread" in result.message
+        assert "learned from 6 launches of this deployment" in result.message
+        covered = result.details["launch_spread"]
+        assert covered["included"] is True
+        assert covered["design"] == "ab"
+    by_id = {r.id: r for r in results}
+    assert by_id["spec.speedup"].details["launch_spread"]["sd"] == pytest.approx(
+        math.sqrt(0.04**2 + 0.05**2), rel=1e-4)
+    assert by_id["perf.baseline_tps"].details["launch_spread"]["sd"] == pytest.approx(0.04)
+    assert "learned from 6 launches of 3 configurations" in by_id["spec.speedup"].message
+
+
+def test_a_margin_within_the_launch_spread_fails_as_inconclusive_and_says_so():
+    base, spec = _faster(1.12)
+    profile = _profile(baseline_tps_min=82.0, accept_len_min="breakeven")
+    with _no_plots():
+        steady = [claim(profile, _live(base, spec)) for claim in TIMED]
+        first = [claim(profile, _live(base, spec, coverage=None)) for claim in TIMED]
+    # Over prompts and passes alone every claim clears its threshold...
+    assert [r.status for r in steady] == [Status.PASSED] * 4
+    # ...but not with the spread of launches specgate has not seen yet (the prior).
+    for result in first:
+        assert result.status is Status.FAILED, result.message
+        assert result.reason == "within_launch_spread"
+        assert "lies within the launch-to-launch spread it leaves out" in result.message
+        assert "not a confident pass" in result.message
+        assert "the prior (" in result.message
+        low, high = result.details["launch_spread"]["within_launch_ci"]
+        assert low <= high
+    speedup = next(r for r in first if r.id == "spec.speedup")
+    judged, within = speedup.details["speedup"], speedup.details["speedup_within_launch"]
+    assert judged["ci_low"] < 1.0 < within["ci_low"]
+    assert speedup.details["launch_spread"]["baseline"]["source"] == "prior"
+
+
+def test_a_result_without_a_coverage_is_judged_with_the_prior():
+    base, spec = _faster(3.0)
+    with _no_plots():
+        result = perf_claims.speedup_claim(_profile(), _live(base, spec, coverage=None))
+    assert result.status is Status.PASSED
+    spread = result.details["launch_spread"]
+    assert spread["speculative"] == drift.prior("cycle_ms").to_json()
+    assert spread["baseline"] == drift.prior("tps").to_json()

@@ -322,7 +322,8 @@ class FakeServers:
         self.speculative_fails = False
 
     def __call__(self, plan: live_plan.LivePlan, config: str, *, baseline: Any = None,
-                 progress: Any = None, keep_going: Any = None) -> live.ConfigRun:
+                 progress: Any = None, keep_going: Any = None,
+                 coverage: Any = None) -> live.ConfigRun:
         self.calls.append(config)
         if config == "speculative" and self.speculative_fails:
             # It started and answered /server_info, then died while measured.
@@ -424,3 +425,25 @@ def test_a_reused_baseline_is_judged_at_the_reusing_runs_confidence() -> None:
     assert now.confidence == bench.judged_confidence(bench.Sampling(repeats=2, max_repeats=6))
     assert now.stats["tps"].mean == stored.stats["tps"].mean
     assert now.stats["tps"].half_width > stored.stats["tps"].half_width
+
+
+def test_the_speculative_fingerprint_adds_the_drafter_and_leaves_the_baselines_alone(
+        machine: Machine) -> None:
+    drafter = machine.root / "drafter"
+    (drafter / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    (drafter / "model.safetensors").write_bytes(b"\x01" * 4096)
+    planned = machine.plan()
+    base, spec = reuse.fingerprint(planned), reuse.fingerprint(planned, "speculative")
+    assert base.id == machine.fingerprint()
+    assert spec.id != base.id
+    assert spec.components["drafter"]["path"] == str(drafter)
+    assert "--speculative-num-steps" in spec.components["launch"]
+    (drafter / "model.safetensors").write_bytes(b"\x02" * 4096)  # a retrained drafter
+    again = machine.plan()
+    assert reuse.fingerprint(again, "speculative").id != spec.id
+    assert reuse.fingerprint(again).id == base.id
+    # Which launch speed the simulator draws is not what the configuration is; its spread is.
+    machine.raw["server"]["env"]["SPECGATE_SIM_LAUNCH_SEED"] = "7"
+    assert reuse.fingerprint(machine.plan()).id == base.id
+    machine.raw["server"]["env"]["SPECGATE_SIM_LAUNCH_SPREAD"] = "0.1"
+    assert reuse.fingerprint(machine.plan()).id != base.id

@@ -703,3 +703,45 @@ def test_tree_drafting_reports_its_own_proposal_count(
             "meta_info"]
         assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * 7
         assert 1 <= len(meta["spec_correct_drafts_histogram"]) <= 6
+
+
+# --- launch to launch -----------------------------------------------------------------------
+
+
+def _decode_rate(sim: Sim, prompt: str) -> float:
+    body = {"text": prompt, "stream": True,
+            "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
+    with requests.post(sim.url + "/generate", json=body, stream=True, timeout=30) as reply:
+        events, stamps, _ = stream_events(reply)
+    first = events[0]["meta_info"]["completion_tokens"]
+    return (events[-1]["meta_info"]["completion_tokens"] - first) / (stamps[-1] - stamps[0])
+
+
+def test_each_launch_draws_its_speed_logs_it_and_serves_at_it(
+        dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    env = {model.ENV_LAUNCH_SPREAD: "0.3", model.ENV_LAUNCH_SEED: "41",
+           model.ENV_TRUTH: str(truth), "SPECGATE_SIM_DECODE_MS": "4"}
+    served = []
+    for _ in range(2):
+        with running(tmp_path, "--model-path", str(dirs[0]), env=env) as sim:
+            info = sim.get("/server_info").json()["simulator"]
+            rates = [_decode_rate(sim, f"launch prompt {i}") for i in range(3)]
+            served.append((info["launch_speed"], sum(rates) / len(rates)))
+    launches = model.read_launches(truth)
+    assert [(x.launch, x.role, x.seed) for x in launches] == [(0, "baseline", "41"),
+                                                               (1, "baseline", "41")]
+    for k, launch in enumerate(launches):
+        assert launch.speed == model.launch_speed(0.3, f"41/{k}/baseline")
+        speed, rate = served[k]
+        assert speed == launch.speed
+        assert rate == pytest.approx(250.0 * speed, rel=0.03)  # decode 4 ms at speed 1
+    assert launches[0].speed != launches[1].speed
+    assert len(model.read_truth(truth)) == 6  # the requests; launch lines left out
+
+
+def test_a_bad_launch_spread_stops_the_start(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    with running(tmp_path, "--model-path", str(dirs[0]), wait=False,
+                 env={model.ENV_LAUNCH_SPREAD: "fast"}) as sim:
+        assert sim.proc.wait(timeout=30) == 1
+        assert "SPECGATE_SIM_LAUNCH_SPREAD must be a number >= 0" in sim.log()

@@ -212,3 +212,41 @@ def test_truth_for_profile_uses_profile_paths_and_env(tmp_path: Path) -> None:
     t = model.truth_for_profile(profile, env={})
     assert t.baseline_tps == pytest.approx(250.0)
     assert t.tau == pytest.approx(1.75)
+
+
+# --- launch to launch ---------------------------------------------------------------------
+
+
+def test_without_a_spread_every_launch_runs_at_speed_one() -> None:
+    assert model.launch_speed(0.0, "any") == 1.0
+    assert model.launch_spread({}) == 0.0
+    params = spec_params()
+    assert model.at_speed(params, 1.0) is params
+
+
+def test_launch_speeds_are_seeded_and_spread_as_asked() -> None:
+    assert model.launch_speed(0.1, "s/0/baseline") == model.launch_speed(0.1, "s/0/baseline")
+    assert model.launch_speed(0.1, "s/0/baseline") != model.launch_speed(0.1, "s/1/baseline")
+    logs = [math.log(model.launch_speed(0.12, f"spread/{k}")) for k in range(4000)]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    assert abs(mean) < 0.01
+    assert sd == pytest.approx(0.12, rel=0.05)
+
+
+def test_a_launch_speed_divides_every_decode_cost_and_keeps_the_speedup() -> None:
+    params = spec_params()
+    fast = model.at_speed(params, 1.25)
+    t, f = params.timing, fast.timing
+    for name in ("decode_ms", "prefill_base_ms", "prefill_ms_per_token", "verify_base_ms",
+                 "verify_ms_per_draft_token", "draft_step_ms"):
+        assert getattr(f, name) == pytest.approx(getattr(t, name) / 1.25)
+    assert (f.start_delay_s, f.health_generate_s) == (t.start_delay_s, t.health_generate_s)
+    assert model.truth(fast).baseline_tps == pytest.approx(1.25 * model.truth(params).baseline_tps)
+    assert model.truth(fast).speedup == pytest.approx(model.truth(params).speedup)
+
+
+@pytest.mark.parametrize("text", ["-0.1", "fast", "nan"])
+def test_a_bad_launch_spread_is_refused_with_the_variable_named(text: str) -> None:
+    with pytest.raises(ValueError, match="SPECGATE_SIM_LAUNCH_SPREAD must be a number >= 0"):
+        model.launch_spread({model.ENV_LAUNCH_SPREAD: text})

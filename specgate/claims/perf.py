@@ -15,7 +15,7 @@ from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, stats
+from specgate.measure import bench, drift, stats
 from specgate.measure.bench import Measurement
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.plot import live as live_plots
@@ -114,6 +114,25 @@ def _judge(summary: stats.Summary, threshold: float, *, strict: bool = False) ->
     if verdict == "below":
         return False, f"the whole {pct} % interval is below {threshold:g}"
     return False, f"inconclusive at {pct} %: the interval contains {threshold:g}"
+
+
+def _judge_covered(covered: drift.Covered, threshold: float, *,
+                   strict: bool = False) -> tuple[bool, str, str]:
+    """_judge on the interval that covers the launches: (ok, how, fail reason).
+
+    When the interval over prompts and passes alone would clear the threshold and the covered
+    one does not, the margin lies within the launch-to-launch spread: not a confident pass,
+    and the claim says so (reason within_launch_spread).
+    """
+    ok, how = _judge(covered.judged, threshold, strict=strict)
+    if not ok and covered.within_spread(threshold):
+        return False, covered.margin_text(threshold), "within_launch_spread"
+    return ok, how, ""
+
+
+def _covers(covered: drift.Covered) -> str:
+    """The sentence each timed claim carries: what its interval covers."""
+    return f"; the interval includes the {covered.describe()}"
 
 
 def _attachments(live: LiveResults, *runs: ConfigRun) -> tuple[Attachment, ...]:
@@ -275,10 +294,18 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     if tps is None:
         return _broken(cid, live, "the baseline pass produced no decode tokens to time "
                        "(every completion was a single token?)", attachments=attachments)
-    figures = (f"baseline {tps.describe('tok/s', 1)}, {got.repeats} repeats of "
-               f"{len(got.samples) // max(got.repeats, 1)} prompts ({got.stop_reason})")
+    covered = drift.cover(tps, live.launch_coverage, "baseline")
+    judged = covered.judged
+    passes = (f"{got.repeats} repeats of {len(got.samples) // max(got.repeats, 1)} prompts "
+              f"({got.stop_reason})")
+    figures = (f"baseline {tps.mean:.1f} tok/s, {stats.percent(judged.confidence)} % CI "
+               f"[{judged.ci_low:.1f}, {judged.ci_high:.1f}] with launch-to-launch spread "
+               f"([{tps.ci_low:.1f}, {tps.ci_high:.1f}] over prompts and passes alone, CV "
+               f"{tps.cv * 100:.1f} %, n = {tps.n}), {passes}" if tps.has_interval else
+               f"baseline {tps.describe('tok/s', 1)}, {passes}")
     threshold = profile.thresholds.baseline_tps_min
-    details: dict[str, Any] = {"tps": tps.to_json(), "template": got.template}
+    details: dict[str, Any] = {"tps": covered.judged.to_json(), "tps_within_launch": tps.to_json(),
+                               "launch_spread": covered.details(), "template": got.template}
     reuse = live.baseline.reuse
     if reuse.get("reused"):
         figures += (f"; REUSED: measured {reuse.get('measured_at')} "
@@ -290,15 +317,16 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         details["baseline_reuse"] = dict(reuse)
     if threshold is None:
         return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
-                              "baseline_tps_min is set, so there is nothing to judge",
+                              "baseline_tps_min is set, so there is nothing to judge"
+                              + _covers(covered),
                               observed=round(tps.mean, 2), unit="tok/s", details=details,
                               attachments=attachments)
-    ok, how = _judge(tps, threshold)
+    ok, how, fail_reason = _judge_covered(covered, threshold)
     word = "meets" if ok else "does not meet"
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} the minimum "
-                         f"{threshold:g} tok/s — {how}",
+                         f"{threshold:g} tok/s — {how}{_covers(covered)}",
                          observed=round(tps.mean, 2), expected=f">= {threshold:g}", unit="tok/s",
-                         details=details, attachments=attachments)
+                         details=details, attachments=attachments, fail_reason=fail_reason)
 
 
 # -- speculative -----------------------------------------------------------------------------
@@ -335,10 +363,11 @@ class BreakEven:
     ratio's, expressed in accept length: τ ÷ ratio.
     """
 
-    ratio: stats.Summary
+    ratio: stats.Summary  # the one judged: with the launch-to-launch spread when covered
     tau: float  # decode-only accept length, Σ(completion − 1) / Σ verify
     cycle_ms: float
     baseline_tps: float
+    covered: drift.Covered | None = None  # the ratio over prompts and passes, and its cover
 
     @property
     def breakeven(self) -> float:
@@ -365,7 +394,16 @@ def _breakeven(live: LiveResults, spec: Measurement) -> BreakEven | None:
     ratio = bench.speedup(spec, base)
     if _unpaired(ratio, spec, base) or ratio.mean <= 0:
         return None
-    return BreakEven(ratio, tau.mean, cycle.mean, base.stats["tps"].mean)
+    covered = drift.cover(ratio, live.launch_coverage, "speedup")
+    return BreakEven(covered.judged, tau.mean, cycle.mean, base.stats["tps"].mean, covered)
+
+
+def _judge_breakeven(be: BreakEven) -> tuple[bool, str, str]:
+    """Break-even is judged on the speed-up's interval against 1."""
+    if be.covered is None:
+        ok, how = _judge(be.ratio, 1.0, strict=True)
+        return ok, how, ""
+    return _judge_covered(be.covered, 1.0, strict=True)
 
 
 def _unpaired(ratio: stats.Summary, spec: Measurement, base: Measurement) -> str | None:
@@ -414,8 +452,9 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests"
                f" (decode-only {tau.mean:.3f}; {got.stop_reason})" if tau
                else f"accept length {accept.describe()}")
-    details = {"accept_len": accept.to_json(), "per_category": got.per_category_accept_len,
-               "template": got.template}
+    details: dict[str, Any] = {"accept_len": accept.to_json(),
+                               "per_category": got.per_category_accept_len,
+                               "template": got.template}
     if accept.mean < NOT_WIRED_ACCEPT_LEN:
         return claims.failed(cid, PHASE, _sim(live) + f"{figures}: {NOT_WIRED_HINT}",
                              observed=round(accept.mean, 3), expected=_expected(profile),
@@ -435,18 +474,24 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         threshold, label = be.breakeven, f"the measured break-even {be.breakeven:.3f}"
         # Judged as spec.breakeven is: on the paired speed-up's interval against 1, and
         # recorded like it, in decode-only accept length (what break-even is computed from).
-        ok, how = _judge(be.ratio, 1.0, strict=True)
-        how = _in_accept_length_units(how, be)
+        ok, how, fail_reason = _judge_breakeven(be)
+        if not fail_reason:
+            how = _in_accept_length_units(how, be)
+        if be.covered is not None:
+            how += _covers(be.covered)
+            details["launch_spread"] = be.covered.details()
         observed = be.tau
     else:
         threshold, label = float(configured), f"the minimum {float(configured):g}"
         ok, how = _judge(accept, threshold)
+        fail_reason = ""
         observed = accept.mean
     word = "reaches" if ok else "does not reach"
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} {label} — {how}. "
                          f"Per category: {per_cat}",
                          observed=round(observed, 3), expected=f">= {threshold:.3f}",
-                         unit="tokens/verify", details=details, attachments=attachments)
+                         unit="tokens/verify", details=details, attachments=attachments,
+                         fail_reason=fail_reason)
 
 
 def _in_accept_length_units(how: str, be: BreakEven) -> str:
@@ -492,13 +537,13 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     ms = f"{be.cycle_ms:.1f}" if be.cycle_ms >= 10 else f"{be.cycle_ms:.2f}"
     low, high = be.breakeven_ci
     pct = stats.percent(be.ratio.confidence)
-    interval = (f", {pct} % CI [{low:.2f}, {high:.2f}] (paired over {be.ratio.n} prompts)"
-                if low is not None and high is not None else "")
+    interval = (f", {pct} % CI [{low:.2f}, {high:.2f}] (paired over {be.ratio.n} prompts, with "
+                "launch-to-launch spread)" if low is not None and high is not None else "")
     arithmetic = (f"cycle {ms} ms × {be.baseline_tps:.1f} tok/s = break-even "
                   f"{be.breakeven:.2f}{interval}; measured {be.tau:.2f} tokens per verify in "
                   f"decode ({got.stats['accept_len'].mean:.2f} counting the prefill token)"
                   f"{_reused_baseline(live)}")
-    ok, how = _judge(be.ratio, 1.0, strict=True)
+    ok, how, fail_reason = _judge_breakeven(be)
     if ok:
         tail = "the drafter makes serving faster"
     elif be.ratio.mean < 1.0:
@@ -506,23 +551,26 @@ def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     else:
         tail = "not shown to beat the baseline"
     how = how.replace("clears 1", "clears break-even").replace("below 1", "below break-even")
+    covers = _covers(be.covered) if be.covered is not None else ""
     attachments = (*_attachments(live, live.speculative, live.baseline),
                    *_targets_attachment(profile, live, got),
                    Attachment("break-even.json", json.dumps(json_safe(be.to_json()), indent=1),
                               "json"),
                    live_plots.breakeven(be.cycle_ms, be.baseline_tps, got,
                                         profile.thresholds.tps_targets))
+    details: dict[str, Any] = {"cycle_ms": round(be.cycle_ms, 4),
+                               "baseline_tps": round(be.baseline_tps, 3),
+                               "breakeven": round(be.breakeven, 4),
+                               "breakeven_ci": [_r(low), _r(high)],
+                               "speedup_ci": [_r(be.ratio.ci_low), _r(be.ratio.ci_high)],
+                               "confidence": be.ratio.confidence}
+    if be.covered is not None:
+        details["launch_spread"] = be.covered.details()
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{arithmetic}: {tail} "
-                         f"(speed-up {be.ratio.mean:.3f}: {how})",
+                         f"(speed-up {be.ratio.mean:.3f}: {how}){covers}",
                          observed=round(be.tau, 3), expected=f">= {be.breakeven:.3f}",
-                         unit="tokens/verify",
-                         details={"cycle_ms": round(be.cycle_ms, 4),
-                                  "baseline_tps": round(be.baseline_tps, 3),
-                                  "breakeven": round(be.breakeven, 4),
-                                  "breakeven_ci": [_r(low), _r(high)],
-                                  "speedup_ci": [_r(be.ratio.ci_low), _r(be.ratio.ci_high)],
-                                  "confidence": be.ratio.confidence},
-                         attachments=attachments)
+                         unit="tokens/verify", details=details, attachments=attachments,
+                         fail_reason=fail_reason)
 
 
 def _r(value: float | None) -> float | None:
@@ -549,8 +597,9 @@ def _spread(rows: Sequence[bench.PromptSpeedup], threshold: float) -> str:
             f"{len(rows)}: {named}{more}")
 
 
-def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
-    """spec.speedup: speculative ÷ baseline decode tok/s > speedup_min, with its interval."""
+def speedup_claim(profile: Profile, live: LiveResults, *, attach: bool = True) -> ClaimResult:
+    """spec.speedup: speculative ÷ baseline decode tok/s > speedup_min, with its interval
+    (attach=False leaves out the files and chart: the verdict alone, for many trials)."""
     cid = "spec.speedup"
     spec = _need(live.speculative, cid, live)
     if isinstance(spec, ClaimResult):
@@ -565,22 +614,29 @@ def speedup_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     if unpaired:
         return _broken(cid, live, unpaired)
     threshold = profile.thresholds.speedup_min
-    ok, how = _judge(ratio, threshold, strict=True)
+    covered = drift.cover(ratio, live.launch_coverage, "speedup")
+    judged = covered.judged
+    ok, how, fail_reason = _judge_covered(covered, threshold, strict=True)
     pct = stats.percent(ratio.confidence)
-    interval = (f", {pct} % CI [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] (paired jackknife "
-                f"over {ratio.n} prompts)" if ratio.has_interval else "")
+    interval = (f", {pct} % CI [{judged.ci_low:.3f}, {judged.ci_high:.3f}] with "
+                f"launch-to-launch spread ([{ratio.ci_low:.3f}, {ratio.ci_high:.3f}] over "
+                f"prompts and passes alone: paired jackknife over {ratio.n} prompts)"
+                if ratio.has_interval else "")
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
     rows = bench.speedup_by_prompt(spec, base)
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
                f"required > {threshold:g}: {how}{slower}{_spread(rows, threshold)}"
-               f"{_reused_baseline(live)}")
+               f"{_reused_baseline(live)}{_covers(covered)}")
     return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x",
-                         details={"speedup": ratio.to_json(),
+                         details={"speedup": judged.to_json(),
+                                  "speedup_within_launch": ratio.to_json(),
+                                  "launch_spread": covered.details(),
                                   "spec_tps": spec.stats["tps"].to_json(),
                                   "baseline_tps": base.stats["tps"].to_json(),
                                   "per_prompt": [r.to_json() for r in rows]},
                          attachments=(*_attachments(live, live.speculative, live.baseline),
-                                      live_plots.tps_repeats(base, spec)))
+                                      live_plots.tps_repeats(base, spec)) if attach else (),
+                         fail_reason=fail_reason)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.io import history as history_store
 from specgate.io.history import HISTORY_FILE, Figure, RunRecord
+from specgate.measure import drift
 from specgate.measure.live import LiveResults
+from specgate.measure.stats import t_quantile
 
 DEFAULT_MIN_REL_NOISE = 0.02
 
@@ -36,14 +39,36 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
         current["accept_len"] = Figure.of(spec.stats["accept_len"], "tokens/verify")
     if spec.stat("tps") is not None:
         current["spec_tps"] = Figure.of(spec.stats["tps"], "tok/s")
-    result = check_regression(claim_id, profile, reports_dir, current)
+    launch = (launch_noise(live.launch_coverage, spec.confidence)
+              if claim_id == "regress.tps" else None)
+    result = check_regression(claim_id, profile, reports_dir, current, launch=launch)
     if live.simulated and not result.message.startswith(_sim(live)):
         result = dataclasses.replace(result, message=_sim(live) + result.message)
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchNoise:
+    """How far a timed figure may move between two launches of one configuration, as a
+    fraction of it, and what that spread is."""
+
+    rel: float
+    text: str
+
+
+def launch_noise(coverage: drift.Coverage, confidence: float) -> LaunchNoise:
+    """The speculative tok/s of two runs are two launches: ln of their ratio has the launch
+    variance 2σ² of the speculative server; the noise is the drop that interval allows."""
+    term = drift.Term.of([(2.0, coverage.speculative)])
+    q = t_quantile(0.5 + confidence / 2.0, term.df)
+    return LaunchNoise(1.0 - math.exp(-q * term.sd),
+                       f"launch-to-launch spread of two launches, {term.sd * 100:.1f} % "
+                       f"(standard deviation of the log; {coverage.speculative.describe()})")
+
+
 def check_regression(
-    claim_id: str, profile: Profile, reports_dir: Path, current: Mapping[str, Figure]
+    claim_id: str, profile: Profile, reports_dir: Path, current: Mapping[str, Figure], *,
+    launch: LaunchNoise | None = None,
 ) -> ClaimResult:
     """judge_regression against this profile's history, with its regression_tolerance."""
     tolerance = profile.thresholds.regression_tolerance
@@ -51,6 +76,7 @@ def check_regression(
         claim_id, current, history_store.read_history(history_store.history_file(reports_dir)),
         profile.name,
         min_rel_noise=DEFAULT_MIN_REL_NOISE if tolerance is None else tolerance,
+        launch=launch,
     )
 
 
@@ -62,11 +88,13 @@ def judge_regression(
     *,
     min_rel_noise: float = DEFAULT_MIN_REL_NOISE,
     phase: str = "phase0",
+    launch: LaunchNoise | None = None,
 ) -> ClaimResult:
     """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run.
 
     The allowed drop is the larger of the two runs' CI half-widths and min_rel_noise times the
-    earlier value (a floor for figures measured without a CI). Skipped without a reference.
+    earlier value (a floor for figures measured without a CI); for a timed figure, also the
+    drop a new launch alone could show (`launch`). Skipped without a reference.
     """
     if claim_id not in REGRESSION_CLAIMS:
         raise ValueError(f"unknown regression claim {claim_id!r}; one of {list(REGRESSION_CLAIMS)}")
@@ -84,7 +112,9 @@ def judge_regression(
             reason="no_reference", details={"figure": name},
         )
     before = before_run.figures[name]
-    noise = max(now.half_width, before.half_width, abs(before.value) * min_rel_noise)
+    launch_rel = launch.rel if launch is not None else 0.0
+    noise = max(now.half_width, before.half_width,
+                abs(before.value) * max(min_rel_noise, launch_rel))
     drop = before.value - now.value
     unit = now.unit or before.unit
     details = {
@@ -95,6 +125,10 @@ def judge_regression(
         "drop": drop,
         "noise": noise,
     }
+    if launch is not None:
+        details["launch_spread"] = {"included": True, "rel_noise": round(launch.rel, 6),
+                                    "text": launch.text}
+    covers = f"; the noise includes the {launch.text}" if launch is not None else ""
     kw: dict[str, Any] = {
         "observed": now.value, "expected": f">= {before.value - noise:.4g}", "unit": unit,
         "details": details,
@@ -104,11 +138,13 @@ def judge_regression(
     if drop > noise:
         return claims.failed(
             claim_id, phase,
-            f"{figures}: it dropped by {drop:.4g}, more than the noise {noise:.4g}. Compare the "
-            "drafter and server settings of the two runs, or restore the earlier drafter.",
+            f"{figures}: it dropped by {drop:.4g}, more than the noise {noise:.4g}{covers}. "
+            "Compare the drafter and server settings of the two runs, or restore the earlier "
+            "drafter.",
             **kw,
         )
-    return claims.passed(claim_id, phase, f"{figures}: within the noise {noise:.4g}", **kw)
+    return claims.passed(claim_id, phase, f"{figures}: within the noise {noise:.4g}{covers}",
+                         **kw)
 
 
 def _fmt(figure: Figure) -> str:

@@ -147,6 +147,18 @@ class BenchSection(_Section):
     categories: list[str] | None = None
     prompts_per_category: int | None = Field(default=None, ge=1)
     baseline_max_age_h: float | None = Field(default=None, gt=0)
+    design: Literal["ab", "aba", "interleaved"] = "ab"
+    launch_spread: float | Literal["learned"] = "learned"
+    launch_spread_min_launches: int = Field(default=5, ge=2)
+
+    @field_validator("launch_spread")
+    @classmethod
+    def _spread_is_a_fraction(cls, value: float | str) -> float | str:
+        if isinstance(value, (int, float)) and not 0.0 < value < 1.0:
+            raise ValueError(f"must be \"learned\" or a fraction above 0 and below 1 (the "
+                             f"standard deviation of ln tok/s between launches, e.g. 0.05), "
+                             f"found {value}")
+        return value
 
 
 class TuneSection(_Section):

@@ -89,6 +89,23 @@ DESCRIPTIONS: dict[str, str] = {
                                  "speculative server's /server_info; unset: measure the "
                                  "baseline on every run. While it is set, each freshly "
                                  "launched baseline is stored in REPORTS/baselines/"),
+    "bench.design": ("how the two servers are launched and measured: `ab` the baseline, then "
+                     "the speculative server; `aba` the baseline launched again after it, both "
+                     "baseline launches pooled, their drift bounding this run's launch spread "
+                     "(one more baseline launch); `interleaved` both servers resident at once, "
+                     "each prompt sent to one and then the other, one request at a time (both "
+                     "must fit in GPU memory: give each a --mem-fraction-static share)"),
+    "bench.launch_spread": ("the launch-to-launch spread the timed claims' intervals add "
+                            "(docs/claims.md): `learned` from this deployment's earlier "
+                            "launches in REPORTS/history/launches.jsonl and its stored "
+                            "baselines, the prior from real SGLang (11 % for baseline tok/s, "
+                            "12 % for the verify cycle) until there are enough; or a fraction "
+                            "you know for this deployment (the standard deviation of ln tok/s "
+                            "between launches, e.g. 0.05)"),
+    "bench.launch_spread_min_launches": ("launches of one configuration (or as many degrees "
+                                         "of freedom over several) from which the learned "
+                                         "spread alone replaces the prior; below it the "
+                                         "prior is updated with the launches there are"),
     "tune.steps": "`specgate tune`: the --speculative-num-steps to consider (chains: topk 1, "
                   "steps + 1 draft tokens); the first launch uses the largest",
     "tune.max_launches": "`specgate tune`: most speculative launches, the first included",

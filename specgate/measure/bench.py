@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
-from specgate.measure.prompts import ChatTemplate, PromptSet
+from specgate.measure.prompts import ChatTemplate, Prompt, PromptSet
 from specgate.measure.stats import Summary, jackknife
-from specgate.serving.client import SGLangClient
+from specgate.serving.client import Generation, SGLangClient
 
 Config = Literal["baseline", "speculative"]
 Progress = Callable[[str], None]
@@ -299,18 +299,22 @@ def run_pass(client: SGLangClient, prompts: PromptSet, params: dict[str, Any], r
     client.flush_cache()
     samples = []
     for i, (prompt, text) in enumerate(prompts.sent(), 1):
-        gen = client.generate(text, params, stream=True)
-        samples.append(RequestSample(
-            repeat=repeat, prompt_id=prompt.id, category=prompt.category,
-            prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
-            spec_verify_ct=gen.spec_verify_ct, ttft_s=gen.ttft_s, e2e_s=gen.e2e_s,
-            server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
-            drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
-            first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s),
-            output_ids=gen.output_ids))
+        samples.append(sample_of(client.generate(text, params, stream=True), prompt, repeat))
         if progress is not None and (i == len(prompts.texts) or i % 10 == 0):
             progress(f"repeat {repeat}: {i}/{len(prompts.texts)} requests")
     return samples
+
+
+def sample_of(gen: Generation, prompt: Prompt, repeat: int) -> RequestSample:
+    """One streamed answer as a measured request."""
+    return RequestSample(
+        repeat=repeat, prompt_id=prompt.id, category=prompt.category,
+        prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+        spec_verify_ct=gen.spec_verify_ct, ttft_s=gen.ttft_s, e2e_s=gen.e2e_s,
+        server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
+        drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
+        first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s),
+        output_ids=gen.output_ids)
 
 
 def _median_gap(arrivals: Sequence[float]) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -9,7 +10,8 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +19,17 @@ from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, reuse
+from specgate.measure import bench, drift, interleave, launches, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
+from specgate.measure.stats import Summary
 from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
-from specgate.serving.launch import Config, ServerPlan
+from specgate.serving.launch import Config, ServerPlan, server_url
 from specgate.serving.server import ServerHandle
 
 Progress = Callable[[str], None]
+Rule = Callable[[bench.Measurement], str | None]
 RESULTS_FILE = "results.json"
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -127,15 +131,29 @@ class LiveResults:
     # The launched servers' GPUs (model, driver, selection) from the plan's one snapshot, or
     # why they are unknown; None when nothing was launched here.
     gpus: dict[str, Any] | None = None
+    # The launch part of the timed claims' intervals (measure/drift.py); None: not known, and
+    # the claims take the prior.
+    coverage: drift.Coverage | None = None
+    # A–B–A: the baseline's second launch, after the speculative server; `baseline` then pools
+    # both launches' requests.
+    baseline_after: ConfigRun | None = None
 
     def run(self, config: str) -> ConfigRun:
         return self.baseline if config == "baseline" else self.speculative
+
+    @property
+    def launch_coverage(self) -> drift.Coverage:
+        """The coverage the timed claims are judged with: this session's, else the prior."""
+        return self.coverage if self.coverage is not None else drift.prior_coverage()
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "prompts": self.prompts, "gpus": self.gpus,
-                "baseline": self.baseline.to_json(), "speculative": self.speculative.to_json()}
+                "baseline": self.baseline.to_json(), "speculative": self.speculative.to_json(),
+                "coverage": self.coverage.to_json() if self.coverage else None,
+                "baseline_after": self.baseline_after.to_json() if self.baseline_after
+                else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LiveResults:
@@ -144,7 +162,11 @@ class LiveResults:
                    speculative=ConfigRun.from_json(data["speculative"]),
                    started_at=str(data.get("started_at", "")),
                    finished_at=str(data.get("finished_at", "")),
-                   prompts=str(data.get("prompts", "")), gpus=data.get("gpus"))
+                   prompts=str(data.get("prompts", "")), gpus=data.get("gpus"),
+                   coverage=drift.Coverage.from_json(data["coverage"])
+                   if data.get("coverage") else None,
+                   baseline_after=ConfigRun.from_json(data["baseline_after"])
+                   if data.get("baseline_after") else None)
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +184,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def check_gpus(plan: ServerPlan) -> GpuCheck:
-    """Other processes on the GPUs the server will use (skipped without nvidia-smi)."""
+def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
+    """Other processes on the GPUs the server will use (skipped without nvidia-smi); `resident`
+    are the pids of this session's other server, resident beside it by design."""
     snap = gpu.snapshot()
     if snap is None:
         return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
@@ -172,7 +195,7 @@ def check_gpus(plan: ServerPlan) -> GpuCheck:
         return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {plan.gpus!r} names GPUs "
                                "by id, not by index; set [server] gpus to the indices that "
                                "nvidia-smi lists so they can be checked")
-    busy = gpu.busy_on(snap, plan.gpus)
+    busy = [p for p in gpu.busy_on(snap, plan.gpus) if p.pid not in set(resident)]
     return GpuCheck(True, f"GPUs {list(plan.gpus)} checked",
                     tuple(dataclasses.asdict(p) for p in busy))
 
@@ -192,29 +215,71 @@ def check_env(expected: Mapping[str, str], handle: ServerHandle) -> EnvCheck:
                     mask_env(expected), found)
 
 
-def _keep_going(thresholds: ThresholdsSection, config: Config,
-                baseline: bench.Measurement | None) -> Callable[[bench.Measurement], str | None]:
-    """Another repeat is worth it while an interval a claim is judged on straddles its threshold."""
-    th = thresholds
+@dataclasses.dataclass(frozen=True)
+class _Check:
+    """One interval the rule for more passes looks at, its threshold, and the claim it covers."""
 
-    def rule(m: bench.Measurement) -> str | None:
-        if config == "baseline":
-            return bench.straddles(m.stat("tps"), th.baseline_tps_min, "baseline tok/s")
-        reasons = []
-        accept = m.stat("accept_len")
-        base_tps = baseline.stat("tps") if baseline else None
+    summary: Summary | None
+    threshold: float | None
+    what: str
+    claim: drift.Claim | None = None  # None: not timed (no launch spread)
+
+
+class _GateRule:
+    """Another pass is worth it while an interval a claim is judged on straddles its threshold,
+    and more passes can still move it off: an interval held there by the launch-to-launch
+    spread alone (measure/drift.py), which passes do not narrow, is left as it is."""
+
+    def __init__(self, thresholds: ThresholdsSection, config: Config,
+                 baseline: bench.Measurement | None, coverage: drift.Coverage | None) -> None:
+        self.thresholds, self.config = thresholds, config
+        self.baseline, self.coverage = baseline, coverage
+        self.undecided: str | None = None  # why the last look stopped without deciding
+
+    def _checks(self, m: bench.Measurement) -> list[_Check]:
+        th = self.thresholds
+        if self.config == "baseline":
+            return [_Check(m.stat("tps"), th.baseline_tps_min, "baseline tok/s", "baseline")]
+        checks: list[_Check] = []
         if isinstance(th.accept_len_min, (int, float)):
-            reasons.append(bench.straddles(accept, float(th.accept_len_min), "accept length"))
-        if baseline is not None and m.stat("tps") and base_tps:
+            checks.append(_Check(m.stat("accept_len"), float(th.accept_len_min),
+                                 "accept length"))
+        base_tps = self.baseline.stat("tps") if self.baseline else None
+        if self.baseline is not None and m.stat("tps") and base_tps:
             # spec.breakeven and spec.speedup are one hypothesis on one interval.
-            ratio = bench.speedup(m, baseline)
-            reasons.append(bench.straddles(ratio, th.speedup_min, "speedup"))
+            ratio = bench.speedup(m, self.baseline)
+            checks.append(_Check(ratio, th.speedup_min, "speedup", "speedup"))
             if th.speedup_min != 1.0:
-                reasons.append(bench.straddles(ratio, 1.0, "speedup (break-even)"))
-        found = [r for r in reasons if r]
-        return "; ".join(found) if found else None
+                checks.append(_Check(ratio, 1.0, "speedup (break-even)", "speedup"))
+        return checks
 
-    return rule
+    def __call__(self, m: bench.Measurement) -> str | None:
+        self.undecided = None
+        reasons = []
+        for check in self._checks(m):
+            summary, threshold = check.summary, check.threshold
+            if summary is None or threshold is None:
+                continue
+            term = (self.coverage.term(check.claim) if self.coverage and check.claim
+                    else None)
+            judged = drift.widen(summary, term) if term else summary
+            reason = bench.straddles(judged, threshold, check.what)
+            if reason is None:
+                continue
+            if term is not None and drift.undecidable(summary, term, threshold):
+                self.undecided = (f"more passes cannot decide it: {reason}, and the "
+                                  f"launch-to-launch spread alone ({term.sd * 100:.1f} %, a "
+                                  "standard deviation of the log) keeps it there")
+                continue
+            reasons.append(reason)
+        return "; ".join(reasons) if reasons else None
+
+
+def keep_going_rule(thresholds: ThresholdsSection, config: Config,
+                    baseline: bench.Measurement | None,
+                    coverage: drift.Coverage | None = None) -> _GateRule:
+    """The gate's rule for another pass; with a coverage, on the intervals the claims judge."""
+    return _GateRule(thresholds, config, baseline, coverage)
 
 
 def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
@@ -223,11 +288,12 @@ def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
 
 def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | None = None,
                progress: Progress | None = None,
-               keep_going: Callable[[bench.Measurement], str | None] | None = None
-               ) -> ConfigRun:
+               keep_going: Callable[[bench.Measurement], str | None] | None = None,
+               coverage: drift.Coverage | None = None) -> ConfigRun:
     """Launch (or attach), check, measure and stop one configuration; errors become data.
 
-    keep_going replaces the gate's rule for more repeats (`specgate tune` races configurations).
+    keep_going replaces the gate's rule for more repeats (`specgate tune` races configurations);
+    coverage puts the gate's rule on the intervals the claims judge (with the launch spread).
     """
     say = progress or (lambda _msg: None)
     planned = plan.server(config)
@@ -257,14 +323,15 @@ def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | 
                 fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
                                          dict(planned.env))
             stage = "measure"
+            rule = keep_going or keep_going_rule(plan.thresholds, config, baseline, coverage)
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=plan.sampling.request_timeout_s) as client:
                 try:
-                    fields["measurement"] = bench.measure(
-                        client, plan.sampling, plan.prompts, config=config,
-                        keep_going=keep_going or _keep_going(plan.thresholds, config, baseline),
+                    measured = bench.measure(
+                        client, plan.sampling, plan.prompts, config=config, keep_going=rule,
                         progress=say,
                         simulated=bool(handle.simulated), server_spec=fields["server_info"])
+                    fields["measurement"] = _stopped_why(measured, rule)
                 except SpecgateError as exc:
                     # Settle first: a server writes its access-log line for the failed request
                     # after answering it, and a dying one needs a moment to exit.
@@ -285,6 +352,14 @@ def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | 
                                              _tail(handle)))
     fields.setdefault("stop", "attached: left running" if attached else "")
     return ConfigRun(**fields)
+
+
+def _stopped_why(m: bench.Measurement, rule: object,
+                 passes: str = "repeats") -> bench.Measurement:
+    """The measurement, saying so when the gate's rule stopped because passes cannot decide."""
+    if isinstance(rule, _GateRule) and rule.undecided:
+        return dataclasses.replace(m, stop_reason=f"{m.repeats} {passes}: {rule.undecided}")
+    return m
 
 
 def _log_tail_of(exc: SpecgateError) -> str:
@@ -339,19 +414,83 @@ def run_live(profile: Profile, reports_dir: Path, *,
 
     started = _now()
     planned = live_plan.resolve(profile, reports_dir)
+    keys = launches.keys(planned)
+    settings = planned.launches
+    # The coverage known before this run's launches: what the rule for more passes judges on.
+    before = launches.coverage(settings, launches.history(reports_dir, keys), keys,
+                               baseline_launches=2 if settings.design == "aba" else 1)
     unusable = _unusable_attached(planned, say)
+    after: ConfigRun | None = None
     if unusable:
         baseline, speculative = (_not_run(planned, c, unusable) for c in live_plan.CONFIGS)
+    elif settings.design == "interleaved":
+        baseline, speculative = _interleaved(planned, say, before)
     else:
-        baseline, speculative = _baseline_and_speculative(planned, reports_dir, say)
+        baseline, speculative = _baseline_and_speculative(planned, reports_dir, say, before)
+        if settings.design == "aba":
+            after = _baseline_again(planned, baseline, speculative, say, before)
+    baseline, coverage = _covered(planned, reports_dir, keys, baseline, speculative, after, say)
     results = LiveResults(
         profile=planned.name,
         simulated=planned.simulated or baseline.simulated or speculative.simulated,
         baseline=baseline, speculative=speculative, started_at=started,
         finished_at=_now(), prompts=planned.prompts.label if planned.prompts else "",
-        gpus=dataclasses.asdict(planned.gpus) if planned.gpus else None)
+        gpus=dataclasses.asdict(planned.gpus) if planned.gpus else None,
+        coverage=coverage, baseline_after=after)
     results.write(live_dir / RESULTS_FILE)
     return results
+
+
+def _baseline_again(plan: LivePlan, first: ConfigRun, speculative: ConfigRun, say: Progress,
+                    coverage: drift.Coverage) -> ConfigRun | None:
+    """A–B–A: the baseline launched again after the speculative server, measured with as many
+    passes as its first launch; None when there is nothing to bracket (either run failed)."""
+    if first.measurement is None or speculative.measurement is None:
+        say("baseline: not launched again (design aba): "
+            + ("the speculative run failed" if speculative.measurement is None
+               else "the first baseline run failed"))
+        return None
+    passes = first.measurement.repeats
+    say(f"baseline: launching again after the speculative server (design aba), {passes} passes")
+    return run_config(plan, "baseline", progress=say,
+                      keep_going=lambda m: (f"{m.repeats} of the first launch's {passes} passes"
+                                            if m.repeats < passes else None))
+
+
+def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: ConfigRun,
+             speculative: ConfigRun, after: ConfigRun | None,
+             say: Progress) -> tuple[ConfigRun, drift.Coverage]:
+    """Log this session's launches, pool an A–B–A baseline's two launches, and learn the
+    coverage the timed claims are judged with (this session's launches included)."""
+    settings = plan.launches
+    run = uuid.uuid4().hex[:16]
+    runs: list[tuple[Config, ConfigRun | None]] = [
+        ("baseline", baseline), ("speculative", speculative), ("baseline", after)]
+    fresh = [(c, r.measurement) for c, r in runs
+             if r is not None and r.measurement is not None and r.failure is None
+             and not r.attached and not r.reuse.get("reused")]
+    for config, measured in fresh:
+        try:
+            launches.record(reports_dir, keys, config, measured, design=settings.design,
+                            run=run)
+        except OSError as exc:
+            say(f"{config}: launch not logged ({exc})")
+    note, bracket, pooled = "", None, 1
+    first, again = baseline.measurement, after.measurement if after else None
+    if settings.design == "aba" and after is not None and first and again \
+            and after.failure is None and plan.prompts is not None:
+        bracket = drift.Bracket(first.stats["tps"].mean, again.stats["tps"].mean) \
+            if "tps" in first.stats and "tps" in again.stats else None
+        baseline = dataclasses.replace(baseline, measurement=launches.bracketed(
+            first, again, plan.sampling, plan.prompts.template))
+        pooled = 2
+    elif settings.design == "aba":
+        why = (after.failure.text() if after is not None and after.failure is not None
+               else "it was not launched")
+        note = f"the baseline's second launch gave no measurement ({why}): one launch pooled"
+    coverage = launches.coverage(settings, launches.history(reports_dir, keys), keys,
+                                 baseline_launches=pooled, bracket=bracket, note=note)
+    return baseline, coverage
 
 
 def _unusable_attached(plan: LivePlan, say: Progress) -> dict[str, str]:
@@ -387,8 +526,9 @@ def _not_run(plan: LivePlan, config: Config, unusable: dict[str, str]) -> Config
                      stop="attached: left running" if attached else "")
 
 
-def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
-                              say: Progress) -> tuple[ConfigRun, ConfigRun]:
+def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
+                              coverage: drift.Coverage | None = None
+                              ) -> tuple[ConfigRun, ConfigRun]:
     """Both runs: the baseline first, or a stored one (measure/reuse.py) when the plan allows it
     and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
     max_age, fp, found = plan.baseline_max_age_h, plan.fingerprint, plan.stored
@@ -405,7 +545,8 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
     if isinstance(found, reuse.Stored) and stored is not None:
         say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
             f"(fingerprint {found.fingerprint}); no baseline launch")
-        speculative = run_config(plan, "speculative", baseline=stored.measurement, progress=say)
+        speculative = run_config(plan, "speculative", baseline=stored.measurement, progress=say,
+                                 coverage=coverage)
         agreed, problems = reuse.recheck(stored.server_info, speculative.server_info)
         if speculative.failure is None and not problems:
             return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, agreed)), \
@@ -415,12 +556,12 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
                      f"{failed.stage}: {failed.message})" if failed is not None
                      else "; ".join(problems))
         say(f"baseline: measuring it again: {why_fresh}")
-        baseline = run_config(plan, "baseline", progress=say)
+        baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
     else:
         why_fresh = found if isinstance(found, str) else ""
-        baseline = run_config(plan, "baseline", progress=say)
+        baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
         speculative = run_config(plan, "speculative", baseline=baseline.measurement,
-                                 progress=say)
+                                 progress=say, coverage=coverage)
     if (max_age is not None and fp is not None and baseline.measurement is not None
             and baseline.failure is None):
         try:
@@ -431,6 +572,123 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path,
     if max_age is not None:
         baseline = dataclasses.replace(baseline, reuse={"reused": False, "why": why_fresh})
     return baseline, speculative
+
+
+# Said when the second of two resident servers fails to start: most often it did not fit.
+_RESIDENT_HINT = ("with design = \"interleaved\" both servers are resident at once and must fit "
+                  "in GPU memory together: give each a share with --mem-fraction-static in "
+                  "[server] args (e.g. 0.4), or use design = \"ab\" or \"aba\"")
+
+
+def _beside(first: ServerPlan, second: ServerPlan) -> ServerPlan:
+    """The second server's plan, on another port when both would listen on the same one."""
+    spec = second.spec
+    if spec is None or first.spec is None or second.any_port \
+            or (spec.host, spec.port) != (first.spec.host, first.spec.port):
+        return second
+    moved = spec.on_port(spec.port + 1)
+    return dataclasses.replace(second, spec=moved, url=server_url(moved.host, moved.port))
+
+
+def _not_beside(blocked: Blocked, config: Config) -> ConfigRun:
+    """A run of the interleaved design that cannot start because one server is blocked."""
+    if config == blocked.config:
+        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message))
+    return ConfigRun(config=config, failure=Failure(
+        blocked.stage, f"not launched: the {blocked.config} server cannot be run beside it: "
+                       f"{blocked.message}"))
+
+
+def _interleaved(plan: LivePlan, say: Progress,
+                 coverage: drift.Coverage) -> tuple[ConfigRun, ConfigRun]:
+    """Both servers resident at once, their requests in turn (measure/interleave.py); errors
+    become data, as in run_config, and both servers are stopped whatever happens."""
+    for blocked in (plan.baseline, plan.speculative):
+        if isinstance(blocked, Blocked):
+            return _not_beside(blocked, "baseline"), _not_beside(blocked, "speculative")
+    base_plan, spec_plan = plan.baseline, plan.speculative
+    if not isinstance(base_plan, ServerPlan) or not isinstance(spec_plan, ServerPlan):
+        raise TypeError("both servers are planned here")  # Blocked ones returned above
+    plans: dict[Config, ServerPlan] = {"baseline": base_plan,
+                                       "speculative": _beside(base_plan, spec_plan)}
+    fields: dict[Config, dict[str, Any]] = {
+        c: {"config": c, "attached": p.spec is None} for c, p in plans.items()}
+    handles: dict[Config, ServerHandle] = {}
+    current: Config = "baseline"
+    stage = "prompts"
+    try:
+        if plan.prompts is None:
+            raise SpecgateError(plan.no_prompts)
+        with contextlib.ExitStack() as stack:
+            for current, p in plans.items():
+                stage = "start"
+                f = fields[current]
+                if p.spec is not None:
+                    resident = [pid for h in handles.values() for pid in h.pids]
+                    try:
+                        f["gpu"] = check_gpus(p, resident=resident)
+                    except Exception as exc:  # a broken check must not stop the session
+                        f["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
+                    f["log_path"] = str(p.log_path)
+                handle = stack.enter_context(server.serve(p, say))
+                handles[current] = handle
+                f.update(launch=handle.command, url=handle.url,
+                         simulated=bool(handle.simulated),
+                         server_info=_server_spec(dict(handle.server_info or {})))
+                try:
+                    f["env"] = check_env(p.env, handle)
+                except Exception as exc:  # a broken check must not stop the session
+                    f["env"] = EnvCheck(False, f"environment check failed: {exc}", dict(p.env))
+            stage = "measure"
+            base_rule = keep_going_rule(plan.thresholds, "baseline", None, coverage)
+            spec_rule = keep_going_rule(plan.thresholds, "speculative", None, coverage)
+
+            def pair_rule(base: bench.Measurement, spec: bench.Measurement) -> str | None:
+                spec_rule.baseline = base
+                found = [r for r in (base_rule(base), spec_rule(spec)) if r]
+                return "; ".join(found) if found else None
+
+            timeout = plan.sampling.request_timeout_s
+            with SGLangClient(handles["baseline"].url, handles["baseline"].api_key,
+                              timeout_s=timeout) as b_client, \
+                    SGLangClient(handles["speculative"].url, handles["speculative"].api_key,
+                                 timeout_s=timeout) as s_client:
+                try:
+                    pair = interleave.measure(
+                        b_client, s_client, plan.sampling, plan.prompts, keep_going=pair_rule,
+                        progress=say, simulated=bool(handles["speculative"].simulated),
+                        server_specs=(fields["baseline"]["server_info"],
+                                      fields["speculative"]["server_info"]))
+                    undecided = base_rule if base_rule.undecided else spec_rule
+                    fields["baseline"]["measurement"], fields["speculative"]["measurement"] = (
+                        _stopped_why(m, undecided, "interleaved repeats") for m in pair)
+                except SpecgateError as exc:
+                    for c, h in handles.items():
+                        fields[c]["failure"] = Failure("measure", str(exc),
+                                                       _log_tail_of(exc) or _tail(h))
+            stage = "stop"
+            last_first: tuple[Config, Config] = ("speculative", "baseline")
+            for c in last_first:
+                fields[c]["stop"] = _stop(handles[c])
+    except SpecgateError as exc:
+        failed = Failure(stage, str(exc), _log_tail_of(exc) or _tail(handles.get(current)))
+        if stage == "start" and current == "speculative" and plans[current].spec is not None \
+                and "baseline" in handles:
+            failed = dataclasses.replace(failed, message=f"{failed.message} ({_RESIDENT_HINT})")
+        for c in plans:
+            fields[c].setdefault("failure", failed if c == current or stage != "start" else
+                                 Failure(stage, f"not measured: the {current} server could "
+                                                f"not be run beside it: {exc}"))
+    except Exception as exc:  # recorded, so every claim can say what broke
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        for c in plans:
+            fields[c].setdefault("failure", Failure(stage, f"internal error: {detail}",
+                                                    _tail(handles.get(c))))
+    for c, h in handles.items():  # stopped on the way out: keep what was left behind
+        fields[c].setdefault("stop", _stop(h))
+    for c, p in plans.items():
+        fields[c].setdefault("stop", "attached: left running" if p.spec is None else "")
+    return ConfigRun(**fields["baseline"]), ConfigRun(**fields["speculative"])
 
 
 RUN_FILE = re.compile(r"^[0-9a-f]{32}\.(json|lock)$")

@@ -10,7 +10,7 @@ from pathlib import Path
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.simulated import SGLANG_VERSION
-from specgate.measure import prompts, reuse
+from specgate.measure import drift, prompts, reuse
 from specgate.measure.bench import Sampling
 from specgate.measure.prompts import PromptSet
 from specgate.serving import gpu, launch
@@ -53,6 +53,9 @@ class LivePlan:
     # A stored baseline that may stand in for the launch (still to be rechecked against the
     # speculative server), or why the baseline is launched; "" when reuse is off.
     stored: reuse.Stored | str = ""
+    # [bench] design and launch_spread: how the servers are launched, and the launch-to-launch
+    # spread the timed claims' intervals add (measure/drift.py).
+    launches: drift.Settings = dataclasses.field(default_factory=drift.Settings)
 
     def server(self, config: Config) -> ServerPlan | Blocked:
         return self.baseline if config == "baseline" else self.speculative
@@ -92,7 +95,8 @@ def resolve(profile: Profile, reports_dir: Path) -> LivePlan:
         gpus=_gpu_facts(launched[0]) if launched else None,
         sglang=_sglang_version(simulated, baseline),
         sampling=Sampling.of(profile.bench), thresholds=profile.thresholds,
-        baseline_max_age_h=profile.bench.baseline_max_age_h)
+        baseline_max_age_h=profile.bench.baseline_max_age_h,
+        launches=drift.Settings.of(profile.bench))
     if plan.baseline_max_age_h is None or not isinstance(baseline, ServerPlan) \
             or prompt_set is None:
         return plan

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from specgate.core.redact import redact_urls
 from specgate.io import runs
 from specgate.io.jsonl import json_safe
-from specgate.serving.launch import ServerPlan
+from specgate.serving.launch import Config, ServerPlan
 
 if TYPE_CHECKING:
     from specgate.measure.plan import LivePlan
@@ -55,7 +56,8 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 # and reading a 1T model's files whole would take longer than the launch it saves.
 _WEIGHT_SAMPLE_BYTES = 1 << 20
 _SIM_ENV_PREFIX = "SPECGATE_SIM_"
-_SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH",)  # where the log goes, not what is measured
+# Where the log goes and which launch speed is drawn: not what is measured.
+_SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH", "SPECGATE_SIM_LAUNCH_SEED")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +139,16 @@ def _launch_args(spec: LaunchSpec) -> list[str]:
     return out
 
 
-def fingerprint(plan: LivePlan) -> Fingerprint:
-    """Everything in the plan that decides a baseline measurement, as data (hashed into the id).
+def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
+    """Everything in the plan that decides a configuration's measurement, as data (hashed into
+    the id): the baseline's (what reuse stores under), or the speculative server's, which adds
+    the drafter's files and weights.
 
-    Only for a baseline the plan launches, with its prompts loaded (see plan.resolve).
+    Only for a server the plan launches, with its prompts loaded (see plan.resolve).
     """
-    baseline, prompt_set = plan.baseline, plan.prompts
-    if not isinstance(baseline, ServerPlan) or baseline.spec is None or prompt_set is None:
-        raise ValueError("a fingerprint needs a launched baseline and its prompts")
+    planned, prompt_set = plan.server(config), plan.prompts
+    if not isinstance(planned, ServerPlan) or planned.spec is None or prompt_set is None:
+        raise ValueError(f"a fingerprint needs a launched {config} server and its prompts")
     target = plan.target
     s = plan.sampling
     components: dict[str, Any] = {
@@ -153,10 +157,11 @@ def fingerprint(plan: LivePlan) -> Fingerprint:
                          for name in _TARGET_FILES},
         "target_weights": _weights(target),
         "sglang": plan.sglang,
-        "launch": _launch_args(baseline.spec),
+        "launch": _launch_args(planned.spec),
         "gpus": _gpus(plan.gpus),
         # A local launcher's [server] env (secrets as ***); a remote one's is in its argv.
-        "env": dict(sorted(baseline.spec.redacted_env.items())),
+        "env": {k: v for k, v in sorted(planned.spec.redacted_env.items())
+                if k not in _SIM_ENV_IGNORED},
         "prompts": {"sent_sha256": prompt_set.digest, "count": len(prompt_set.texts)},
         "sampling": {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
                      "warmup": s.warmup},
@@ -167,7 +172,24 @@ def fingerprint(plan: LivePlan) -> Fingerprint:
         components["simulator_env"] = {k: v for k, v in sorted(os.environ.items())
                                        if k.startswith(_SIM_ENV_PREFIX)
                                        and k not in _SIM_ENV_IGNORED}
+    if config == "speculative":
+        drafter = _drafter_dir(planned.spec)
+        components["drafter"] = {
+            "path": str(drafter) if drafter else None,
+            "files": {name: _file_hash(drafter / name) if drafter else None
+                      for name in _TARGET_FILES},
+            "weights": _weights(drafter)}
     return Fingerprint(components)
+
+
+def _drafter_dir(spec: LaunchSpec) -> Path | None:
+    """The drafter folder the speculative command names, where this machine can read it."""
+    args = spec.server_args
+    for flag, value in itertools.pairwise(args):
+        if flag in ("--speculative-draft-model-path", "--speculative-draft-model"):
+            path = Path(value)
+            return path if path.is_dir() else None
+    return None
 
 
 def _gpus(facts: GpuFacts | None) -> dict[str, Any] | None:

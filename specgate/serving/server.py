@@ -166,6 +166,12 @@ class ServerHandle:
             return _answers(self.url)
         return self._proc.poll() is None
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The launched server's process tree as last seen (empty when attached)."""
+        self.remember_children()
+        return tuple(sorted(self._family))
+
     def remember_children(self) -> None:
         """Record the process tree now: children re-parent to init once their parent dies."""
         if self._proc is None:

@@ -33,6 +33,12 @@ Truth log. With SPECGATE_SIM_TRUTH=<path> the server appends one JSON object per
     decode_tokens         completion_tokens - first_message_tokens
     decode_tps            decode_tokens / (t_final_sent - t_first_sent); null when undefined
 
+Launch to launch. With SPECGATE_SIM_LAUNCH_SPREAD=σ every launch runs at its own speed: a factor
+exp(N(0, σ²)) divides every per-step cost, drawn from SPECGATE_SIM_LAUNCH_SEED and the launch's
+number in the truth log when given (model.launch_speed). The truth log then starts each launch
+with one line `{"launch": k, "role", "speed", "spread", "seed", "pid"}` (model.read_launches;
+read_truth leaves these lines out), and /server_info's simulator.launch_speed says it too.
+
 Clock: CLOCK_MONOTONIC, which time.monotonic() and time.perf_counter() read in every process on
 Linux, so a client's arrival times compare with these directly. Truths a harness is held to:
 decode tok/s = Σ decode_tokens / Σ (t_final_sent - t_first_sent) (model.decode_tps_of) and
@@ -43,26 +49,36 @@ reads the file.
 from __future__ import annotations
 
 from specgate.testing.simulator.model import (
+    ENV_LAUNCH_SEED,
+    ENV_LAUNCH_SPREAD,
     ENV_TRUTH,
+    LaunchTruth,
     RequestTruth,
     SimParams,
     Truth,
     accept_length_of,
     decode_tps_of,
+    launch_speed,
     load_params,
+    read_launches,
     read_truth,
     truth,
     truth_for_profile,
 )
 
 __all__ = [
+    "ENV_LAUNCH_SEED",
+    "ENV_LAUNCH_SPREAD",
     "ENV_TRUTH",
+    "LaunchTruth",
     "RequestTruth",
     "SimParams",
     "Truth",
     "accept_length_of",
     "decode_tps_of",
+    "launch_speed",
     "load_params",
+    "read_launches",
     "read_truth",
     "truth",
     "truth_for_profile",

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from specgate.testing.simulator import args as sim_args
+from specgate.testing.simulator import model
 from specgate.testing.simulator.faults import faults_from_env
 from specgate.testing.simulator.server import close_connections, make_server
 from specgate.testing.simulator.state import SGLANG_VERSION, SimState, log
@@ -57,6 +61,27 @@ def _fail(text: str) -> int:
     return 1
 
 
+def _launch(env: Mapping[str, str], speculative: bool) -> model.LaunchTruth:
+    """This launch's speed factor, drawn as SPECGATE_SIM_LAUNCH_SPREAD/_SEED say, and appended
+    to the truth log (numbered there, under a lock, so every launch of a seed draws anew)."""
+    spread = model.launch_spread(env)
+    seed = env.get(model.ENV_LAUNCH_SEED) or None
+    role = "speculative" if speculative else "baseline"
+    path = env.get(model.ENV_TRUTH)
+    if not path:
+        speed = model.launch_speed(spread, None if seed is None else f"{seed}/{role}")
+        return model.LaunchTruth(0, role, speed, spread, seed, os.getpid())
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        number = sum(1 for line in fh if line.startswith('{"launch"'))
+        speed = model.launch_speed(spread, None if seed is None else f"{seed}/{number}/{role}")
+        launch = model.LaunchTruth(number, role, speed, spread, seed, os.getpid())
+        fh.write(json.dumps(launch.to_json(), separators=(",", ":")) + "\n")
+        fh.flush()
+    return launch
+
+
 def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
     """The loading lines SGLang prints, spread over the start delay, then readiness."""
     faults, resolved = state.faults, state.resolved
@@ -92,7 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sim_args.StartupError as exc:
         log(f"server_args={sim_args.server_args_repr(vars(namespace))}")
         return _fail(str(exc))
+    try:
+        launch = _launch(env, resolved.params.speculative)
+    except (ValueError, OSError) as exc:
+        return _fail(f"{type(exc).__name__}: {exc}")
+    resolved = dataclasses.replace(resolved, params=model.at_speed(resolved.params, launch.speed))
     log(f"specgate SGLang simulator (simulated: no model, no GPU), SGLang API {SGLANG_VERSION}")
+    if launch.spread > 0:
+        log(f"launch {launch.launch}: speed factor {launch.speed:.4f} "
+            f"({model.ENV_LAUNCH_SPREAD}={launch.spread:g})")
     for warning in resolved.warnings:
         log(warning)
     log(f"server_args={sim_args.server_args_repr(resolved.args)}")
@@ -103,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "total capacity of 79.19 GiB of which 1.02 GiB is free. (simulated fault exit_at_start)"
         )
 
-    state = SimState(resolved, faults, argv)
+    state = SimState(resolved, faults, argv, launch_speed=launch.speed)
     try:
         httpd = make_server(state, namespace.host, namespace.port)
     except OSError as exc:

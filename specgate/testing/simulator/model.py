@@ -342,6 +342,69 @@ def message_schedule(plan: RequestPlan, first_merge: int) -> list[tuple[float, i
     return steps[min(max(0, first_merge), len(steps) - 1):]
 
 
+# --- launch to launch ----------------------------------------------------------------------
+
+# Real SGLang started again runs at another speed (the baseline of one target on one H200:
+# 667 to 868 tok/s over five starts). With SPECGATE_SIM_LAUNCH_SPREAD = σ each launch draws a
+# speed factor exp(N(0, σ²)) that divides every per-step cost (decode, prefill, verify, draft
+# step); SPECGATE_SIM_LAUNCH_SEED makes the draws repeatable (with a truth log, the k-th
+# launch logged in it draws from the seed and k, so every launch differs; without one, from the
+# seed and the server's role). Unset or 0: every launch runs at speed 1.
+ENV_LAUNCH_SPREAD = "SPECGATE_SIM_LAUNCH_SPREAD"
+ENV_LAUNCH_SEED = "SPECGATE_SIM_LAUNCH_SEED"
+
+
+def launch_spread(env: Mapping[str, str]) -> float:
+    text = env.get(ENV_LAUNCH_SPREAD, "").strip()
+    if not text:
+        return 0.0
+    try:
+        spread = float(text)
+    except ValueError:
+        spread = math.nan
+    if not math.isfinite(spread) or spread < 0:
+        raise ValueError(f"{ENV_LAUNCH_SPREAD} must be a number >= 0 (the standard deviation of "
+                         f"ln speed between launches), found {text!r}")
+    return spread
+
+
+def launch_speed(spread: float, seed: str | None) -> float:
+    """One launch's speed factor, exp(N(0, spread²)); from the seed text when given."""
+    if spread <= 0:
+        return 1.0
+    rng = random.Random(seed) if seed is not None else random.Random()
+    return math.exp(rng.gauss(0.0, spread))
+
+
+def at_speed(params: SimParams, speed: float) -> SimParams:
+    """The parameters of a launch running `speed` times as fast: every per-step cost divided by
+    it (start-up and the health check are not decode work and stay)."""
+    if speed == 1.0:
+        return params
+    t = params.timing
+    return dataclasses.replace(params, timing=dataclasses.replace(
+        t, decode_ms=t.decode_ms / speed, prefill_base_ms=t.prefill_base_ms / speed,
+        prefill_ms_per_token=t.prefill_ms_per_token / speed,
+        verify_base_ms=t.verify_base_ms / speed,
+        verify_ms_per_draft_token=t.verify_ms_per_draft_token / speed,
+        draft_step_ms=t.draft_step_ms / speed))
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchTruth:
+    """One launch as the truth log records it: its number in the log, role and speed factor."""
+
+    launch: int
+    role: str  # baseline | speculative
+    speed: float
+    spread: float
+    seed: str | None
+    pid: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 # --- the truth log ------------------------------------------------------------------------
 
 ENV_TRUTH = "SPECGATE_SIM_TRUTH"
@@ -397,14 +460,27 @@ class RequestTruth:
 
 
 def read_truth(path: str | os.PathLike[str]) -> list[RequestTruth]:
-    """The records of a truth file (JSON lines), oldest first; derived keys are recomputed."""
+    """The request records of a truth file (JSON lines), oldest first; derived keys are
+    recomputed; the launch records (read_launches) are left out."""
     names = {field.name for field in dataclasses.fields(RequestTruth)}
     records = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            records.append(RequestTruth(**{k: v for k, v in data.items() if k in names}))
+            if "launch" not in data:
+                records.append(RequestTruth(**{k: v for k, v in data.items() if k in names}))
     return records
+
+
+def read_launches(path: str | os.PathLike[str]) -> list[LaunchTruth]:
+    """The launch records of a truth file, in launch order."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            data = json.loads(line)
+            if "launch" in data:
+                out.append(LaunchTruth(**data))
+    return out
 
 
 def accept_length_of(records: Sequence[RequestTruth]) -> float | None:

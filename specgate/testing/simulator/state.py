@@ -46,8 +46,10 @@ class Counters:
 class SimState:
     """Everything the request handlers share."""
 
-    def __init__(self, resolved: Resolved, faults: Faults, argv: Sequence[str]) -> None:
+    def __init__(self, resolved: Resolved, faults: Faults, argv: Sequence[str], *,
+                 launch_speed: float = 1.0) -> None:
         self.resolved = resolved
+        self.launch_speed = launch_speed  # this launch's speed factor (its params include it)
         self.params = resolved.params
         self.args = resolved.args
         self.faults = faults
@@ -141,6 +143,7 @@ class SimState:
                 "params": dataclasses.asdict(self.params),
                 "truth": model.truth(self.params).to_json() if self.speculative else None,
                 "baseline_tps": 1000.0 / self.params.timing.decode_ms,
+                "launch_speed": self.launch_speed,
             },
         }
 

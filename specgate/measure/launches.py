@@ -1,0 +1,152 @@
+"""A live session's launches: the keys they are logged under, their records, and the coverage
+(measure/drift.py) the session's timed claims are judged with."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specgate.io import launch_log
+from specgate.io.launch_log import LaunchRecord
+from specgate.measure import drift, reuse
+from specgate.measure.bench import Measurement, Sampling, build_measurement
+from specgate.measure.prompts import ChatTemplate
+from specgate.measure.stats import Summary, t_quantile
+from specgate.serving.launch import Config, ServerPlan
+
+if TYPE_CHECKING:
+    from specgate.measure.plan import LivePlan
+
+
+@dataclasses.dataclass(frozen=True)
+class Keys:
+    """The fingerprints a session's launches are logged and learned under (None: not logged,
+    with why: an attached server, or a plan that cannot be fingerprinted)."""
+
+    baseline: str | None
+    speculative: str | None
+    why: str = ""
+
+    def of(self, config: Config) -> str | None:
+        return self.baseline if config == "baseline" else self.speculative
+
+
+def keys(plan: LivePlan) -> Keys:
+    """The fingerprints of the plan's launched servers (the baseline's is the reuse one)."""
+    found: dict[str, str | None] = {}
+    why: list[str] = []
+    for config in ("baseline", "speculative"):
+        planned = plan.server(config)
+        if not isinstance(planned, ServerPlan) or planned.spec is None or plan.prompts is None:
+            found[config] = None
+            why.append(f"the {config} server is not launched here")
+            continue
+        if config == "baseline" and plan.fingerprint is not None:
+            found[config] = plan.fingerprint.id
+            continue
+        try:
+            found[config] = reuse.fingerprint(plan, config).id
+        except Exception as exc:  # no key: launches are not logged, the prior stays
+            found[config] = None
+            why.append(f"no fingerprint of the {config} server ({type(exc).__name__}: {exc})")
+    return Keys(found["baseline"], found["speculative"], "; ".join(why))
+
+
+def _log_figure(summary: Summary | None) -> tuple[float, float] | None:
+    """(ln value, its standard error within the launch) of a figure with an interval."""
+    if summary is None or not math.isfinite(summary.mean) or summary.mean <= 0:
+        return None
+    se = math.nan
+    if summary.has_interval and summary.ci_low > 0:
+        q = t_quantile(0.5 + summary.confidence / 2.0, summary.df)
+        se = math.log(summary.ci_high / summary.ci_low) / (2.0 * q)
+    return math.log(summary.mean), se if math.isfinite(se) else 0.0
+
+
+def entry(keys_: Keys, config: Config, measurement: Measurement, *, design: drift.Design,
+          run: str, when: str | None = None) -> LaunchRecord | None:
+    """One launch's record: its figure (the baseline's tok/s, the speculative server's cycle);
+    None when it has no key or no figure."""
+    key = keys_.of(config)
+    figure = _log_figure(measurement.stat(drift.FIGURE[config]))
+    if key is None or figure is None:
+        return None
+    return LaunchRecord(
+        fingerprint=key, deployment=keys_.baseline or "", config=config,
+        time=when or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        design=design, run=run, figures={drift.FIGURE[config]: figure})
+
+
+def record(reports_dir: Path, keys_: Keys, config: Config, measurement: Measurement, *,
+           design: drift.Design, run: str) -> LaunchRecord | None:
+    """Log one launch (see entry) in REPORTS/history/launches.jsonl."""
+    found = entry(keys_, config, measurement, design=design, run=run)
+    if found is not None:
+        launch_log.append(launch_log.log_file(reports_dir), found)
+    return found
+
+
+def bracketed(first: Measurement, again: Measurement, sampling: Sampling,
+              template: ChatTemplate) -> Measurement:
+    """An A–B–A baseline: both launches' requests pooled per prompt (the second's passes
+    numbered after the first's), so every figure and interval spans the two launches."""
+    samples = [*first.samples, *(dataclasses.replace(s, repeat=s.repeat + first.repeats)
+                                 for s in again.samples)]
+    return build_measurement(
+        config="baseline", url=first.url, template=template, sampling=sampling,
+        samples=samples, simulated=first.simulated, server_spec=first.server_spec,
+        stop_reason=f"{first.repeats} + {again.repeats} repeats over two launches, before and "
+                    "after the speculative server (design aba)")
+
+
+def history(reports_dir: Path, keys_: Keys) -> list[LaunchRecord]:
+    """The logged launches, with the stored baseline of this fingerprint (measure/reuse.py)
+    counted as a launch where the log does not hold it (stored before the log was kept)."""
+    records = launch_log.read(launch_log.log_file(reports_dir))
+    stored = _stored_launch(reports_dir, keys_.baseline)
+    if stored is not None and not any(
+            r.fingerprint == stored.fingerprint and r.time == stored.time for r in records):
+        records.insert(0, stored)
+    return records
+
+
+def _stored_launch(reports_dir: Path, key: str | None) -> LaunchRecord | None:
+    if key is None:
+        return None
+    path = reuse.store_dir(reports_dir) / f"{key}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        stats = doc["run"]["measurement"]["stats"]["tps"]
+        summary = Summary.from_json(stats)
+        when = str(doc["measured_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    figure = _log_figure(summary)
+    if figure is None:
+        return None
+    return LaunchRecord(fingerprint=key, deployment=key, config="baseline", time=when,
+                        figures={"tps": figure})
+
+
+def coverage(settings: drift.Settings, records: list[LaunchRecord], keys_: Keys, *,
+             baseline_launches: int = 1, bracket: drift.Bracket | None = None,
+             note: str = "") -> drift.Coverage:
+    """The launch part of this session's intervals: the profile's spread, else each server's
+    learned from the logged launches (the prior until there are enough)."""
+    spreads: dict[str, drift.Spread] = {}
+    configs: tuple[Config, Config] = ("baseline", "speculative")
+    for config in configs:
+        figure = drift.FIGURE[config]
+        if settings.spread is not None:
+            spreads[config] = drift.fixed(figure, settings.spread)
+        else:
+            spreads[config] = drift.learn(records, config=config,
+                                          fingerprint=keys_.of(config),
+                                          deployment=keys_.baseline,
+                                          min_launches=settings.min_launches)
+    return drift.Coverage(settings.design, spreads["baseline"], spreads["speculative"],
+                          baseline_launches=baseline_launches, bracket=bracket, note=note)
