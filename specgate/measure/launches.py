@@ -135,7 +135,7 @@ def _stored_launch(reports_dir: Path, key: str | None) -> LaunchRecord | None:
 def coverage(settings: drift.Settings, records: list[LaunchRecord], keys_: Keys, *,
              baseline_launches: int = 1, bracket: drift.Bracket | None = None,
              note: str = "") -> drift.Coverage:
-    """The launch part of this session's intervals: the profile's spread, else each server's
+    """The launch part of this run's intervals: the profile's spread, else each server's
     learned from the logged launches (the prior until there are enough)."""
     spreads: dict[str, drift.Spread] = {}
     configs: tuple[Config, Config] = ("baseline", "speculative")

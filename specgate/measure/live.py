@@ -143,7 +143,7 @@ class LiveResults:
 
     @property
     def launch_coverage(self) -> drift.Coverage:
-        """The coverage the timed claims are judged with: this session's, else the prior."""
+        """The coverage the timed claims are judged with: this run's, else the prior."""
         return self.coverage if self.coverage is not None else drift.prior_coverage()
 
     def to_json(self) -> dict[str, Any]:
@@ -186,7 +186,7 @@ def _now() -> str:
 
 def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
     """Other processes on the GPUs the server will use (skipped without nvidia-smi); `resident`
-    are the pids of this session's other server, resident beside it by design."""
+    are the pids of this run's other server, resident beside it by design."""
     snap = gpu.snapshot()
     if snap is None:
         return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
@@ -460,8 +460,8 @@ def _baseline_again(plan: LivePlan, first: ConfigRun, speculative: ConfigRun, sa
 def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: ConfigRun,
              speculative: ConfigRun, after: ConfigRun | None,
              say: Progress) -> tuple[ConfigRun, drift.Coverage]:
-    """Log this session's launches, pool an A–B–A baseline's two launches, and learn the
-    coverage the timed claims are judged with (this session's launches included)."""
+    """Log this run's launches, pool an A–B–A baseline's two launches, and learn the
+    coverage the timed claims are judged with (this run's launches included)."""
     settings = plan.launches
     run = uuid.uuid4().hex[:16]
     runs: list[tuple[Config, ConfigRun | None]] = [
