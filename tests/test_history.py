@@ -394,3 +394,25 @@ def test_regress_tps_allows_the_drop_a_new_launch_alone_could_show() -> None:
                                       launch=launch)
     assert beyond.status is Status.FAILED
     assert "launch-to-launch spread" in beyond.message
+
+
+def test_figures_judged_at_another_concurrency_compare_only_with_that_concurrency() -> None:
+    at4 = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.6,
+                         details={"ci": [2.55, 2.65], "concurrency": 4}),
+           claims.passed("spec.accept_len@c16", "phase0", "ok", observed=2.0,
+                         details={"concurrency": 16})]  # another level's claim: not a figure
+    assert history.figures_from_claims(at4) == {
+        "accept_len@c4": Figure(2.6, 2.55, 2.65, "tokens/verify")}
+    one_stream = _run("demo", "passed", 2.60, ci=0.01)
+    now = {"accept_len": Figure(2.0, 1.99, 2.01)}
+    # A run at 4 in flight has no reference among single-stream runs, and the reverse.
+    at_four = regress.judge_regression("regress.accept_len", now, [one_stream], "demo",
+                                       concurrency=4)
+    assert at_four.status is Status.SKIPPED
+    assert "accept length at 4 in flight" in at_four.message
+    four = RunRecord("demo", "/d", "passed", T0.isoformat(),
+                     {"accept_len@c4": Figure(2.6, 2.59, 2.61)})
+    assert regress.judge_regression("regress.accept_len", now, [four], "demo").status is (
+        Status.SKIPPED)
+    assert regress.judge_regression("regress.accept_len", now, [four], "demo",
+                                    concurrency=4).status is Status.FAILED

@@ -110,7 +110,7 @@ def test_fixture_runs_live_once_for_concurrent_workers(tmp_path, monkeypatch):
     calls = []
     fake = LiveResults.from_json(json.loads(json.dumps(_fake_results())))
 
-    def fake_run_live(profile, reports_dir, progress=None):
+    def fake_run_live(profile, reports_dir, progress=None, levels=None):
         calls.append(1)
         return fake
 

@@ -308,3 +308,15 @@ def test_env_installs_bundles_unless_told_sglang_is_there(
                           text=True, timeout=120, check=False)
     assert f"rc={code}" in done.stdout, done.stdout + done.stderr
     assert says in done.stdout + done.stderr
+
+
+def test_the_loops_concurrency_reaches_the_profile(loop: ModuleType, tmp_path: Path) -> None:
+    from specgate.core.profile import parse_profile
+
+    for model in ("target", "drafter", "scratch"):
+        (tmp_path / model).mkdir(exist_ok=True)
+    levels = parse_profile(loop.profile(tmp_path, ["python3"], False, 128,
+                                        concurrency=[1, 4, 16]))
+    assert levels.bench.concurrency == [1, 4, 16]
+    assert levels.gate_concurrency == 1
+    assert "concurrency" not in loop.profile(tmp_path, ["python3"], False, 128)["bench"]

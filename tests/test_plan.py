@@ -115,3 +115,14 @@ def test_attached_servers_are_planned_without_a_launch(tmp_path: Path) -> None:
     assert planned.speculative.spec is None
     assert planned.baseline.log_path is None
     assert planned.gpus is None  # nothing launched here: no GPU to know
+
+
+def test_the_plan_measures_the_gates_level_first_then_the_others_ascending(
+        tmp_path: Path) -> None:
+    plain = live_plan.resolve(_profile(tmp_path), tmp_path / "reports")
+    assert (plain.levels, plain.gate_level, plain.measured_levels) == ((1,), 1, (1,))
+    planned = live_plan.resolve(_profile(tmp_path, bench={"concurrency": [16, 1, 4]},
+                                         thresholds={"gate_concurrency": 4}),
+                                tmp_path / "reports")
+    assert (planned.levels, planned.gate_level) == ((1, 4, 16), 4)
+    assert planned.measured_levels == (4, 1, 16)

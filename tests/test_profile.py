@@ -168,3 +168,46 @@ def test_eval_section_defaults_and_bounds() -> None:
         parse_profile({"name": "t", "eval": {"tolerance": 1.5}})
     with pytest.raises(ProfileError, match=r"unknown key 'eval\.dump' in \[eval\]"):
         parse_profile({"name": "t", "eval": {"dump": "x"}})
+
+
+def test_concurrency_levels_default_to_one_stream_and_the_gate_to_the_smallest() -> None:
+    plain = parse_profile({"name": "x"})
+    assert plain.bench.concurrency == [1]
+    assert plain.gate_concurrency == 1
+    levels = parse_profile({"name": "x", "bench": {"concurrency": [16, 1, 4]}})
+    assert levels.bench.concurrency == [1, 4, 16]
+    assert levels.gate_concurrency == 1
+    chosen = parse_profile({"name": "x", "bench": {"concurrency": [1, 4, 16]},
+                            "thresholds": {"gate_concurrency": 4}})
+    assert chosen.gate_concurrency == 4
+
+
+@pytest.mark.parametrize(("bench", "thresholds", "says"), [
+    ({"concurrency": [1, 4]}, {"gate_concurrency": 8},
+     "key 'thresholds.gate_concurrency' is 8; expected one of the [bench] concurrency levels "
+     "[1, 4]"),
+    ({}, {"gate_concurrency": 4}, "expected one of the [bench] concurrency levels [1]"),
+    ({"concurrency": [1, 4, 4]}, {}, "key 'bench.concurrency': Value error, each level may "
+                                     "appear once"),
+    ({"concurrency": [0, 4]}, {}, "every level must be a whole number from 1 to 1024"),
+    ({"concurrency": []}, {}, "key 'bench.concurrency'"),
+    ({"concurrency": 4}, {}, "key 'bench.concurrency'"),
+])
+def test_bad_concurrency_names_the_file_and_key(tmp_path: Path, bench: dict[str, object],
+                                                thresholds: dict[str, object],
+                                                says: str) -> None:
+    f = tmp_path / "p.toml"
+    lines = ['name = "x"', "[bench]", *(f"{k} = {v!r}" for k, v in bench.items()),
+             "[thresholds]", *(f"{k} = {v!r}" for k, v in thresholds.items())]
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(f)
+    assert str(err.value).startswith(f"{f}: ")
+    assert says in str(err.value)
+
+
+def test_demo_concurrency_shows_three_levels_and_gates_at_one() -> None:
+    p = load_profile(ROOT / "specgate" / "profiles" / "demo-concurrency.toml")
+    assert p.bench.concurrency == [1, 4, 16]
+    assert p.gate_concurrency == 1
+    assert p.is_simulated

@@ -167,6 +167,10 @@ DECIDING = {
     "GPU model": _gpu(name="NVIDIA H100 80GB HBM3"),
     "GPU driver": _gpu(driver_version="575.51.03"),
     "SGLang version": _sglang("0.5.18"),
+    "concurrency levels": _set("bench", "concurrency", [1, 4]),
+    "gate level": lambda m: m.raw.update(bench={**m.raw["bench"], "concurrency": [1, 4]},
+                                         thresholds={**m.raw["thresholds"],
+                                                     "gate_concurrency": 4}),
 }
 
 # Facts that do not change what a baseline measures: the fingerprint must stay.
@@ -214,6 +218,17 @@ def test_facts_that_do_not_decide_the_baseline_leave_the_fingerprint(
     before = machine.fingerprint()
     change(machine)
     assert machine.fingerprint() == before
+
+
+def test_one_stream_keeps_the_fingerprint_it_had_before_concurrency_levels(
+        machine: Machine) -> None:
+    found = machine.plan().fingerprint
+    assert found is not None
+    assert "concurrency" not in found.components
+    machine.raw["bench"]["concurrency"] = [1, 4]
+    levels = machine.plan().fingerprint
+    assert levels is not None
+    assert levels.components["concurrency"] == {"levels": [1, 4], "gate": 1}
 
 
 def test_the_fingerprint_holds_no_secret_and_the_plan_one_gpu_snapshot(machine: Machine) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -239,7 +240,8 @@ def test_a_launch_speed_divides_every_decode_cost_and_keeps_the_speedup() -> Non
     fast = model.at_speed(params, 1.25)
     t, f = params.timing, fast.timing
     for name in ("decode_ms", "prefill_base_ms", "prefill_ms_per_token", "verify_base_ms",
-                 "verify_ms_per_draft_token", "draft_step_ms"):
+                 "verify_ms_per_draft_token", "draft_step_ms", "batch_ms_per_token",
+                 "draft_batch_ms_per_token"):
         assert getattr(f, name) == pytest.approx(getattr(t, name) / 1.25)
     assert (f.start_delay_s, f.health_generate_s) == (t.start_delay_s, t.health_generate_s)
     assert model.truth(fast).baseline_tps == pytest.approx(1.25 * model.truth(params).baseline_tps)
@@ -250,3 +252,77 @@ def test_a_launch_speed_divides_every_decode_cost_and_keeps_the_speedup() -> Non
 def test_a_bad_launch_spread_is_refused_with_the_variable_named(text: str) -> None:
     with pytest.raises(ValueError, match="SPECGATE_SIM_LAUNCH_SPREAD must be a number >= 0"):
         model.launch_spread({model.ENV_LAUNCH_SPREAD: text})
+
+
+# -- batching ------------------------------------------------------------------------------
+
+def test_one_sequence_is_timed_as_without_batching() -> None:
+    params = spec_params()
+    t = params.timing
+    assert model.cycle_ms(params, 1) == pytest.approx(
+        t.verify_base_ms + t.verify_ms_per_draft_token * 4 + t.draft_step_ms * 3)
+    assert model.decode_step_ms(t, 1) == t.decode_ms
+    assert model.truth(params, batch=1) == model.truth(params)
+
+
+def test_batching_costs_follow_the_documented_slopes() -> None:
+    timing = model.Timing(decode_ms=2.0, verify_base_ms=2.0, verify_ms_per_draft_token=0.1,
+                          draft_step_ms=0.3, batch_ms_per_token=0.05,
+                          draft_batch_ms_per_token=0.01)
+    params = dataclasses.replace(spec_params(topk=2, draft_tokens=5), timing=timing)
+    assert model.decode_step_ms(timing, 9) == pytest.approx(2.0 + 0.05 * 8)
+    # verify: 8 more sequences of 5 draft tokens; draft steps: 8 more of topk 2, three steps.
+    assert model.cycle_ms(params, 9) == pytest.approx(
+        2.0 + 0.1 * 5 + 0.05 * 8 * 5 + 3 * (0.3 + 0.01 * 8 * 2))
+    assert model.step_ms(params, 9) == model.cycle_ms(params, 9)
+    base = dataclasses.replace(params, speculative=False)
+    assert model.step_ms(base, 9) == model.decode_step_ms(timing, 9)
+
+
+@settings(max_examples=200)
+@given(st.floats(0.5, 20.0), st.floats(0.0, 2.0), st.floats(0.0005, 0.5), st.floats(0.0, 0.2),
+       rates_st, st.integers(1, 6))
+def test_the_speedup_moves_with_the_batch_and_crosses_1_at_the_crossover(
+        decode: float, verify_extra: float, share: float, draft_slope: float,
+        rates: tuple[float, ...], steps: int) -> None:
+    slope = share * decode  # a token costs less than a whole step: decode is memory-bound
+    timing = model.Timing(decode_ms=decode, verify_base_ms=decode + verify_extra,
+                          verify_ms_per_draft_token=0.0, draft_step_ms=0.1 * decode,
+                          batch_ms_per_token=slope, draft_batch_ms_per_token=draft_slope)
+    params = model.SimParams(timing=timing, drafter=model.Drafter(acceptance=rates),
+                             speculative=True, num_steps=steps, eagle_topk=1,
+                             num_draft_tokens=steps + 1)
+    batches = (1, 2, 4, 16, 64, 1024)
+    speedups = [model.truth(params, batch=b).speedup for b in batches]
+    # A memory-bound decode step gets cheaper per sequence as the batch grows.
+    per_sequence = [model.decode_step_ms(timing, b) / b for b in batches]
+    assert per_sequence == sorted(per_sequence, reverse=True)
+    # A verify multiplies every sequence's work: the speed-up heads for τ × c / (the cycle's
+    # cost per sequence), τ / (steps + 1) without draft costs, falling where it starts above.
+    tau = model.tau_of(model.effective_acceptance(params))
+    per_seq_cycle = (steps + 1) * slope + steps * draft_slope
+    limit = tau * slope / per_seq_cycle
+    if speedups[0] > limit:
+        assert speedups == sorted(speedups, reverse=True)
+    else:
+        assert speedups == sorted(speedups)
+    crossing = model.crossover_batch(params)
+    if crossing is None:
+        assert speedups[0] <= 1.0 or limit >= 1.0
+        return
+    assert speedups[0] > 1.0 > limit
+    # The speed-up is linear-fractional in the batch: at the crossover it is 1 exactly.
+    at = tau * (decode + slope * (crossing - 1)) / (model.cycle_ms(params)
+                                                    + per_seq_cycle * (crossing - 1))
+    assert at == pytest.approx(1.0)
+
+
+def test_batching_slopes_come_from_the_target_file_and_env(tmp_path: Path) -> None:
+    (tmp_path / model.SIM_FILE).write_text(json.dumps({"batch_ms_per_token": 0.2}))
+    params = model.load_params(tmp_path, env={})
+    assert params.timing.batch_ms_per_token == 0.2
+    assert params.timing.draft_batch_ms_per_token == model.DEFAULT_DRAFT_BATCH_MS_PER_TOKEN
+    params = model.load_params(tmp_path, env={"SPECGATE_SIM_DRAFT_BATCH_MS_PER_TOKEN": "0.03"})
+    assert params.timing.draft_batch_ms_per_token == 0.03
+    default = model.Timing()
+    assert default.batch_ms_per_token == pytest.approx(0.0036 * default.decode_ms)

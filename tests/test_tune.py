@@ -270,3 +270,45 @@ def test_a_separated_race_drops_the_slower(tmp_path):
     assert slower.best == tune.Candidate(2)
     assert by_steps[1].status == "dropped"
     assert by_steps[1].note.startswith("confidently slower")
+
+
+# -- per concurrency level ---------------------------------------------------------------------
+
+def test_the_tune_reports_each_chain_against_the_baseline_at_every_level(tmp_path):
+    """With [bench] concurrency [1, 16] every launch measures both levels; the race runs at
+    the gate's, and the output gives every chain's speed-up per level and the fastest there:
+    the longest chain wins alone, the shortest at 16 (its cycle grows least with the batch)."""
+    from specgate.measure.live import ConfigRun
+    from specgate.report import tune_report
+
+    demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
+    profile = demo.model_copy(update={
+        "tune": demo.tune.model_copy(update={"steps": [1, 3], "max_launches": 2,
+                                             "margin": 0.99}),
+        "bench": demo.bench.model_copy(update={"concurrency": [1, 16]})})
+    spec_e2e = {1: {1: 0.30, 16: 0.90}, 3: {1: 0.20, 16: 1.30}}
+    seen = []
+
+    def runner(plan, config, **kw):
+        seen.append((config, plan.levels, plan.gate_level))
+        if config == "baseline":
+            return ConfigRun(config, measurement=_timed(0.4, 0.01),
+                             levels={16: _timed(1.0, 0.01)})
+        s = _steps(plan)
+        hist = [2] + [2] * s
+        return ConfigRun(config, measurement=_timed(spec_e2e[s][1], 0.01, hist),
+                         levels={16: _timed(spec_e2e[s][16], 0.01, hist)})
+
+    result = tune.run_tune(profile, tmp_path, runner=runner)
+    assert all(levels == (1, 16) and gate == 1 for _, levels, gate in seen)
+    assert result.best == tune.Candidate(3)  # the race at the gate's level
+    rows = {row.level: row for row in tune.per_level(result)}
+    assert (rows[1].fastest, rows[16].fastest) == ("s3-k1-d4", "s1-k1-d2")
+    assert rows[16].speedups["s3-k1-d4"].mean < 1 < rows[16].speedups["s1-k1-d2"].mean
+    text = tune_report.summary_text(result)
+    assert "Per concurrency level (requests in flight; the race ran at 1)" in text
+    assert "| 16 | " in text
+    assert "| **s1-k1-d2** |" in text
+    data = result.to_json()
+    assert data["concurrency"] == [1, 16]
+    assert [row["fastest"] for row in data["per_level"]] == ["s3-k1-d4", "s1-k1-d2"]

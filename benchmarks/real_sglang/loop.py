@@ -123,12 +123,14 @@ class Served:
 
 def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
             steps: int = 3, served: Served | None = None,
-            name_config: bool = True, reuse_baseline: bool = True) -> dict[str, Any]:
+            name_config: bool = True, reuse_baseline: bool = True,
+            concurrency: list[int] | None = None) -> dict[str, Any]:
     """The loop's profile. With name_config the served configuration is part of the name, so
     regress.* (history per profile name) compares a probe only with probes of the same flags.
     Without reuse_baseline the profile sets no baseline_max_age_h: every probe launches its own
     baseline right before its speculative server (on a machine whose speed drifts between
-    starts, the two measurements of one speed-up then sit minutes apart, not hours)."""
+    starts, the two measurements of one speed-up then sit minutes apart, not hours).
+    concurrency sets [bench] concurrency (the gate decides at its smallest level)."""
     cfg = served or Served(steps)
     name = "real-sglang-0.5.17-trained" + (f"-{cfg.key}" if name_config else "")
     return {
@@ -150,7 +152,8 @@ def profile(model: Path, launcher: list[str], sim: bool, max_new_tokens: int,
         "bench": {"prompts": "builtin", "prompts_per_category": 6,
                   "max_new_tokens": max_new_tokens, "temperature": 0.0, "warmup": 1,
                   "repeats": 1, "max_repeats": 2, "request_timeout_s": 60.0,
-                  **({"baseline_max_age_h": BASELINE_MAX_AGE_H} if reuse_baseline else {})},
+                  **({"baseline_max_age_h": BASELINE_MAX_AGE_H} if reuse_baseline else {}),
+                  **({"concurrency": concurrency} if concurrency else {})},
         "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": "breakeven",
                        "d2t_match_min": 0.99},
         "finetune": {"init": str(model / "scratch"), "log": str(model / "logs/finetune.jsonl"),
@@ -396,6 +399,9 @@ def main() -> int:
     ap.add_argument("--fresh-baseline", action="store_true",
                     help="launch the baseline in this call, never reuse a stored one")
     ap.add_argument("--tag", default="", help="suffix of the summary's file names")
+    ap.add_argument("--concurrency", default="",
+                    help="[bench] concurrency of the probe, e.g. 1,4,16: each level holds that "
+                         "many requests in flight; the gate decides at the smallest")
     args = ap.parse_args()
     # A SIGTERM (a time bound) unwinds like Ctrl-C: the warm-up server is stopped and the
     # running step's process killed by subprocess.run on the way out.
@@ -408,6 +414,11 @@ def main() -> int:
             served = Served.parse(args.steps)
     except (OSError, ValueError) as exc:
         log(f"cannot choose the served configuration: {exc}")
+        return 2
+    try:
+        levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
+    except ValueError:
+        log(f"--concurrency {args.concurrency!r}: want whole numbers, e.g. 1,4,16")
         return 2
     py = sys.executable
     work, out = args.work, args.out
@@ -472,7 +483,8 @@ def main() -> int:
     prof = work / f"trained{tag}.toml"
     prof.write_text(suite.toml(profile(model, shlex.split(args.launcher), args.sim,
                                        args.max_new_tokens, served=served,
-                                       reuse_baseline=not args.fresh_baseline)))
+                                       reuse_baseline=not args.fresh_baseline,
+                                       concurrency=levels or None)))
     # One reports folder for every call: the stored baselines (reuse) and the run history
     # (regress.*) carry from one probe, or tune, to the next; each call's files are packed below.
     reports = work / "reports"

@@ -6,7 +6,7 @@
 # On the GPU machine, after bundle A is in /tmp/site (see README.md):
 #   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
 #        [--steps N|sN-kK-dD | --from-tune TUNE_JSON] [--tag T] [--skip-phase1] [--skip-probe]
-#        [--warm-up] [--fresh-baseline]
+#        [--warm-up] [--fresh-baseline] [--concurrency 1,4,16]
 # A second call on the same warm machine without --train-args finds the trained model in
 # $RS_WORK/model and only serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1); with
 # --train-args it trains a new one there. --skip-probe trains and judges
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
     --train-args) TRAIN_ARGS=$2; shift 2 ;;
-    --steps|--tag|--from-tune) EXTRA+=("$1=$2"); shift 2 ;;
+    --steps|--tag|--from-tune|--concurrency) EXTRA+=("$1=$2"); shift 2 ;;
     --skip-phase1|--skip-probe|--warm-up|--fresh-baseline) EXTRA+=("$1"); shift ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac

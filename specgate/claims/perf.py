@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
@@ -16,8 +17,10 @@ from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
 from specgate.io.jsonl import json_safe
 from specgate.measure import bench, drift, stats
+from specgate.measure import curve as curves
 from specgate.measure.bench import Measurement
 from specgate.measure.live import ConfigRun, LiveResults
+from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
 
 PHASE = "phase0"
@@ -29,8 +32,29 @@ NOT_WIRED_HINT = ("accept length ≈ 1.00 means the drafter's tokens are never a
                   "target")
 
 
+P = ParamSpec("P")
+
+
 def _sim(live: LiveResults) -> str:
-    return "[simulated server] " if live.simulated else ""
+    """The message's opening: a simulated server, and the concurrency when it is not the
+    single stream of a profile without [bench] concurrency."""
+    where = f"at {live.gate_level} in flight: " if live.per_level else ""
+    return ("[simulated server] " if live.simulated else "") + where
+
+
+def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
+              ) -> Callable[Concatenate[Profile, LiveResults, P], ClaimResult]:
+    """details["concurrency"] on a claim judged where [bench] concurrency is set: the level
+    (requests in flight) its figures were measured at."""
+    def judged_at(profile: Profile, live: LiveResults, /, *args: P.args,
+                  **kwargs: P.kwargs) -> ClaimResult:
+        result = claim(profile, live, *args, **kwargs)
+        if not live.per_level:
+            return result
+        return dataclasses.replace(result, details={**result.details,
+                                                    "concurrency": live.gate_level})
+    functools.update_wrapper(judged_at, claim)
+    return judged_at
 
 
 def _reused_baseline(live: LiveResults) -> str:
@@ -81,6 +105,7 @@ _FAILED_AT = {
     "prompts": "its prompts could not be loaded",
     "start": "the {config} server did not start",
     "measure": "the {config} server failed while it was measured",
+    "load": "a stream of the {config} server stalled or was cut while several were in flight",
     "stop": "the {config} server could not be stopped",
 }
 
@@ -276,8 +301,12 @@ def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
 
 # -- baseline ------------------------------------------------------------------------------------
 
-def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
-    """perf.baseline_tps: single-stream decode tok/s without speculation ≥ baseline_tps_min."""
+@_levelled
+def baseline_tps_claim(profile: Profile, live: LiveResults, *,
+                       thresholded: bool = True) -> ClaimResult:
+    """perf.baseline_tps: decode tok/s per request without speculation ≥ baseline_tps_min, at
+    the gate's concurrency (single stream by default); thresholded=False reports the figures
+    only (another level: the threshold is the gate's)."""
     cid = "perf.baseline_tps"
     got = _need(live.baseline, cid, live)
     if isinstance(got, ClaimResult):
@@ -306,6 +335,11 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     threshold = profile.thresholds.baseline_tps_min
     details: dict[str, Any] = {"tps": covered.judged.to_json(), "tps_within_launch": tps.to_json(),
                                "launch_spread": covered.details(), "template": got.template}
+    total = got.stat("total_tps")
+    if got.concurrency > 1 and total is not None:
+        figures += (f"; per request, with {got.load_text()}; the server's total output "
+                    f"{total.describe('tok/s', 1)}")
+        details["total_tps"] = total.to_json()
     reuse = live.baseline.reuse
     if reuse.get("reused"):
         figures += (f"; REUSED: measured {reuse.get('measured_at')} "
@@ -315,6 +349,11 @@ def baseline_tps_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         figures += f"; measured fresh this run ({reuse.get('why')})"
     if reuse:
         details["baseline_reuse"] = dict(reuse)
+    if not thresholded:
+        return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; reported, not judged: "
+                              "[thresholds] baseline_tps_min applies at the gate's concurrency",
+                              observed=round(tps.mean, 2), unit="tok/s", details=details,
+                              attachments=attachments, reason="reported")
     if threshold is None:
         return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
                               "baseline_tps_min is set, so there is nothing to judge"
@@ -431,6 +470,7 @@ def _targets_attachment(profile: Profile, live: LiveResults,
     return (Attachment("required accept length for tok/s targets", text, "text"),)
 
 
+@_levelled
 def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.accept_len: Σ completion_tokens / Σ spec_verify_ct ≥ accept_len_min (or break-even)."""
     cid = "spec.accept_len"
@@ -517,6 +557,7 @@ def _expected(profile: Profile) -> str | None:
     return None if value is None else f">= {value}"
 
 
+@_levelled
 def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.breakeven: measured accept length ≥ cycle time × baseline tok/s."""
     cid = "spec.breakeven"
@@ -597,9 +638,17 @@ def _spread(rows: Sequence[bench.PromptSpeedup], threshold: float) -> str:
             f"{len(rows)}: {named}{more}")
 
 
+@_levelled
 def speedup_claim(profile: Profile, live: LiveResults, *, attach: bool = True) -> ClaimResult:
     """spec.speedup: speculative ÷ baseline decode tok/s > speedup_min, with its interval
-    (attach=False leaves out the files and chart: the verdict alone, for many trials)."""
+    (attach=False leaves out the files and chart: the verdict alone, for many trials).
+
+    The decode speed-up decides: it is what the drafter changes (both servers prefill the
+    same prompts), it is the figure break-even is stated in, and with N requests held in flight
+    on both sides the server's decode throughput is N times the per-request rate, so the ratio
+    is the servers' too. The total speed-up (output tok/s, prefill and waiting included) is
+    stated beside it: where prefill weighs much (long prompts, short answers) it is smaller.
+    """
     cid = "spec.speedup"
     spec = _need(live.speculative, cid, live)
     if isinstance(spec, ClaimResult):
@@ -624,19 +673,48 @@ def speedup_claim(profile: Profile, live: LiveResults, *, attach: bool = True) -
                 if ratio.has_interval else "")
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
     rows = bench.speedup_by_prompt(spec, base)
+    details: dict[str, Any] = {"speedup": judged.to_json(),
+                               "speedup_within_launch": ratio.to_json(),
+                               "launch_spread": covered.details(),
+                               "spec_tps": spec.stats["tps"].to_json(),
+                               "baseline_tps": base.stats["tps"].to_json(),
+                               "per_prompt": [r.to_json() for r in rows]}
+    total = _total_speedup(spec, base, details)
+    attachments: tuple[Attachment, ...] = ()
+    if attach:
+        attachments = (*_attachments(live, live.speculative, live.baseline),
+                       live_plots.tps_repeats(base, spec))
+    curve = ""
+    if len(live.levels) > 1 and live.scope is None:
+        found = curves.curve(live)
+        details["curve"] = found.to_json()
+        curve = f". Against concurrency ({', '.join(map(str, live.levels))}): " \
+                f"{found.crossover.text}"
+        if attach:
+            attachments = (*attachments,
+                           curve_plot.attachment(found, simulated=live.simulated))
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
-               f"required > {threshold:g}: {how}{slower}{_spread(rows, threshold)}"
-               f"{_reused_baseline(live)}{_covers(covered)}")
+               f"required > {threshold:g}: {how}{slower}{_spread(rows, threshold)}{total}"
+               f"{_reused_baseline(live)}{_covers(covered)}{curve}")
     return claims.judged(ok, cid, PHASE, _sim(live) + message, observed=round(ratio.mean, 4),
-                         expected=f"> {threshold:g}", unit="x",
-                         details={"speedup": judged.to_json(),
-                                  "speedup_within_launch": ratio.to_json(),
-                                  "launch_spread": covered.details(),
-                                  "spec_tps": spec.stats["tps"].to_json(),
-                                  "baseline_tps": base.stats["tps"].to_json(),
-                                  "per_prompt": [r.to_json() for r in rows]},
-                         attachments=(*_attachments(live, live.speculative, live.baseline),
-                                      live_plots.tps_repeats(base, spec)) if attach else (),
-                         fail_reason=fail_reason)
+                         expected=f"> {threshold:g}", unit="x", details=details,
+                         attachments=attachments if attach else (), fail_reason=fail_reason)
+
+
+def _total_speedup(spec: Measurement, base: Measurement, details: dict[str, Any]) -> str:
+    """The total speed-up (output tok/s, prefill and waiting included) in words, its figures
+    added to details; the decode speed-up is the one judged."""
+    ratio = bench.speedup(spec, base, "total_tps")
+    spec_total, base_total = spec.stat("total_tps"), base.stat("total_tps")
+    if not math.isfinite(ratio.mean) or spec_total is None or base_total is None:
+        return ""
+    details.update(total_speedup=ratio.to_json(), spec_total_tps=spec_total.to_json(),
+                   baseline_total_tps=base_total.to_json())
+    interval = (f", {stats.percent(ratio.confidence)} % CI [{ratio.ci_low:.3f}, "
+                f"{ratio.ci_high:.3f}] over prompts and passes" if ratio.has_interval else "")
+    load = f" ({spec.load_text()})" if spec.concurrency > 1 else ""
+    return (f"; total output {spec_total.mean:.1f} ÷ {base_total.mean:.1f} tok/s = "
+            f"{ratio.mean:.3f}{interval}, prefill and waiting included (reported; the decode "
+            f"speed-up is judged){load}")
 

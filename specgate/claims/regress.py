@@ -13,7 +13,7 @@ from specgate.claims.perf import _need, _sim
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.io import history as history_store
-from specgate.io.history import HISTORY_FILE, Figure, RunRecord
+from specgate.io.history import HISTORY_FILE, Figure, RunRecord, figure_name
 from specgate.measure import drift
 from specgate.measure.live import LiveResults
 from specgate.measure.stats import t_quantile
@@ -41,7 +41,8 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
         current["spec_tps"] = Figure.of(spec.stats["tps"], "tok/s")
     launch = (launch_noise(live.launch_coverage, spec.confidence)
               if claim_id == "regress.tps" else None)
-    result = check_regression(claim_id, profile, reports_dir, current, launch=launch)
+    result = check_regression(claim_id, profile, reports_dir, current, launch=launch,
+                              concurrency=live.gate_level)
     if live.simulated and not result.message.startswith(_sim(live)):
         result = dataclasses.replace(result, message=_sim(live) + result.message)
     return result
@@ -69,6 +70,7 @@ def launch_noise(coverage: drift.Coverage, confidence: float) -> LaunchNoise:
 def check_regression(
     claim_id: str, profile: Profile, reports_dir: Path, current: Mapping[str, Figure], *,
     launch: LaunchNoise | None = None,
+    concurrency: int = 1,
 ) -> ClaimResult:
     """judge_regression against this profile's history, with its regression_tolerance."""
     tolerance = profile.thresholds.regression_tolerance
@@ -77,6 +79,7 @@ def check_regression(
         profile.name,
         min_rel_noise=DEFAULT_MIN_REL_NOISE if tolerance is None else tolerance,
         launch=launch,
+        concurrency=concurrency,
     )
 
 
@@ -89,17 +92,23 @@ def judge_regression(
     min_rel_noise: float = DEFAULT_MIN_REL_NOISE,
     phase: str = "phase0",
     launch: LaunchNoise | None = None,
+    concurrency: int = 1,
 ) -> ClaimResult:
     """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run.
 
     The allowed drop is the larger of the two runs' CI half-widths and min_rel_noise times the
     earlier value (a floor for figures measured without a CI); for a timed figure, also the
-    drop a new launch alone could show (`launch`). Skipped without a reference.
+    drop a new launch alone could show (`launch`). Skipped without a reference. current holds
+    this run's figures at the gate's concurrency, which the earlier run must have measured at
+    too (history.figure_name).
     """
     if claim_id not in REGRESSION_CLAIMS:
         raise ValueError(f"unknown regression claim {claim_id!r}; one of {list(REGRESSION_CLAIMS)}")
-    name, spoken = REGRESSION_CLAIMS[claim_id]
-    now = current.get(name)
+    figure, spoken = REGRESSION_CLAIMS[claim_id]
+    now = current.get(figure)
+    name = figure_name(figure, concurrency)
+    if concurrency != 1:
+        spoken += f" at {concurrency} in flight"
     if now is None:
         return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare",
                               reason="not_measured", details={"figure": name})

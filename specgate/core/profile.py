@@ -27,6 +27,8 @@ MAX_PROFILE_BYTES = 1 << 20
 MAX_EXPECT_KEYS = 256
 DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
 SIMULATOR_MODULE = "specgate.testing.simulator"
+# More streams than this is not a deployment's concurrency but a load test.
+MAX_CONCURRENCY = 1024
 
 
 class _Section(BaseModel):
@@ -159,6 +161,19 @@ class BenchSection(_Section):
                              f"standard deviation of ln tok/s between launches, e.g. 0.05), "
                              f"found {value}")
         return value
+    # Requests in flight at once, one level per entry: each level runs the same prompts with
+    # exactly that many streams open (measure/load.py).
+    concurrency: list[int] = Field(default_factory=lambda: [1], min_length=1)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if any(level < 1 or level > MAX_CONCURRENCY for level in value):
+            raise ValueError(f"every level must be a whole number from 1 to {MAX_CONCURRENCY}, "
+                             f"found {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"each level may appear once, found {value}")
+        return sorted(value)
 
 
 class TuneSection(_Section):
@@ -185,6 +200,8 @@ class ThresholdsSection(_Section):
     speedup_min: float = Field(default=1.0, gt=0)
     tps_targets: list[float] = Field(default_factory=lambda: [150.0, 200.0])
     regression_tolerance: float | None = Field(default=None, ge=0.0)
+    # The [bench] concurrency level the gate decides at (default: the smallest level).
+    gate_concurrency: int | None = Field(default=None, ge=1)
 
 
 class FinetuneSection(_Section):
@@ -278,6 +295,13 @@ class Profile(_Section):
             if path is not None and not path.exists():
                 found.append(f"{key} (or {option}): {path}: no such file or folder")
         return found
+
+    @property
+    def gate_concurrency(self) -> int:
+        """The concurrency level the gate decides at: [thresholds] gate_concurrency, else the
+        smallest [bench] concurrency level."""
+        chosen = self.thresholds.gate_concurrency
+        return chosen if chosen is not None else min(self.bench.concurrency)
 
     @property
     def is_simulated(self) -> bool:
@@ -389,9 +413,21 @@ def parse_profile(raw: dict[str, Any], source: Path | None = None) -> Profile:
     if source is not None:
         data["source"] = str(Path(source).resolve())
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as exc:
         raise ProfileError(_describe(label, exc)) from None
+    gate = profile.thresholds.gate_concurrency
+    if gate is not None and gate not in profile.bench.concurrency:
+        raise ProfileError(f"{label}: key 'thresholds.gate_concurrency' is {gate}; expected one "
+                           f"of the [bench] concurrency levels {profile.bench.concurrency} (the "
+                           "gate decides at a level that is measured): add it to "
+                           "[bench] concurrency or pick one of those")
+    if profile.bench.design == "interleaved" and profile.bench.concurrency != [1]:
+        raise ProfileError(f"{label}: key 'bench.concurrency' is {profile.bench.concurrency}; "
+                           "design = \"interleaved\" sends one request at a time, in turn to "
+                           "each resident server, so it measures one stream only: leave "
+                           "[bench] concurrency out, or use design = \"ab\" or \"aba\"")
+    return profile
 
 
 def _describe(label: str, exc: ValidationError) -> str:

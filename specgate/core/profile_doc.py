@@ -106,6 +106,12 @@ DESCRIPTIONS: dict[str, str] = {
                                          "of freedom over several) from which the learned "
                                          "spread alone replaces the prior; below it the "
                                          "prior is updated with the launches there are"),
+    "bench.concurrency": ("requests in flight at once, one level per entry (e.g. [1, 4, 16]): "
+                          "each level runs the same prompts with exactly that many streams "
+                          "open, a new request starting the moment one ends, and the tail held "
+                          "with unmeasured filler requests; every level gets its claims "
+                          "(`spec.speedup@c16`, …) and the report plots the speed-up against "
+                          "the level"),
     "tune.steps": "`specgate tune`: the --speculative-num-steps to consider (chains: topk 1, "
                   "steps + 1 draft tokens); the first launch uses the largest",
     "tune.max_launches": "`specgate tune`: most speculative launches, the first included",
@@ -113,7 +119,8 @@ DESCRIPTIONS: dict[str, str] = {
                    "within this fraction of the best measured tok/s",
     "tune.repeats": "`specgate tune`: passes over the prompts before the first look at a "
                     "configuration's speed-up over the best (then up to bench.max_repeats)",
-    "thresholds.baseline_tps_min": "single-stream decode tok/s the baseline must reach "
+    "thresholds.baseline_tps_min": "decode tok/s the baseline must reach per request at the "
+                                   "gate's concurrency, single stream by default "
                                    "(`perf.baseline_tps`)",
     "thresholds.accept_len_min": "accept length the drafter must reach, or `breakeven` "
                                  "(derived from the measured cycle time)",
@@ -123,6 +130,10 @@ DESCRIPTIONS: dict[str, str] = {
                                 "(`vocab.t2d_match`)",
     "thresholds.speedup_min": "speculative ÷ baseline tok/s must exceed this (`spec.speedup`)",
     "thresholds.tps_targets": "tok/s lines drawn in the report's plots",
+    "thresholds.gate_concurrency": ("the [bench] concurrency level the gate decides at "
+                                    "(default: the smallest level); its claims keep the plain "
+                                    "ids (`spec.speedup`), the other levels' are reported "
+                                    "with `@c<level>` ids and never gate"),
     "thresholds.regression_tolerance": "smallest drop counted as a regression against the last "
                                        "passing run (default 2 %)",
     "finetune.init": "the checkpoint a fine-tune starts from (`finetune.init_parity`)",

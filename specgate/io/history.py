@@ -96,6 +96,12 @@ class RunRecord:
         )
 
 
+def figure_name(name: str, concurrency: int) -> str:
+    """A figure's name in the history: `spec_tps`, or `spec_tps@c16` for one measured with 16
+    requests in flight (a run only compares with runs at the same concurrency)."""
+    return name if concurrency == 1 else f"{name}@c{concurrency}"
+
+
 def history_file(reports_dir: Path) -> Path:
     """REPORTS/history/verdicts.jsonl (for a run's own folder, that of its reports folder)."""
     return runs.reports_root(Path(reports_dir)) / "history" / HISTORY_FILE

@@ -1,4 +1,4 @@
-"""Single-stream benchmark passes against one server: per-request samples and per-repeat rates."""
+"""Benchmark passes against one server at one concurrency: per-request samples and their rates."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
+from specgate.measure import load
 from specgate.measure.prompts import ChatTemplate, Prompt, PromptSet
 from specgate.measure.stats import Summary, jackknife
 from specgate.serving.client import Generation, SGLangClient
@@ -27,6 +28,9 @@ METRICS: dict[str, str] = {
     "tau_decode": "tokens/verify",  # Σ (completion_tokens − 1) / Σ spec_verify_ct
     "cycle_ms": "ms",  # tau_decode / tps: the time one verify cycle takes
     "ttft_ms": "ms",
+    # The server's output with N in flight (Little's law): N × Σ completion_tokens / Σ request
+    # seconds, prefill and waiting included. Per request at N = 1.
+    "total_tps": "tok/s",
 }
 # A stream whose messages arrive this close together came through something that buffered it:
 # a real decode step takes milliseconds (4.4 ms for a tiny model on an H200, 12 ms for Kimi-K2.5).
@@ -81,6 +85,12 @@ class RequestSample:
     # the answer's token ids as the server streamed them (SGLang's output_ids); empty when the
     # server sent none or they do not add up to completion_tokens
     output_ids: tuple[int, ...] = ()
+    request_id: str = ""  # SGLang's meta_info.id
+    stream: int = 0  # the client stream (connection) that ran it, from 0
+    # Requests in flight over its decode window, time-weighted, and the seconds of that window
+    # with fewer than the level's count in flight (measure/load.py).
+    in_flight: float = 1.0
+    short_s: float = 0.0
 
     @property
     def decode_tokens(self) -> int:
@@ -159,11 +169,12 @@ class Totals:
     decode_s: float
     verify_ct: int | None  # None when any request lacked spec fields it should have had
     ttft_s: float  # sum
+    e2e_s: float = 0.0  # sum
 
     @classmethod
     def of(cls, samples: Sequence[RequestSample]) -> Totals:
         return _pooled([cls(1, s.completion_tokens, s.decode_tokens, s.decode_s, s.verify_ct,
-                            s.ttft_s) for s in samples])
+                            s.ttft_s, s.e2e_s) for s in samples])
 
 
 def _pooled(units: Sequence[Totals]) -> Totals:
@@ -174,7 +185,8 @@ def _pooled(units: Sequence[Totals]) -> Totals:
                   decode_s=math.fsum(u.decode_s for u in units),
                   verify_ct=None if any(v is None for v in verifies)
                   else sum(v or 0 for v in verifies),
-                  ttft_s=math.fsum(u.ttft_s for u in units))
+                  ttft_s=math.fsum(u.ttft_s for u in units),
+                  e2e_s=math.fsum(u.e2e_s for u in units))
 
 
 def _tps(t: Totals) -> float:
@@ -186,11 +198,24 @@ def _per_verify(tokens: int, t: Totals) -> float:
     return tokens / t.verify_ct if t.verify_ct else math.nan
 
 
-def metric_of(name: str, units: Sequence[Totals]) -> float:
+def _output_rate(t: Totals) -> float:
+    """Completion tokens per request-second, prefill and waiting included."""
+    return t.completion_tokens / t.e2e_s if t.e2e_s > 0 and t.completion_tokens > 0 \
+        else math.nan
+
+
+def _rate(metric: str, t: Totals) -> float:
+    """The per-request rate a speed-up compares: decode tok/s, or output tok/s (total)."""
+    return _output_rate(t) if metric == "total_tps" else _tps(t)
+
+
+def metric_of(name: str, units: Sequence[Totals], concurrency: int = 1) -> float:
     """One metric over pooled units (see METRICS); nan where it is undefined."""
     t = _pooled(units)
     if name == "tps":
         return _tps(t)
+    if name == "total_tps":
+        return concurrency * _output_rate(t)
     if name == "accept_len":
         return _per_verify(t.completion_tokens, t)
     if name == "tau_decode":
@@ -233,10 +258,31 @@ class Measurement:
     simulated: bool = False
     server_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
     template_digest: str = ""
+    concurrency: int = 1  # requests in flight at once
+    fillers: int = 0  # unmeasured requests that held the tail at `concurrency` (load.py)
 
     @property
     def repeats(self) -> int:
         return len(self.passes)
+
+    @property
+    def held(self) -> float:
+        """The share of the measured decode time with `concurrency` requests in flight."""
+        decode = math.fsum(s.decode_s for s in self.samples)
+        short = math.fsum(min(s.short_s, s.decode_s) for s in self.samples)
+        return 1.0 - short / decode if decode > 0 else 1.0
+
+    def load_text(self) -> str:
+        """How the load was held, in a sentence ("" for one stream)."""
+        if self.concurrency == 1:
+            return ""
+        decode = math.fsum(s.decode_s for s in self.samples)
+        mean = (math.fsum(s.in_flight * s.decode_s for s in self.samples) / decode
+                if decode > 0 else float(self.concurrency))
+        return (f"{self.concurrency} in flight (one connection per stream): {mean:.2f} on "
+                f"average over the measured decode time, {self.concurrency} for "
+                f"{self.held:.2%} of it; {self.fillers} unmeasured filler requests held the "
+                "tail")
 
     def stat(self, name: str) -> Summary | None:
         return self.stats.get(name)
@@ -276,8 +322,8 @@ class Measurement:
 
     def stats_table(self) -> str:
         per_pass = len(self.samples) // max(self.repeats, 1)
-        lines = [f"{self.config}: {self.repeats} repeats × {per_pass} prompts (intervals: "
-                 "jackknife over prompts), template "
+        lines = [f"{self.config}: {self.repeats} repeats × {per_pass} prompts at "
+                 f"{self.concurrency} in flight (intervals: jackknife over prompts), template "
                  f"{self.template} ({self.template_source}), "
                  f"temperature {self.temperature}, max_new_tokens {self.max_new_tokens}",
                  f"{'metric':<12}{'n':>4}{'mean':>12}{'std':>10}{'CV %':>8}"
@@ -290,23 +336,41 @@ class Measurement:
             lines.append("accept length per category: " + ", ".join(
                 f"{c} {v:.3f}" for c, v in sorted(self.per_category_accept_len.items())))
         lines.append(f"stopped: {self.stop_reason}")
+        if self.load_text():
+            lines.append(f"load: {self.load_text()}")
         return "\n".join(lines)
 
 
 def run_pass(client: SGLangClient, prompts: PromptSet, params: dict[str, Any], repeat: int,
-             progress: Progress | None = None) -> list[RequestSample]:
-    """Flush the prefix cache, then send every prompt once, one at a time."""
+             progress: Progress | None = None, concurrency: int = 1) -> tuple[
+                 list[RequestSample], int]:
+    """Flush the prefix cache, then send every prompt once: one at a time, or with exactly
+    `concurrency` in flight (load.closed_loop). Returns the samples and the filler requests
+    that held the tail."""
     client.flush_cache()
+    if concurrency > 1:
+        def say(message: str) -> None:
+            if progress is not None:
+                progress(f"repeat {repeat}: {message}")
+
+        loop = load.closed_loop(client, prompts.texts, params, concurrency,
+                                labels=[p.id for p in prompts.prompts], progress=say)
+        return [sample_of(s.generation, prompts.prompts[s.index], repeat, stream=s.stream,
+                          in_flight=s.in_flight, short_s=s.short_s)
+                for s in loop.served], loop.fillers
     samples = []
     for i, (prompt, text) in enumerate(prompts.sent(), 1):
         samples.append(sample_of(client.generate(text, params, stream=True), prompt, repeat))
         if progress is not None and (i == len(prompts.texts) or i % 10 == 0):
             progress(f"repeat {repeat}: {i}/{len(prompts.texts)} requests")
-    return samples
+    return samples, 0
 
 
-def sample_of(gen: Generation, prompt: Prompt, repeat: int) -> RequestSample:
-    """One streamed answer as a measured request."""
+def sample_of(gen: Generation, prompt: Prompt, repeat: int, *, stream: int = 0,
+              in_flight: float = 1.0, short_s: float = 0.0) -> RequestSample:
+    """One streamed answer as a measured request (stream, in_flight and short_s: how it ran
+    among others in flight, measure/load.py)."""
+    request_id = gen.meta_info.get("id")
     return RequestSample(
         repeat=repeat, prompt_id=prompt.id, category=prompt.category,
         prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
@@ -314,7 +378,8 @@ def sample_of(gen: Generation, prompt: Prompt, repeat: int) -> RequestSample:
         server_e2e_s=gen.server_e2e_s, finish_reason=gen.finish_reason, chunks=gen.chunks,
         drafts_histogram=_histogram(gen.meta_info.get("spec_correct_drafts_histogram")),
         first_tokens=gen.first_tokens, median_gap_s=_median_gap(gen.arrivals_s),
-        output_ids=gen.output_ids)
+        output_ids=gen.output_ids, request_id=request_id if isinstance(request_id, str) else "",
+        stream=stream, in_flight=in_flight, short_s=short_s)
 
 
 def _median_gap(arrivals: Sequence[float]) -> float | None:
@@ -341,11 +406,13 @@ def judged_confidence(sampling: Sampling) -> float:
     return 1.0 - (1.0 - sampling.confidence) / looks
 
 
-def _summaries(samples: Sequence[RequestSample], confidence: float) -> dict[str, Summary]:
+def _summaries(samples: Sequence[RequestSample], confidence: float,
+               concurrency: int = 1) -> dict[str, Summary]:
     units = list(per_prompt(samples).values())
     stats: dict[str, Summary] = {}
     for name in METRICS:
-        summary = jackknife(units, functools.partial(metric_of, name), confidence)
+        summary = jackknife(units, functools.partial(metric_of, name, concurrency=concurrency),
+                            confidence)
         if math.isfinite(summary.mean):
             stats[name] = summary
     return stats
@@ -356,17 +423,18 @@ def restated(m: Measurement, sampling: Sampling) -> Measurement:
     baseline is judged at the level of the run that reuses it)."""
     confidence = judged_confidence(sampling)
     return dataclasses.replace(m, confidence=confidence,
-                               stats=_summaries(m.samples, confidence))
+                               stats=_summaries(m.samples, confidence, m.concurrency))
 
 
 def build_measurement(*, config: str, url: str, template: ChatTemplate, sampling: Sampling,
                       samples: Sequence[RequestSample], stop_reason: str = "",
                       simulated: bool = False,
-                      server_spec: dict[str, Any] | None = None) -> Measurement:
+                      server_spec: dict[str, Any] | None = None, concurrency: int = 1,
+                      fillers: int = 0) -> Measurement:
     """Reduce samples to per-pass rates and summarize each metric over passes."""
     repeats = sorted({s.repeat for s in samples})
     passes = tuple(PassResult.of(r, [s for s in samples if s.repeat == r]) for r in repeats)
-    stats = _summaries(samples, judged_confidence(sampling))
+    stats = _summaries(samples, judged_confidence(sampling), concurrency)
     per_category: dict[str, float] = {}
     for category in sorted({s.category for s in samples}):
         value = metric_of("accept_len", [Totals.of([s for s in samples
@@ -381,39 +449,49 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, sampling
         passes=passes, stats=stats,
         per_category_accept_len=per_category,
         spec_fields_missing=sum(1 for s in samples if s.verify_ct is None),
-        stop_reason=stop_reason, simulated=simulated, server_spec=dict(server_spec or {}))
+        stop_reason=stop_reason, simulated=simulated, server_spec=dict(server_spec or {}),
+        concurrency=concurrency, fillers=fillers)
 
 
 def measure(client: SGLangClient, sampling: Sampling, prompts: PromptSet, *, config: Config,
             keep_going: Callable[[Measurement], str | None] | None = None,
             progress: Progress | None = None, simulated: bool = False,
-            server_spec: dict[str, Any] | None = None) -> Measurement:
+            server_spec: dict[str, Any] | None = None, concurrency: int = 1) -> Measurement:
     """Warm up, then `repeats` passes, then more (up to max_repeats) while keep_going says why.
 
     keep_going gets the measurement so far and returns a reason to continue (e.g. "the accept
-    length interval straddles 2.46") or None to stop.
+    length interval straddles 2.46") or None to stop. With concurrency N > 1 each stream sends
+    `warmup` requests first, and every pass holds N requests in flight (load.closed_loop).
     """
     if not prompts.texts:
         raise ValueError("no prompts to measure")
     params = sampling.params
-    for i in range(sampling.warmup):
-        client.generate(prompts.texts[i % len(prompts.texts)], params, stream=True)
-    if progress is not None and sampling.warmup:
-        progress(f"{config}: {sampling.warmup} warmup requests done (excluded)")
+    where = config if concurrency == 1 else f"{config} at {concurrency} in flight"
+    warmups = [prompts.texts[i % len(prompts.texts)] for i in range(sampling.warmup * concurrency)]
+    if concurrency > 1 and warmups:
+        load.closed_loop(client, warmups, params, concurrency, hold=False)
+    else:
+        for text in warmups:
+            client.generate(text, params, stream=True)
+    if progress is not None and warmups:
+        progress(f"{where}: {len(warmups)} warmup requests done (excluded)")
     samples: list[RequestSample] = []
+    fillers = 0
     max_repeats = max(sampling.max_repeats, sampling.repeats)
     stop_reason = f"{sampling.repeats} repeats as configured"
     repeat = 0
     while True:
         repeat += 1
-        samples.extend(run_pass(client, prompts, params, repeat, progress))
+        found, held = run_pass(client, prompts, params, repeat, progress, concurrency)
+        samples.extend(found)
+        fillers += held
         if repeat < sampling.repeats:
             continue
         if keep_going is None:
             break
         current = build_measurement(config=config, url=client.base_url,
                                     template=prompts.template, sampling=sampling,
-                                    samples=samples)
+                                    samples=samples, concurrency=concurrency)
         reason = keep_going(current)
         if reason is None:
             if repeat > sampling.repeats:
@@ -423,10 +501,11 @@ def measure(client: SGLangClient, sampling: Sampling, prompts: PromptSet, *, con
             stop_reason = f"{repeat} repeats (max_repeats) and still {reason}"
             break
         if progress is not None:
-            progress(f"{config}: another repeat because {reason}")
+            progress(f"{where}: another repeat because {reason}")
     return build_measurement(config=config, url=client.base_url, template=prompts.template,
                              sampling=sampling, samples=samples, stop_reason=stop_reason,
-                             simulated=simulated, server_spec=server_spec)
+                             simulated=simulated, server_spec=server_spec,
+                             concurrency=concurrency, fillers=fillers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -475,18 +554,22 @@ def straddles(summary: Summary | None, threshold: float | None, what: str) -> st
     return None
 
 
-def speedup(spec: Measurement, base: Measurement) -> Summary:
+def speedup(spec: Measurement, base: Measurement, metric: str = "tps") -> Summary:
     """Speculative ÷ baseline decode tok/s over the prompts both measured, paired by prompt.
 
     One statistic decides both spec.speedup and spec.breakeven: decode tok/s = τ / cycle time,
     so τ ≥ cycle × baseline tok/s exactly when this ratio is ≥ 1. Pairing by prompt takes the
     prompts' own spread (long and short answers, easy and hard text) out of the interval.
+    metric "total_tps" gives the same ratio of output tok/s (prefill and waiting included): at
+    one concurrency on both sides, the ratio of the servers' total output.
     """
+    if metric not in ("tps", "total_tps"):
+        raise ValueError(f"a speed-up compares tps or total_tps, not {metric!r}")
     spec_units, base_units = per_prompt(spec.samples), per_prompt(base.samples)
     pairs = [(spec_units[p], base_units[p]) for p in spec_units if p in base_units]
 
     def ratio(chosen: Sequence[tuple[Totals, Totals]]) -> float:
-        den = _tps(_pooled([b for _, b in chosen]))
-        return _tps(_pooled([a for a, _ in chosen])) / den if den else math.nan
+        den = _rate(metric, _pooled([b for _, b in chosen]))
+        return _rate(metric, _pooled([a for a, _ in chosen])) / den if den else math.nan
 
     return jackknife(pairs, ratio, min(spec.confidence, base.confidence))

@@ -100,7 +100,8 @@ def bracketed(first: Measurement, again: Measurement, sampling: Sampling,
         config="baseline", url=first.url, template=template, sampling=sampling,
         samples=samples, simulated=first.simulated, server_spec=first.server_spec,
         stop_reason=f"{first.repeats} + {again.repeats} repeats over two launches, before and "
-                    "after the speculative server (design aba)")
+                    "after the speculative server (design aba)",
+        concurrency=first.concurrency, fillers=first.fillers + again.fillers)
 
 
 def history(reports_dir: Path, keys_: Keys) -> list[LaunchRecord]:

@@ -1,4 +1,5 @@
-"""The live Phase 0 session: baseline server, then speculative server, measured one at a time."""
+"""The live Phase 0 session: baseline server, then speculative server, each at every concurrency
+level of the plan."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, drift, interleave, launches, reuse
+from specgate.measure import bench, drift, interleave, launches, load, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.stats import Summary
@@ -31,6 +32,9 @@ from specgate.serving.server import ServerHandle
 Progress = Callable[[str], None]
 Rule = Callable[[bench.Measurement], str | None]
 RESULTS_FILE = "results.json"
+# A failure at these stages is one concurrency level's (a measurement, or its streams under
+# load); at any other stage (prompts, start, stop) it stands for every level of the run.
+LEVEL_STAGES = ("measure", "load")
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "tp_size",
@@ -94,6 +98,26 @@ class ConfigRun:
     # Baseline reuse (measure/reuse.py): {"reused": True, "measured_at", "why_safe", …} for a
     # stored baseline, {"reused": False, "why": …} for a fresh one while reuse is on; {} when off.
     reuse: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # `measurement` and a measuring `failure` are at gate_level (requests in flight); the other
+    # levels of [bench] concurrency are here, each measured or failed.
+    gate_level: int = 1
+    levels: dict[int, bench.Measurement] = dataclasses.field(default_factory=dict)
+    level_failures: dict[int, Failure] = dataclasses.field(default_factory=dict)
+
+    def at(self, level: int) -> ConfigRun:
+        """This run as one concurrency level saw it: that level's measurement or failure in
+        `measurement` and `failure` (a failure to start stands for every level)."""
+        if level == self.gate_level:
+            return self
+        measured = self.levels.get(level)
+        failure = self.level_failures.get(level)
+        if measured is None and failure is None:
+            failure = (self.failure if self.failure is not None
+                       and self.failure.stage not in LEVEL_STAGES
+                       else Failure("measure", f"no measurement at {level} in flight was "
+                                               "recorded"))
+        return dataclasses.replace(self, measurement=measured, failure=failure, gate_level=level,
+                                   levels={}, level_failures={})
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -101,6 +125,9 @@ class ConfigRun:
         out["env"] = dataclasses.asdict(self.env) if self.env else None
         out["measurement"] = self.measurement.to_json() if self.measurement else None
         out["failure"] = dataclasses.asdict(self.failure) if self.failure else None
+        out["levels"] = {str(k): m.to_json() for k, m in sorted(self.levels.items())}
+        out["level_failures"] = {str(k): dataclasses.asdict(f)
+                                 for k, f in sorted(self.level_failures.items())}
         return out
 
     @classmethod
@@ -114,6 +141,10 @@ class ConfigRun:
         fields["measurement"] = (bench.Measurement.from_json(data["measurement"])
                                  if data.get("measurement") else None)
         fields["failure"] = Failure(**data["failure"]) if data.get("failure") else None
+        fields["levels"] = {int(k): bench.Measurement.from_json(m)
+                            for k, m in (data.get("levels") or {}).items()}
+        fields["level_failures"] = {int(k): Failure(**f)
+                                    for k, f in (data.get("level_failures") or {}).items()}
         return cls(**fields)
 
 
@@ -137,6 +168,14 @@ class LiveResults:
     # A–B–A: the baseline's second launch, after the speculative server; `baseline` then pools
     # both launches' requests.
     baseline_after: ConfigRun | None = None
+    # Set on a view of one concurrency level (at()): the level it shows. Never written.
+    scope: int | None = None
+
+    @property
+    def per_level(self) -> bool:
+        """Whether the figures are one level's of several, or of a level other than the single
+        stream: claims then say at how many in flight."""
+        return self.scope is not None or self.levels != (1,)
 
     def run(self, config: str) -> ConfigRun:
         return self.baseline if config == "baseline" else self.speculative
@@ -145,6 +184,23 @@ class LiveResults:
     def launch_coverage(self) -> drift.Coverage:
         """The coverage the timed claims are judged with: this run's, else the prior."""
         return self.coverage if self.coverage is not None else drift.prior_coverage()
+
+    @property
+    def gate_level(self) -> int:
+        return self.speculative.gate_level
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """Every concurrency level either server measured or tried, ascending."""
+        found = {self.gate_level}
+        for run in (self.baseline, self.speculative):
+            found |= set(run.levels) | set(run.level_failures)
+        return tuple(sorted(found))
+
+    def at(self, level: int) -> LiveResults:
+        """Both runs as one concurrency level saw them (ConfigRun.at)."""
+        return dataclasses.replace(self, baseline=self.baseline.at(level),
+                                   speculative=self.speculative.at(level), scope=level)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
@@ -231,15 +287,18 @@ class _GateRule:
     spread alone (measure/drift.py), which passes do not narrow, is left as it is."""
 
     def __init__(self, thresholds: ThresholdsSection, config: Config,
-                 baseline: bench.Measurement | None, coverage: drift.Coverage | None) -> None:
+                 baseline: bench.Measurement | None, coverage: drift.Coverage | None, *,
+                 gate: bool = True) -> None:
         self.thresholds, self.config = thresholds, config
         self.baseline, self.coverage = baseline, coverage
+        self.gate = gate  # at the gate's concurrency: baseline_tps_min is judged there only
         self.undecided: str | None = None  # why the last look stopped without deciding
 
     def _checks(self, m: bench.Measurement) -> list[_Check]:
         th = self.thresholds
         if self.config == "baseline":
-            return [_Check(m.stat("tps"), th.baseline_tps_min, "baseline tok/s", "baseline")]
+            return [_Check(m.stat("tps"), th.baseline_tps_min if self.gate else None,
+                           "baseline tok/s", "baseline")]
         checks: list[_Check] = []
         if isinstance(th.accept_len_min, (int, float)):
             checks.append(_Check(m.stat("accept_len"), float(th.accept_len_min),
@@ -277,30 +336,36 @@ class _GateRule:
 
 def keep_going_rule(thresholds: ThresholdsSection, config: Config,
                     baseline: bench.Measurement | None,
-                    coverage: drift.Coverage | None = None) -> _GateRule:
-    """The gate's rule for another pass; with a coverage, on the intervals the claims judge."""
-    return _GateRule(thresholds, config, baseline, coverage)
+                    coverage: drift.Coverage | None = None, *, gate: bool = True) -> _GateRule:
+    """The gate's rule for another pass; with a coverage, on the intervals the claims judge.
+    baseline is the baseline's measurement at the same concurrency; gate=False: a level other
+    than the gate's, where baseline_tps_min is not judged."""
+    return _GateRule(thresholds, config, baseline, coverage, gate=gate)
 
 
 def _server_spec(info: dict[str, Any]) -> dict[str, Any]:
     return {k: info[k] for k in _SERVER_KEYS if k in info}
 
 
-def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | None = None,
+def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = None,
                progress: Progress | None = None,
                keep_going: Callable[[bench.Measurement], str | None] | None = None,
                coverage: drift.Coverage | None = None) -> ConfigRun:
-    """Launch (or attach), check, measure and stop one configuration; errors become data.
+    """Launch (or attach), check, measure at every concurrency level and stop one
+    configuration; errors become data.
 
-    keep_going replaces the gate's rule for more repeats (`specgate tune` races configurations);
-    coverage puts the gate's rule on the intervals the claims judge (with the launch spread).
+    baseline is the baseline's run, for the speculative server's rule for more repeats at each
+    level; coverage puts that rule on the intervals the claims judge (with the launch spread).
+    keep_going replaces the rule at the gate's level (`specgate tune` races configurations);
+    the other levels then take no extra repeats.
     """
     say = progress or (lambda _msg: None)
     planned = plan.server(config)
     if isinstance(planned, Blocked):
         return ConfigRun(config=config, failure=Failure(planned.stage, planned.message))
     attached = planned.spec is None
-    fields: dict[str, Any] = {"config": config, "attached": attached}
+    fields: dict[str, Any] = {"config": config, "attached": attached,
+                              "gate_level": plan.gate_level}
     if not attached:
         try:
             fields["gpu"] = check_gpus(planned)
@@ -323,24 +388,10 @@ def run_config(plan: LivePlan, config: Config, *, baseline: bench.Measurement | 
                 fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
                                          dict(planned.env))
             stage = "measure"
-            rule = keep_going or keep_going_rule(plan.thresholds, config, baseline, coverage)
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=plan.sampling.request_timeout_s) as client:
-                try:
-                    measured = bench.measure(
-                        client, plan.sampling, plan.prompts, config=config, keep_going=rule,
-                        progress=say,
-                        simulated=bool(handle.simulated), server_spec=fields["server_info"])
-                    fields["measurement"] = _stopped_why(measured, rule)
-                except SpecgateError as exc:
-                    # Settle first: a server writes its access-log line for the failed request
-                    # after answering it, and a dying one needs a moment to exit.
-                    alive = _alive(handle, settle_s=1.0)
-                    tail = _log_tail_of(exc) or _tail(handle)
-                    note = "" if alive is not False else (
-                        " (the attached server stopped answering /health)" if handle.attached
-                        else " (the server process has exited)")
-                    fields["failure"] = Failure("measure", f"{exc}{note}", tail)
+                _measure_levels(plan, config, client, handle, fields, baseline=baseline,
+                                keep_going=keep_going, coverage=coverage, say=say)
             stage = "stop"
             fields["stop"] = _stop(handle)
     except SpecgateError as exc:
@@ -360,6 +411,58 @@ def _stopped_why(m: bench.Measurement, rule: object,
     if isinstance(rule, _GateRule) and rule.undecided:
         return dataclasses.replace(m, stop_reason=f"{m.repeats} {passes}: {rule.undecided}")
     return m
+
+
+def _measure_levels(plan: LivePlan, config: Config, client: SGLangClient,
+                    handle: ServerHandle, fields: dict[str, Any], *,
+                    baseline: ConfigRun | None, keep_going: Callable[[bench.Measurement],
+                                                                     str | None] | None,
+                    coverage: drift.Coverage | None, say: Progress) -> None:
+    """Measure each level (the gate's first) into fields: measurement and failure for the
+    gate's, levels and level_failures for the others. After a level fails with the server gone,
+    the levels left are not measured, and say why."""
+    assert plan.prompts is not None
+    several = len(plan.levels) > 1
+    others: dict[int, bench.Measurement] = {}
+    failures: dict[int, Failure] = {}
+    gone = ""
+    for level in plan.measured_levels:
+        gate = level == plan.gate_level
+        where = f"at {level} in flight: " if several else ""
+        if gone:
+            failure = Failure("measure", f"{where}not measured: {gone}")
+        else:
+            base = baseline.at(level).measurement if baseline is not None else None
+            rule = (keep_going if gate else (lambda _m: None)) if keep_going is not None \
+                else keep_going_rule(plan.thresholds, config, base, coverage, gate=gate)
+            try:
+                measured = _stopped_why(bench.measure(
+                    client, plan.sampling, plan.prompts, config=config, keep_going=rule,
+                    progress=say, simulated=bool(handle.simulated),
+                    server_spec=fields["server_info"], concurrency=level), rule)
+            except SpecgateError as exc:
+                # Settle first: a server writes its access-log line for the failed request
+                # after answering it, and a dying one needs a moment to exit.
+                alive = _alive(handle, settle_s=1.0)
+                tail = _log_tail_of(exc) or _tail(handle)
+                note = "" if alive is not False else (
+                    " (the attached server stopped answering /health)" if handle.attached
+                    else " (the server process has exited)")
+                stage = "load" if isinstance(exc, load.LoadFailed) else "measure"
+                failure = Failure(stage, f"{where}{exc}{note}", tail)
+                if alive is False:
+                    gone = f"the server stopped while {level} requests were in flight"
+            else:
+                if gate:
+                    fields["measurement"] = measured
+                else:
+                    others[level] = measured
+                continue
+        if gate:
+            fields["failure"] = failure
+        else:
+            failures[level] = failure
+    fields["levels"], fields["level_failures"] = others, failures
 
 
 def _log_tail_of(exc: SpecgateError) -> str:
@@ -394,11 +497,13 @@ def _alive(handle: ServerHandle, settle_s: float = 0.0) -> bool | None:
 
 
 def run_live(profile: Profile, reports_dir: Path, *,
-             progress: Progress | None = None) -> LiveResults:
+             progress: Progress | None = None,
+             levels: Collection[int] | None = None) -> LiveResults:
     """The whole live session, one server at a time; written to reports_dir/live/results.json.
 
     The profile is resolved once into a LivePlan; attached servers are checked before anything
-    is launched, so a wrong --server-url costs seconds, not a baseline launch.
+    is launched, so a wrong --server-url costs seconds, not a baseline launch. levels: the
+    [bench] concurrency levels to measure besides the gate's (None: all of them).
     """
     live_dir = reports_dir / "live"
     live_dir.mkdir(parents=True, exist_ok=True)
@@ -413,7 +518,7 @@ def run_live(profile: Profile, reports_dir: Path, *,
             progress(message)
 
     started = _now()
-    planned = live_plan.resolve(profile, reports_dir)
+    planned = live_plan.resolve(profile, reports_dir, levels=levels)
     keys = launches.keys(planned)
     settings = planned.launches
     # The coverage known before this run's launches: what the rule for more passes judges on.
@@ -481,8 +586,11 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
             and after.failure is None and plan.prompts is not None:
         bracket = drift.Bracket(first.stats["tps"].mean, again.stats["tps"].mean) \
             if "tps" in first.stats and "tps" in again.stats else None
-        baseline = dataclasses.replace(baseline, measurement=launches.bracketed(
-            first, again, plan.sampling, plan.prompts.template))
+        template = plan.prompts.template
+        baseline = dataclasses.replace(
+            baseline, measurement=launches.bracketed(first, again, plan.sampling, template),
+            levels={n: launches.bracketed(m, after.levels[n], plan.sampling, template)
+                    if n in after.levels else m for n, m in baseline.levels.items()})
         pooled = 2
     elif settings.design == "aba":
         why = (after.failure.text() if after is not None and after.failure is not None
@@ -539,13 +647,15 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
             if stored.measurement is not None:
                 stored = dataclasses.replace(
                     stored, measurement=bench.restated(stored.measurement, plan.sampling))
+            stored = dataclasses.replace(stored, levels={
+                n: bench.restated(m, plan.sampling) for n, m in stored.levels.items()})
         except (TypeError, KeyError, ValueError) as exc:
             found = (f"the stored baseline {found.path} cannot be read "
                      f"({type(exc).__name__}: {exc})")
     if isinstance(found, reuse.Stored) and stored is not None:
         say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
             f"(fingerprint {found.fingerprint}); no baseline launch")
-        speculative = run_config(plan, "speculative", baseline=stored.measurement, progress=say,
+        speculative = run_config(plan, "speculative", baseline=stored, progress=say,
                                  coverage=coverage)
         agreed, problems = reuse.recheck(stored.server_info, speculative.server_info)
         if speculative.failure is None and not problems:
@@ -560,8 +670,8 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
     else:
         why_fresh = found if isinstance(found, str) else ""
         baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
-        speculative = run_config(plan, "speculative", baseline=baseline.measurement,
-                                 progress=say, coverage=coverage)
+        speculative = run_config(plan, "speculative", baseline=baseline, progress=say,
+                                 coverage=coverage)
     if (max_age is not None and fp is not None and baseline.measurement is not None
             and baseline.failure is None):
         try:
@@ -696,7 +806,8 @@ STALE_AFTER_S = 7 * 24 * 3600
 
 
 def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
-                  not_before: float = 0.0, progress: Progress | None = None) -> LiveResults:
+                  not_before: float = 0.0, progress: Progress | None = None,
+                  levels: Collection[int] | None = None) -> LiveResults:
     """run_live exactly once per run id, however many processes (xdist workers) ask.
 
     The first caller takes a file lock and launches, measures and stops both servers inside
@@ -714,7 +825,7 @@ def run_live_once(profile: Profile, reports_dir: Path, uid: str, *,
         if done.exists() and done.stat().st_mtime >= not_before:
             return LiveResults.read(done)
         _remove_stale(live_dir)
-        results = run_live(profile, reports_dir, progress=progress)
+        results = run_live(profile, reports_dir, progress=progress, levels=levels)
         results.write(done)
         return results
 

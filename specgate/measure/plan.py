@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Collection
 from importlib import metadata
 from pathlib import Path
 
@@ -56,6 +57,15 @@ class LivePlan:
     # [bench] design and launch_spread: how the servers are launched, and the launch-to-launch
     # spread the timed claims' intervals add (measure/drift.py).
     launches: drift.Settings = dataclasses.field(default_factory=drift.Settings)
+    # [bench] concurrency, ascending, and the level the gate decides at (one of them).
+    levels: tuple[int, ...] = (1,)
+    gate_level: int = 1
+
+    @property
+    def measured_levels(self) -> tuple[int, ...]:
+        """The order each server measures its levels in: the gate's first, so a level that
+        hurts the server cannot cost the gate its figures, then the others ascending."""
+        return (self.gate_level, *(n for n in self.levels if n != self.gate_level))
 
     def server(self, config: Config) -> ServerPlan | Blocked:
         return self.baseline if config == "baseline" else self.speculative
@@ -67,9 +77,11 @@ class LivePlan:
         return dataclasses.replace(self, speculative=planned)
 
 
-def resolve(profile: Profile, reports_dir: Path) -> LivePlan:
+def resolve(profile: Profile, reports_dir: Path, *,
+            levels: Collection[int] | None = None) -> LivePlan:
     """The profile's live plan; server logs go to reports_dir/live/, stored baselines are looked
-    up in reports_dir/baselines/."""
+    up in reports_dir/baselines/. levels narrows [bench] concurrency to the levels a run's
+    claims ask for (the gate's is always measured); None: every level."""
     try:
         settings: launch.LaunchSettings | str = launch.LaunchSettings.of(profile)
     except SpecgateError as exc:
@@ -96,7 +108,11 @@ def resolve(profile: Profile, reports_dir: Path) -> LivePlan:
         sglang=_sglang_version(simulated, baseline),
         sampling=Sampling.of(profile.bench), thresholds=profile.thresholds,
         baseline_max_age_h=profile.bench.baseline_max_age_h,
-        launches=drift.Settings.of(profile.bench))
+        launches=drift.Settings.of(profile.bench),
+        levels=tuple(sorted({*(n for n in profile.bench.concurrency
+                                if levels is None or n in levels),
+                              profile.gate_concurrency})),
+        gate_level=profile.gate_concurrency)
     if plan.baseline_max_age_h is None or not isinstance(baseline, ServerPlan) \
             or prompt_set is None:
         return plan

@@ -11,7 +11,8 @@ it instead of launching the baseline again when
   SGLang version known before the launch, the baseline launch command without host, port and
   key, GPU model, count and driver, the server's environment ([server] env, secret values
   masked), the prompts as sent (rendered through the chat template), the sampling
-  (max_new_tokens, temperature, warmup) and the simulator's knobs;
+  (max_new_tokens, temperature, warmup), the concurrency levels (when not single stream only)
+  and the simulator's knobs;
 - it is at most `baseline_max_age_h` hours old;
 - the speculative server, once running, reports in /server_info the same model_path, version
   and tp_size as the stored baseline's server did (RECHECK_KEYS): the one check that sees the
@@ -168,6 +169,8 @@ def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
         # The built-in prompt set and the measurement code ship with specgate.
         "specgate": _specgate_version(),
     }
+    if plan.levels != (1,):  # a stored baseline must hold every level this run judges
+        components["concurrency"] = {"levels": list(plan.levels), "gate": plan.gate_level}
     if plan.simulated:
         components["simulator_env"] = {k: v for k, v in sorted(os.environ.items())
                                        if k.startswith(_SIM_ENV_PREFIX)

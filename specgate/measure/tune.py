@@ -19,6 +19,10 @@ a grid and runs a fixed number of prompts on each. Here:
    one becomes the best. Each launch adds a point to the cycle fit and histograms to the
    acceptance estimate, and the predictions are made again.
 
+With several [bench] concurrency levels every launch measures each of them; the race is run at
+the gate's level, and the output gives each measured chain's paired speed-up over the baseline
+at every level, and the fastest measured chain per level (per_level).
+
 Assumptions, said in the output: chains only (topk 1). A chain's histogram says nothing about
 how often a second-ranked draft token would have been right, so topk > 1 trees are not predicted
 (SGLang's tree verify also changes the cycle cost in ways a line in the steps does not capture).
@@ -180,8 +184,7 @@ class Trial:
 
     @property
     def requests(self) -> int:
-        m = self.run.measurement
-        return 0 if m is None else len(m.samples) + m.warmup
+        return _requests(self.run)
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": dataclasses.asdict(self.candidate), "key": self.candidate.key,
@@ -208,6 +211,8 @@ class TuneResult:
     confidence: float
     started_at: str = ""
     finished_at: str = ""
+    levels: tuple[int, ...] = (1,)  # [bench] concurrency; the race ran at gate_level
+    gate_level: int = 1
 
     @property
     def launches(self) -> int:
@@ -217,9 +222,8 @@ class TuneResult:
     @property
     def requests(self) -> int:
         base = 0
-        if self.baseline is not None and not self.baseline.reuse.get("reused") \
-                and self.baseline.measurement is not None:
-            base = len(self.baseline.measurement.samples) + self.baseline.measurement.warmup
+        if self.baseline is not None and not self.baseline.reuse.get("reused"):
+            base = _requests(self.baseline)
         return base + sum(t.requests for t in self.trials)
 
     def trial(self, candidate: Candidate) -> Trial | None:
@@ -237,7 +241,9 @@ class TuneResult:
                 "best": self.best.key if self.best else None,
                 "recommended_flags": self.best.flags if self.best else None,
                 "launches": self.launches, "requests": self.requests,
-                "stop_reason": self.stop_reason, "confidence": self.confidence}
+                "stop_reason": self.stop_reason, "confidence": self.confidence,
+                "concurrency": list(self.levels), "gate_concurrency": self.gate_level,
+                "per_level": [row.to_json() for row in per_level(self)]}
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -447,9 +453,52 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
         candidates=cands, trials=tuple(trials), baseline=baseline, baseline_note=baseline_note,
         acceptance=tuple(acceptance), fit=fit, predictions=preds,
         best=best.candidate if best else None, stop_reason=stop or "done",
-        confidence=confidence, started_at=started, finished_at=_now())
+        confidence=confidence, started_at=started, finished_at=_now(),
+        levels=planned.levels, gate_level=planned.gate_level)
     result.write(tune_dir / RESULT_FILE)
     return result
+
+
+def _requests(run: ConfigRun) -> int:
+    """Requests a run sent at every level: measured, warm-up and fillers."""
+    found = [m for m in (run.measurement, *run.levels.values()) if m is not None]
+    return sum(len(m.samples) + m.warmup * m.concurrency + m.fillers for m in found)
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelRow:
+    """One concurrency level: each measured chain's paired speed-up over the baseline there,
+    and the fastest of them (the highest decode tok/s per request)."""
+
+    level: int
+    speedups: dict[str, Summary]  # candidate key -> speculative ÷ baseline, paired by prompt
+    fastest: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"concurrency": self.level, "fastest": self.fastest,
+                "speedup": {k: v.to_json() for k, v in self.speedups.items()}}
+
+
+def per_level(result: TuneResult) -> list[LevelRow]:
+    """Every measured chain at every concurrency level, against the baseline at that level."""
+    rows = []
+    base = result.baseline
+    for level in result.levels:
+        base_m = base.at(level).measurement if base is not None else None
+        speedups: dict[str, Summary] = {}
+        tps: dict[str, float] = {}
+        for tr in result.trials:
+            m = tr.run.at(level).measurement
+            if m is None or tr.status == "failed" or m.stat("tps") is None:
+                continue
+            tps[tr.candidate.key] = _tps(m)
+            if base_m is not None and base_m.stat("tps") is not None:
+                ratio = bench.speedup(m, base_m)
+                if math.isfinite(ratio.mean):
+                    speedups[tr.candidate.key] = ratio
+        fastest = max(tps, key=lambda k: tps[k]) if tps else None
+        rows.append(LevelRow(level, speedups, fastest))
+    return rows
 
 
 def _tps(m: bench.Measurement) -> float:

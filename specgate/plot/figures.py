@@ -24,8 +24,10 @@ def tps_repeats(
     speculative: Sequence[float],
     baseline_ci: tuple[float, float] | None,
     spec_ci: tuple[float, float] | None,
+    in_flight: int = 1,
 ) -> bytes:
-    """tok/s of each repeat, baseline beside speculative, with each side's mean and CI."""
+    """tok/s of each repeat, baseline beside speculative, with each side's mean and CI;
+    per request with `in_flight` requests in flight."""
     fig, ax = figure(7.0, 4.2)
     sides = [("baseline", list(baseline), baseline_ci, BASELINE_COLOR),
              ("speculative", list(speculative), spec_ci, SPEC_COLOR)]
@@ -42,7 +44,8 @@ def tps_repeats(
             ax.add_patch(_rect(x - 0.3, low, 0.6, high - low, color))
     ax.set_xticks([0, 1], ["baseline", "speculative"])
     ax.set_xlim(-0.7, 1.9)
-    ax.set_ylabel("decode throughput (tok/s, single stream)")
+    ax.set_ylabel("decode throughput (tok/s, single stream)" if in_flight == 1
+                  else f"decode throughput per request (tok/s, {in_flight} in flight)")
     title = "Throughput per repeat"
     means = [sum(v) / len(v) if v else None for _, v, _, _ in sides]
     if means[0] and means[1]:

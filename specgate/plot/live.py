@@ -18,11 +18,13 @@ def _ci(m: Measurement, name: str) -> tuple[float, float] | None:
 
 def tps_repeats(baseline: Measurement | None, spec: Measurement | None) -> Attachment:
     """tok/s per repeat with each side's interval."""
+    shown = spec or baseline
     png = plots.tps_repeats(
         [p.tps for p in baseline.passes] if baseline else [],
         [p.tps for p in spec.passes] if spec else [],
         _ci(baseline, "tps") if baseline else None,
         _ci(spec, "tps") if spec else None,
+        in_flight=shown.concurrency if shown is not None else 1,
     )
     return Attachment("tok/s per repeat (baseline vs speculative)", png, "png")
 

@@ -34,7 +34,8 @@ def plot(result: TuneResult) -> bytes:
                    f"{bs.mean:.1f} tok/s")
     ax.scatter([], [], marker="s", color=SPEC_COLOR, label="measured (interval)")
     ax.set_xlabel("--speculative-num-steps (topk 1, steps + 1 draft tokens)")
-    ax.set_ylabel("decode tok/s, single stream")
+    ax.set_ylabel("decode tok/s, single stream" if result.gate_level == 1
+                  else f"decode tok/s per request, {result.gate_level} in flight")
     ax.set_xticks(xs)
     ax.set_title(f"specgate tune: {result.profile}" + (" (simulated)" if result.simulated
                                                        else ""))

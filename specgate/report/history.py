@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgate.claims.result import ClaimResult
-from specgate.io.history import Figure, RunRecord, ci_of, history_file, number, record_run
+from specgate.io.history import (
+    Figure,
+    RunRecord,
+    ci_of,
+    figure_name,
+    history_file,
+    number,
+    record_run,
+)
 
 if TYPE_CHECKING:
     from specgate.core.profile import Profile
@@ -25,7 +33,8 @@ def figures_from_claims(results: Iterable[ClaimResult]) -> dict[str, Figure]:
 
     Each figure is read from details[key] of its claim (FIGURE_SOURCES): a stats.Summary JSON
     ({"mean", "ci_low", "ci_high", ...}) or a plain number. Failing that, a claim's observed
-    value stands in, with details["ci"] = [low, high] when given.
+    value stands in, with details["ci"] = [low, high] when given. A claim judged at another
+    concurrency than one stream (details["concurrency"]) names its figures for it.
     """
     by_id = {r.id: r for r in results}
     out: dict[str, Figure] = {}
@@ -40,7 +49,8 @@ def figures_from_claims(results: Iterable[ClaimResult]) -> dict[str, Figure]:
                 low, high = ci_of(result.details)
                 figure = Figure(value, low, high, unit)
         if figure is not None:
-            out[name] = figure
+            level = result.details.get("concurrency", 1)
+            out[figure_name(name, level if isinstance(level, int) else 1)] = figure
     return out
 
 

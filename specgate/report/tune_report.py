@@ -12,7 +12,7 @@ from typing import Any
 
 from specgate.measure import bench
 from specgate.measure.stats import percent
-from specgate.measure.tune import Candidate, TuneResult
+from specgate.measure.tune import Candidate, TuneResult, per_level
 from specgate.plot.tune import plot
 
 TABLE_FILE = "tune.md"
@@ -86,13 +86,36 @@ def summary_text(result: TuneResult) -> str:
                f"({fit.how})." if fit else "Cycle time: not fitted."),
               f"Baseline: {result.baseline_note}"
               + (f", {base_tps.describe('tok/s', 1)}" if base_tps else "") + ".",
-              "", table(result), "",
+              "", table(result), "", *_levels_section(result),
               "Predicted accept length is the chain model's tokens per verify over decode "
               "(compare the measured tau_decode); predictions are for chains (topk 1) only. A "
               "configuration is launched only while its predicted tok/s is within [tune] margin "
               "of the best measured, and dropped as soon as its paired per-prompt speed-up "
               "over the best is confidently below 1."]
     return "\n".join(lines) + "\n"
+
+
+def _levels_section(result: TuneResult) -> list[str]:
+    """Per [bench] concurrency level: each measured chain's paired speed-up over the baseline
+    at that level, and the fastest measured chain there (the race itself ran at the gate's)."""
+    if len(result.levels) < 2:
+        return []
+    rows = per_level(result)
+    keys = [tr.candidate.key for tr in result.trials if tr.status != "failed"]
+    pct = percent(result.confidence)
+    lines = [f"Per concurrency level (requests in flight; the race ran at "
+             f"{result.gate_level}): speed-up over the baseline at that level, decode tok/s "
+             f"per request paired by prompt ({pct} % CI), and the fastest measured chain.", "",
+             "| in flight | " + " | ".join(keys) + " | fastest measured |",
+             "|" + "---|" * (len(keys) + 2)]
+    for row in rows:
+        cells = [_ci(row.speedups[k].to_json(), 3) if k in row.speedups else "—" for k in keys]
+        fastest = f"**{row.fastest}**" if row.fastest else "—"
+        gate = " (gate)" if row.level == result.gate_level else ""
+        lines.append(f"| {row.level}{gate} | " + " | ".join(cells) + f" | {fastest} |")
+    lines += ["", "The fastest measured chain at a level is the one with the highest mean; "
+              "chains whose intervals overlap there are not separated.", ""]
+    return lines
 
 
 def _against_baseline(result: TuneResult) -> str:

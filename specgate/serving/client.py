@@ -90,12 +90,18 @@ class SGLangClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._session = requests.Session()
+        self._api_key = api_key
         self._keyed = bool(api_key)
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
 
     def close(self) -> None:
         self._session.close()
+
+    def clone(self) -> SGLangClient:
+        """Another client of the same server with its own session, so its own connection: one
+        per stream when several requests are in flight at once."""
+        return SGLangClient(self.base_url, self._api_key, self.timeout_s)
 
     def __enter__(self) -> SGLangClient:
         return self

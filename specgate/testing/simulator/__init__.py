@@ -11,13 +11,20 @@ output; SPECGATE_SIM_FIRST_MERGE, 0 = no merge), and at SIGTERM server-side clos
 keep-alive connections, leaving TIME_WAIT on its port (it binds with SO_REUSEADDR, as uvicorn).
 Fault modes: SPECGATE_SIM_FAULT (see faults.py), e.g. stall_mid_stream and buffer_proxy.
 
+Batching. Requests in flight together are batched as SGLang's scheduler batches them
+(engine.py): prefilled together, then decoded in one running batch whose step time grows with
+the tokens it carries (model.py, BATCHING): a decode step gets cheaper per sequence, a verify
+multiplies every sequence's work, so the speed-up falls with the concurrency and crosses 1 at
+model.crossover_batch. One request alone is timed exactly as before batching existed.
+
 Truth log. With SPECGATE_SIM_TRUTH=<path> the server appends one JSON object per line for each
 /generate request it served (health checks are not logged), written before `data: [DONE]`
 (streams) or before the body (plain requests), so a client that has its answer finds its line:
 
     rid                   meta_info.id of the request
     stream                whether it was streamed
-    outcome               finished | stalled (stall_mid_stream) | dropped (drop_stream)
+    outcome               finished | stalled (stall_mid_stream, stall_request) |
+                          dropped (drop_stream, drop_request)
     fault                 the SPECGATE_SIM_FAULT flags in force, comma-separated
     t_received            time.monotonic() when the request was read
     t_first_sent          time.monotonic() just before the first message's bytes were written
@@ -30,8 +37,12 @@ Truth log. With SPECGATE_SIM_TRUTH=<path> the server appends one JSON object per
     verify_ct             spec_verify_ct (0 on a baseline server or a one-token answer)
     accepted_drafts       spec_num_correct_drafts
     finish_reason         "stop" | "length" (null unless finished)
+    batch                 sequences in the scheduler's batch, averaged over its decode steps
     decode_tokens         completion_tokens - first_message_tokens
     decode_tps            decode_tokens / (t_final_sent - t_first_sent); null when undefined
+
+Every record is one request; a stream that stalled or was cut has its record too, so a client
+that loses a stream can be held to account for it.
 
 Launch to launch. With SPECGATE_SIM_LAUNCH_SPREAD=σ every launch runs at its own speed: a factor
 exp(N(0, σ²)) divides every per-step cost, drawn from SPECGATE_SIM_LAUNCH_SEED and the launch's
@@ -57,6 +68,7 @@ from specgate.testing.simulator.model import (
     SimParams,
     Truth,
     accept_length_of,
+    crossover_batch,
     decode_tps_of,
     launch_speed,
     load_params,
@@ -75,6 +87,7 @@ __all__ = [
     "SimParams",
     "Truth",
     "accept_length_of",
+    "crossover_batch",
     "decode_tps_of",
     "launch_speed",
     "load_params",

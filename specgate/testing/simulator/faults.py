@@ -23,7 +23,10 @@ FLAGS = (
     # proxy; the server's own timing (and the truth log) is unchanged.
     "buffer_proxy",
 )
-COUNTED = ("die_after", "hang_after")
+# die_after:N and hang_after:N take the whole server after N requests; stall_request:N and
+# drop_request:N take only the N-th request's stream (stalled with its socket open, or cut),
+# while the server serves every other request as usual.
+COUNTED = ("die_after", "hang_after", "stall_request", "drop_request")
 TIMED = ("slow_start",)
 
 
@@ -34,6 +37,8 @@ class Faults:
     flags: frozenset[str] = frozenset()
     die_after: int | None = None
     hang_after: int | None = None
+    stall_request: int | None = None
+    drop_request: int | None = None
     slow_start_s: float | None = None
 
     def __contains__(self, name: object) -> bool:
@@ -67,6 +72,8 @@ def parse_faults(text: str) -> Faults:
         flags=frozenset(flags),
         die_after=counts.get("die_after"),
         hang_after=counts.get("hang_after"),
+        stall_request=counts.get("stall_request"),
+        drop_request=counts.get("drop_request"),
         slow_start_s=slow,
     )
 

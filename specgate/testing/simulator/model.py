@@ -16,12 +16,14 @@ from typing import Any
 # specgate_sim.json in the TARGET dir (all optional, milliseconds unless named _s):
 #   decode_ms, prefill_base_ms, prefill_ms_per_token, verify_ms (whole verify cost) or
 #   verify_base_ms + verify_ms_per_draft_token, draft_step_ms, start_delay_s,
-#   health_generate_s, first_merge (decode steps merged into the first streamed message).
+#   health_generate_s, first_merge (decode steps merged into the first streamed message),
+#   batch_ms_per_token, draft_batch_ms_per_token (what batching costs: see BATCHING below).
 # specgate_sim.json in the DRAFT dir: acceptance = [a1, a2, ...] (conditional per depth) and
 #   categories = {"name": {"keywords": [...], "multiplier": m}} (first keyword hit wins).
 # Env overrides (win over files): SPECGATE_SIM_DECODE_MS, _PREFILL_BASE_MS,
 #   _PREFILL_MS_PER_TOKEN, _VERIFY_MS, _VERIFY_MS_PER_DRAFT_TOKEN, _DRAFT_STEP_MS,
-#   _START_DELAY_S, _HEALTH_GENERATE_S, _FIRST_MERGE, SPECGATE_SIM_ACCEPTANCE="0.8,0.7".
+#   _START_DELAY_S, _HEALTH_GENERATE_S, _FIRST_MERGE, _BATCH_MS_PER_TOKEN,
+#   _DRAFT_BATCH_MS_PER_TOKEN, SPECGATE_SIM_ACCEPTANCE="0.8,0.7".
 SIM_FILE = "specgate_sim.json"
 
 # Defaults are deliberately fast so the harness's own tests take seconds, and shaped like the
@@ -44,6 +46,40 @@ DEFAULT_HEALTH_GENERATE_S = 1.0
 DEFAULT_FIRST_MERGE = 1
 DEFAULT_ACCEPTANCE = (0.8, 0.7, 0.6, 0.5, 0.4)
 
+# BATCHING. The server batches continuously, as SGLang's scheduler does: requests that arrive
+# are prefilled together (one step, which holds up decoding), then join the running batch, and
+# every step advances every running request at once: a decode step gives each one token, a
+# speculative step runs num_steps draft forwards and one verify for all of them. A step's time
+# grows with the tokens its forwards carry, linearly past those of one sequence:
+#
+#   decode step(b) = decode_ms + batch_ms_per_token × (b − 1)
+#   verify(b)      = verify at one sequence + batch_ms_per_token × (b − 1) × num_draft_tokens
+#   draft step(b)  = draft_step_ms + draft_batch_ms_per_token × (b − 1) × eagle_topk
+#
+# so a memory-bound decode step gets cheaper per sequence as b grows (its weights are read once
+# for all), while verification multiplies every sequence's work by num_draft_tokens: the
+# speed-up τ × decode step(b) / cycle(b) falls with b and crosses 1 where
+# b = 1 + (τ·decode_ms − cycle(1)) / (num_draft_tokens·c + num_steps·topk·c_draft − τ·c)
+# (crossover_batch). At b = 1 every figure is the unbatched one.
+#
+# The default slope is the shape SGLang's own published figures give for a dense target:
+# EAGLE-3 on Llama-3.1-8B serves 2.36× the target alone at batch 1 (SGLang's docs, H100:
+# 373.25 against 158.34 tok/s) and 1.38× at batch 64 (the EAGLE-3 paper, SGLang); with a
+# (7, 1, 8) chain's accept length 3.9 and cycle 1.65 target steps (SpecForge's SpecBundle data),
+# those two points give 0.36 % of a decode step per extra token (derived, not quoted, with the
+# draft's own growth left out), i.e. a decode step 1.23 times longer at 64 sequences than at
+# one. The draft's slope is taken at the same share of its own step. A mixture-of-experts
+# target reads more experts as a forward carries more tokens, so its slope is far steeper; the
+# demo profile's target sets one.
+#
+# Calibration: the figures a probe at several [bench] concurrency levels measures on real SGLang
+# fit both slopes (calibrate.py: the baseline's per-request decode tok/s gives the decode step
+# at each level, the speculative cycle time the verify-and-draft cost); write the fitted values
+# into the target's specgate_sim.json, and the simulator reproduces that deployment's curve.
+BATCH_SHARE_PER_TOKEN = 0.0036  # of one sequence's step, per extra token in the forward
+DEFAULT_BATCH_MS_PER_TOKEN = BATCH_SHARE_PER_TOKEN * DEFAULT_DECODE_MS
+DEFAULT_DRAFT_BATCH_MS_PER_TOKEN = BATCH_SHARE_PER_TOKEN * DEFAULT_DRAFT_STEP_MS
+
 ENV_ACCEPTANCE = "SPECGATE_SIM_ACCEPTANCE"
 ENV_TIMING = {
     "decode_ms": "SPECGATE_SIM_DECODE_MS",
@@ -55,6 +91,8 @@ ENV_TIMING = {
     "start_delay_s": "SPECGATE_SIM_START_DELAY_S",
     "health_generate_s": "SPECGATE_SIM_HEALTH_GENERATE_S",
     "first_merge": "SPECGATE_SIM_FIRST_MERGE",
+    "batch_ms_per_token": "SPECGATE_SIM_BATCH_MS_PER_TOKEN",
+    "draft_batch_ms_per_token": "SPECGATE_SIM_DRAFT_BATCH_MS_PER_TOKEN",
 }
 
 # SGLang's auto choice of (steps, topk, draft tokens) by target architecture (facts §1.3).
@@ -70,7 +108,8 @@ TOKEN_ID_BASE = 1000
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Per-target costs in milliseconds (verify cost = base + per draft token × draft tokens)."""
+    """Per-target costs in milliseconds (verify cost = base + per draft token × draft tokens),
+    at one sequence; the batch_* slopes say what each further token in a forward adds."""
 
     decode_ms: float = DEFAULT_DECODE_MS
     prefill_base_ms: float = DEFAULT_PREFILL_BASE_MS
@@ -81,6 +120,8 @@ class Timing:
     start_delay_s: float = DEFAULT_START_DELAY_S
     health_generate_s: float = DEFAULT_HEALTH_GENERATE_S
     first_merge: int = DEFAULT_FIRST_MERGE
+    batch_ms_per_token: float = DEFAULT_BATCH_MS_PER_TOKEN
+    draft_batch_ms_per_token: float = DEFAULT_DRAFT_BATCH_MS_PER_TOKEN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +155,8 @@ class SimParams:
 
 @dataclasses.dataclass(frozen=True)
 class Truth:
-    """What a perfect single-stream measurement of the simulator would find."""
+    """What a perfect measurement of the simulator would find with `batch` requests decoding
+    together (per-request decode tok/s; 1: a single stream)."""
 
     baseline_tps: float
     cycle_ms: float
@@ -123,6 +165,7 @@ class Truth:
     breakeven_accept_length: float
     speedup: float
     acceptance: tuple[float, ...]
+    batch: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -152,11 +195,40 @@ def auto_spec_settings(architectures: Sequence[str]) -> tuple[int, int, int]:
     return (3, 1, 4)
 
 
-def cycle_ms(params: SimParams) -> float:
-    """One speculative cycle: num_steps draft forwards plus one target verify."""
+def decode_step_ms(timing: Timing, batch: int = 1) -> float:
+    """One decode step of `batch` sequences (see BATCHING)."""
+    return timing.decode_ms + timing.batch_ms_per_token * max(0, batch - 1)
+
+
+def cycle_ms(params: SimParams, batch: int = 1) -> float:
+    """One speculative cycle of `batch` sequences: num_steps draft forwards plus one target
+    verify (see BATCHING)."""
     t = params.timing
-    verify = t.verify_base_ms + t.verify_ms_per_draft_token * params.num_draft_tokens
-    return verify + t.draft_step_ms * params.num_steps
+    extra = max(0, batch - 1)
+    verify = (t.verify_base_ms + t.verify_ms_per_draft_token * params.num_draft_tokens
+              + t.batch_ms_per_token * extra * params.num_draft_tokens)
+    draft = t.draft_step_ms + t.draft_batch_ms_per_token * extra * params.eagle_topk
+    return verify + draft * params.num_steps
+
+
+def step_ms(params: SimParams, batch: int) -> float:
+    """The time of one scheduler step with `batch` sequences running on this server."""
+    return cycle_ms(params, batch) if params.speculative else decode_step_ms(params.timing, batch)
+
+
+def crossover_batch(params: SimParams, prompt: str = "") -> float | None:
+    """The batch size at which the speed-up falls to 1 (a real number: the steps are linear in
+    the batch); None when it does not cross 1 going up from one sequence (it pays at every
+    batch, or at none)."""
+    t = params.timing
+    tau = tau_of(effective_acceptance(params, prompt))
+    gain = tau * t.decode_ms - cycle_ms(params)  # the speed-up's margin at one sequence
+    slope = (params.num_draft_tokens * t.batch_ms_per_token
+             + params.num_steps * params.eagle_topk * t.draft_batch_ms_per_token
+             - tau * t.batch_ms_per_token)
+    if gain <= 0 or slope <= 0:
+        return None
+    return 1.0 + gain / slope
 
 
 def effective_acceptance(params: SimParams, prompt: str = "") -> tuple[float, ...]:
@@ -198,10 +270,11 @@ def tau_of(rates: Sequence[float]) -> float:
     return total
 
 
-def truth(params: SimParams, prompt: str = "") -> Truth:
-    """Exact model figures; `prompt` selects a category's multiplier when categories are set."""
-    baseline_tps = 1000.0 / params.timing.decode_ms
-    cycle = cycle_ms(params)
+def truth(params: SimParams, prompt: str = "", batch: int = 1) -> Truth:
+    """Exact model figures; `prompt` selects a category's multiplier when categories are set;
+    `batch` sequences decode together on both servers."""
+    baseline_tps = 1000.0 / decode_step_ms(params.timing, batch)
+    cycle = cycle_ms(params, batch)
     rates = effective_acceptance(params, prompt)
     tau = tau_of(rates)
     spec_tps = 1000.0 * tau / cycle
@@ -213,6 +286,7 @@ def truth(params: SimParams, prompt: str = "") -> Truth:
         breakeven_accept_length=cycle * baseline_tps / 1000.0,
         speedup=spec_tps / baseline_tps,
         acceptance=rates,
+        batch=batch,
     )
 
 
@@ -325,6 +399,21 @@ def expected_totals(
     return sum(p.completion_tokens for p in plans), sum(p.verify_ct for p in plans)
 
 
+def message_events(plan: RequestPlan, first_merge: int) -> list[tuple[int, int]]:
+    """Each streamed message as (the event it waits for, cumulative completion tokens).
+
+    Event 0 is the prefill's token, event k the k-th decode step or verify cycle; the rules are
+    message_schedule's, in events rather than milliseconds (the batching scheduler decides when
+    each event happens).
+    """
+    released = min(1, plan.completion_tokens)
+    events = [(0, released)]
+    for index, tokens in enumerate(plan.tokens_per_event, 1):
+        released += tokens
+        events.append((index, released))
+    return events[min(max(0, first_merge), len(events) - 1):]
+
+
 def message_schedule(plan: RequestPlan, first_merge: int) -> list[tuple[float, int]]:
     """Each streamed message as (ms after the prefill token, cumulative completion tokens).
 
@@ -387,7 +476,9 @@ def at_speed(params: SimParams, speed: float) -> SimParams:
         prefill_ms_per_token=t.prefill_ms_per_token / speed,
         verify_base_ms=t.verify_base_ms / speed,
         verify_ms_per_draft_token=t.verify_ms_per_draft_token / speed,
-        draft_step_ms=t.draft_step_ms / speed))
+        draft_step_ms=t.draft_step_ms / speed,
+        batch_ms_per_token=t.batch_ms_per_token / speed,
+        draft_batch_ms_per_token=t.draft_batch_ms_per_token / speed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,6 +526,9 @@ class RequestTruth:
     verify_ct: int
     accepted_drafts: int
     finish_reason: str | None
+    # Sequences in the running batch, averaged over this request's decode steps (the scheduler's
+    # batch, not the client's count); None when it had none.
+    batch: float | None = None
 
     @property
     def decode_tokens(self) -> int:

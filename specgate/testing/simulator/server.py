@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specgate.testing.simulator import model
+from specgate.testing.simulator.engine import Seq
 from specgate.testing.simulator.inputs import Job, RequestError, parse_generate
 from specgate.testing.simulator.state import SimState, log, meta_info
 
@@ -219,7 +220,7 @@ class Handler(BaseHTTPRequestHandler):
         t0 = self._t_received = time.monotonic()
         state = self.state
         body = self._body()
-        verdict = state.admit_generate()
+        verdict, self._number = state.admit_generate()
         if verdict == "die":
             log("Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access "
                 "was encountered (simulated fault die_after)")
@@ -244,16 +245,16 @@ class Handler(BaseHTTPRequestHandler):
             if jobs[0].stream:
                 self._stream(jobs[0], t0)
             else:
-                results = [self._run(job, t0) for job in jobs]
+                results = [self._run(job) for job in jobs]
                 if "stall_mid_stream" in state.faults:
-                    self._stall([r[0] for r in results], stream=False)
-                deadline = max(r[1] for r in results)
-                _sleep_until(deadline)
+                    self._stall(results, stream=False)
+                for done in results:
+                    state.engine.wait(done.seq, len(done.plan.tokens_per_event))
                 e2e = time.monotonic() - t0
-                payload = [self._finish(r[0], e2e) for r in results]
+                payload = [self._finish(done, e2e) for done in results]
                 self._release()
                 sent = time.monotonic()
-                for done in (r[0] for r in results):
+                for done in results:
                     self._truth(done, stream=False, outcome="finished", first=sent,
                                 final=sent, delivered=sent,
                                 first_tokens=done.plan.completion_tokens, messages=1)
@@ -271,6 +272,17 @@ class Handler(BaseHTTPRequestHandler):
         self.state.hung.set()
         log("Scheduler watchdog: no progress in the decode loop (simulated fault "
             "stall_mid_stream)")
+        threading.Event().wait()
+
+    def _stall_one(self, done: _Done, *, first: float | None, first_tokens: int,
+                   messages: int) -> None:
+        """Stop this request's stream for good with its socket open; the server carries on
+        (the request leaves the batch and stops counting as running)."""
+        self._truth(done, stream=True, outcome="stalled", first=first, final=None,
+                    delivered=None, first_tokens=first_tokens, messages=messages)
+        self.state.engine.abort(done.seq)
+        self._release()
+        log(f"Request {done.rid} stopped streaming (simulated fault stall_request)")
         threading.Event().wait()
 
     def _truth(self, done: _Done, *, stream: bool, outcome: str, first: float | None,
@@ -293,6 +305,7 @@ class Handler(BaseHTTPRequestHandler):
             verify_ct=plan.verify_ct,
             accepted_drafts=plan.num_correct_drafts,
             finish_reason=plan.finish_reason["type"] if outcome == "finished" else None,
+            batch=(sum(done.seq.batches) / len(done.seq.batches)) if done.seq.batches else None,
         ))
 
     def _release(self) -> None:
@@ -304,7 +317,9 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- generation -----------------------------------------------------------------------
 
-    def _plan(self, job: Job) -> tuple[model.RequestPlan, int, float]:
+    def _run(self, job: Job) -> _Done:
+        """Plan the request and hand it to the scheduler (engine.py), which prefills it with
+        whatever else arrived and decodes it in the running batch."""
         state = self.state
         plan = model.plan_request(
             state.params,
@@ -315,16 +330,11 @@ class Handler(BaseHTTPRequestHandler):
             text_seed=job.text_seed,
         )
         cached = state.cached_tokens(model.prompt_key(job.prompt), plan.prompt_tokens)
-        prefill = model.prefill_ms(state.params.timing, plan.prompt_tokens - cached)
         log(f"Prefill batch, #new-seq: 1, #new-token: {plan.prompt_tokens - cached}, "
-            f"#cached-token: {cached}, token usage: 0.00, #running-req: 0, #queue-req: 0")
-        return plan, cached, prefill
-
-    def _run(self, job: Job, t0: float) -> tuple[_Done, float]:
-        plan, cached, prefill = self._plan(job)
-        first = t0 + prefill / 1000.0
-        end = first + len(plan.tokens_per_event) * plan.event_ms / 1000.0
-        return _Done(uuid.uuid4().hex, plan, cached, first, end), end
+            f"#cached-token: {cached}, token usage: 0.00, "
+            f"#running-req: {len(state.engine.running)}, #queue-req: 0")
+        seq = state.engine.submit(plan, plan.prompt_tokens - cached)
+        return _Done(uuid.uuid4().hex, plan, cached, seq)
 
     def _finish(self, done: _Done, e2e: float) -> dict[str, Any]:
         self._log_decode(done)
@@ -340,7 +350,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log_decode(self, done: _Done) -> None:
         plan = done.plan
-        decode_s = done.end - done.first
+        decode_s = done.seq.events[-1] - done.seq.events[0]
         self.state.record(plan, decode_s)
         throughput = (plan.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0
         spec = ""
@@ -348,7 +358,9 @@ class Handler(BaseHTTPRequestHandler):
             proposed = plan.verify_ct * (self.state.params.num_draft_tokens - 1)
             spec = (f"accept len: {(plan.completion_tokens - 1) / plan.verify_ct:.2f}, "
                     f"accept rate: {plan.num_correct_drafts / proposed:.2f}, ")
-        log(f"Decode batch, #running-req: 1, #token: {plan.prompt_tokens + plan.completion_tokens}"
+        running = done.seq.batches[-1] if done.seq.batches else 1
+        log(f"Decode batch, #running-req: {running}, "
+            f"#token: {plan.prompt_tokens + plan.completion_tokens}"
             f", token usage: 0.00, {spec}cuda graph: True, gen throughput (token/s): "
             f"{throughput:.2f}, #queue-req: 0")
 
@@ -378,9 +390,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _stream(self, job: Job, t0: float) -> None:
         state = self.state
-        done, _ = self._run(job, t0)
+        done = self._run(job)
+        try:
+            self._stream_messages(done, t0)
+        finally:
+            # A stream that ended early (cut, stalled, or its client gone) leaves the batch.
+            state.engine.abort(done.seq)
+
+    def _stream_messages(self, done: _Done, t0: float) -> None:
+        state = self.state
         plan = done.plan
         faults = state.faults
+        dropped = "drop_stream" in faults or faults.drop_request == self._number
+        stalled = faults.stall_request == self._number
         wire = self.wfile
         held = io.BytesIO()
         if "buffer_proxy" in faults:
@@ -391,18 +413,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._access_log(200)
-        schedule = model.message_schedule(plan, state.params.timing.first_merge)
+        schedule = model.message_events(plan, state.params.timing.first_merge)
         first: float | None = None
         first_tokens = 0
         final = 0.0
-        for index, (offset_ms, count) in enumerate(schedule):
-            _sleep_until(done.first + offset_ms / 1000.0)
+        for index, (event, count) in enumerate(schedule):
+            state.engine.wait(done.seq, event)
             finished = index == len(schedule) - 1
-            if "drop_stream" in faults and index == min(_DROP_AFTER_EVENTS, len(schedule) - 1):
+            if dropped and index == min(_DROP_AFTER_EVENTS, len(schedule) - 1):
                 self._truth(done, stream=True, outcome="dropped", first=first, final=None,
                             delivered=None, first_tokens=first_tokens, messages=index)
                 self.close_connection = True
                 return  # connection closes without the terminating chunk
+            if stalled and index == min(_STALL_AFTER_EVENTS, len(schedule) - 1):
+                self._stall_one(done, first=first, first_tokens=first_tokens, messages=index)
             if "stall_mid_stream" in faults and index == min(_STALL_AFTER_EVENTS,
                                                              len(schedule) - 1):
                 self._stall([done], stream=True, first=first, first_tokens=first_tokens,
@@ -444,15 +468,7 @@ class _Done:
     rid: str
     plan: model.RequestPlan
     cached: int
-    first: float
-    end: float
-
-
-def _sleep_until(deadline: float) -> None:
-    """Absolute deadlines so sleep overshoot never accumulates across steps."""
-    remaining = deadline - time.monotonic()
-    if remaining > 0:
-        time.sleep(remaining)
+    seq: Seq
 
 
 class SimHTTPServer(ThreadingHTTPServer):

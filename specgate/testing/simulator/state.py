@@ -15,6 +15,7 @@ from typing import Any
 from specgate.core.simulated import SGLANG_VERSION as SGLANG_VERSION
 from specgate.testing.simulator import model
 from specgate.testing.simulator.args import Resolved
+from specgate.testing.simulator.engine import Engine
 from specgate.testing.simulator.faults import Faults
 
 # The version whose wire format was recorded on an H200 (tests/data/real-sglang-0.5.17/).
@@ -68,6 +69,7 @@ class SimState:
         # Open client connections (socket -> busy serving a request), closed by the server at
         # shutdown as uvicorn does: the server's side of each then sits in TIME_WAIT.
         self.connections: dict[Any, bool] = {}
+        self.engine = Engine(self.params, self.hung)
 
     @property
     def speculative(self) -> bool:
@@ -75,16 +77,17 @@ class SimState:
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def admit_generate(self) -> str:
-        """Count a POST /generate and say which fault, if any, takes it: die, hang, or ok."""
+    def admit_generate(self) -> tuple[str, int]:
+        """Count a POST /generate and say which fault, if any, takes it (die, hang, or ok), and
+        its number (1 for the first)."""
         with self.lock:
             self.generate_count += 1
             count = self.generate_count
         if self.faults.die_after is not None and count > self.faults.die_after:
-            return "die"
+            return "die", count
         if self.faults.hang_after is not None and count > self.faults.hang_after:
-            return "hang"
-        return "ok"
+            return "hang", count
+        return "ok", count
 
     def log_truth(self, record: model.RequestTruth) -> None:
         """Append one JSON line to the truth file named by SPECGATE_SIM_TRUTH, if any."""

@@ -1,0 +1,60 @@
+"""The live claims at each [bench] concurrency level other than the gate's: `<id>@c<level>`.
+
+The gate decides at its own level, where the claims keep their plain ids (`spec.speedup`); at
+every other level the same four claims are computed the same way (claims/perf.py, on that
+level's measurements: the same prompts, sampling and statistics, the baseline paired with the
+speculative server at the same concurrency, break-even from the cycle time measured there) and
+reported under `perf.baseline_tps@c16`, `spec.accept_len@c16`, `spec.breakeven@c16` and
+`spec.speedup@c16`. They pass or fail on their own figures but never gate: they carry no `gate`
+marker, and `perf.baseline_tps@c<level>` is reported, not judged (baseline_tps_min is the
+gate's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from specgate.claims import perf
+from specgate.claims.result import ClaimResult
+from specgate.core.profile import Profile
+from specgate.measure.live import LiveResults
+
+LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup")
+_CLAIMS: dict[str, Callable[[Profile, LiveResults], ClaimResult]] = {
+    "perf.baseline_tps": lambda profile, live: perf.baseline_tps_claim(profile, live,
+                                                                       thresholded=False),
+    "spec.accept_len": perf.accept_len_claim,
+    "spec.breakeven": perf.breakeven_claim,
+    "spec.speedup": perf.speedup_claim,
+}
+# A level's claims carry its figures; the servers' whole logs stay with the gate's claims.
+_GATE_ONLY_ATTACHMENTS = " server log"
+
+
+def level_id(claim_id: str, level: int) -> str:
+    """The stable id of a claim at a concurrency level: spec.speedup@c16."""
+    return f"{claim_id}@c{level}"
+
+
+def other_levels(profile: Profile) -> list[int]:
+    """The [bench] concurrency levels whose claims are reported beside the gate's."""
+    gate = profile.gate_concurrency
+    return [n for n in profile.bench.concurrency if n != gate]
+
+
+def level_claim(claim_id: str, profile: Profile, live: LiveResults, level: int) -> ClaimResult:
+    """One of LEVEL_CLAIMS at `level` requests in flight, under its `@c<level>` id."""
+    if claim_id not in _CLAIMS:
+        raise ValueError(f"no claim {claim_id!r} per concurrency level; one of "
+                         f"{', '.join(LEVEL_CLAIMS)}")
+    if level == profile.gate_concurrency:
+        raise ValueError(f"{level} in flight is the gate's level: its claims are the plain "
+                         f"{claim_id!r}")
+    result = _CLAIMS[claim_id](profile, live.at(level))
+    return dataclasses.replace(
+        result, id=level_id(claim_id, level),
+        details={**result.details, "concurrency": level,
+                 "gate_concurrency": profile.gate_concurrency, "gating": False},
+        attachments=tuple(a for a in result.attachments
+                          if not a.name.endswith(_GATE_ONLY_ATTACHMENTS)))

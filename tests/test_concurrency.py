@@ -1,0 +1,237 @@
+"""A live session at several concurrency levels against the batching simulator, held to its
+truth log: the curve, the crossover, the claims per level, and a stream that stalls."""
+
+import json
+import math
+import sys
+
+import pytest
+from helpers_ckpt import tiny_drafter
+
+from specgate.claims import levels
+from specgate.claims import perf as perf_claims
+from specgate.claims.result import Status
+from specgate.core.profile import parse_profile
+from specgate.measure import bench
+from specgate.measure import curve as curves
+from specgate.measure.live import LiveResults, run_live
+from specgate.testing.simulator import model
+
+STEPS = 2
+ACCEPTANCE = [0.8, 0.6]
+# Each token a forward adds costs 0.31 ms: the 2-step drafter (τ 2.28, cycle 3 ms against a
+# 2 ms decode step) pays 1.52× alone and 1.15× at 4 in flight, and costs at 16 (0.89×); the
+# speed-up reaches 1 at a batch of 8.
+TIMING = {"decode_ms": 2.0, "verify_ms": 2.5, "draft_step_ms": 0.25,
+          "batch_ms_per_token": 0.31, "draft_batch_ms_per_token": 0.0}
+LEVELS = [1, 4, 16]
+
+
+def _profile(tmp_path, *, fault="", bench_extra=None, thresholds=None):
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir(exist_ok=True)
+    if not draft.exists():  # a whole drafter: SGLang will not start on a config alone
+        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
+    (target / model.SIM_FILE).write_text(json.dumps(TIMING))
+    (draft / model.SIM_FILE).write_text(json.dumps({"acceptance": ACCEPTANCE}))
+    env = {model.ENV_TRUTH: str(tmp_path / "truth.jsonl"), "SPECGATE_SIM_START_DELAY_S": "0.2"}
+    if fault:
+        env["SPECGATE_SIM_FAULT"] = fault
+    raw = {
+        "name": "concurrency-test",
+        "target": {"path": str(target)},
+        "drafter": {"path": str(draft)},
+        "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"], "port": 0,
+                   "startup_timeout_s": 30, "env": env},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": STEPS, "eagle_topk": 1,
+                        "num_draft_tokens": STEPS + 1},
+        "bench": {"prompts_per_category": 3, "categories": ["chat", "coding", "math",
+                                                            "reasoning", "extraction"],
+                  "chat_template": "chatml", "max_new_tokens": 64, "warmup": 1,
+                  "repeats": 2, "max_repeats": 2, "concurrency": LEVELS,
+                  # the simulator runs every launch at one speed: a small known spread
+                  "launch_spread": 0.02, **(bench_extra or {})},
+        "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": 2.0, **(thresholds or {})},
+    }
+    return parse_profile(raw, source=tmp_path / "profile.toml")
+
+
+def _params():
+    return model.SimParams(timing=model.timing_from(TIMING, {}),
+                           drafter=model.Drafter(acceptance=tuple(ACCEPTANCE)),
+                           speculative=True, num_steps=STEPS, eagle_topk=1,
+                           num_draft_tokens=STEPS + 1)
+
+
+def _served_rate(m: bench.Measurement, by_rid: dict[str, model.RequestTruth]
+                 ) -> tuple[float, float, float]:
+    """The server's own pooled decode tok/s for these requests, and the client's slack: the
+    harness's rate must lie in [tokens / (seconds + late), tokens / (seconds − early)]."""
+    tokens, seconds, early, late = 0, 0.0, 0.0, 0.0
+    for s in m.samples:
+        r = by_rid[s.request_id]
+        assert r.outcome == "finished"
+        assert (s.completion_tokens, s.first_tokens) == (r.completion_tokens,
+                                                         r.first_message_tokens)
+        assert r.t_first_sent is not None
+        assert r.t_final_sent is not None
+        tokens += r.decode_tokens
+        seconds += r.decode_s or 0.0
+        early += s.ttft_s - (r.t_first_sent - r.t_received)
+        late += s.e2e_s - (r.t_final_sent - r.t_received)
+    return tokens / seconds, tokens / (seconds + late + 1e-6), tokens / (seconds - early - 1e-6)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("levels")
+    profile = _profile(tmp_path)
+    live = run_live(profile, tmp_path / "reports")
+    truth = {r.rid: r for r in model.read_truth(tmp_path / "truth.jsonl")}
+    return profile, live, truth
+
+
+@pytest.mark.slow
+def test_every_level_is_measured_with_nothing_lost(session):
+    profile, live, truth = session
+    assert live.levels == tuple(LEVELS)
+    assert live.gate_level == 1
+    n_prompts = 15
+    for level in LEVELS:
+        for run in (live.baseline.at(level), live.speculative.at(level)):
+            assert run.failure is None, run.failure
+            m = run.measurement
+            assert m is not None
+            assert m.concurrency == level
+            # Every measured request is one the server finished; none is missing or extra.
+            assert len(m.samples) == n_prompts * m.repeats
+            assert len({s.request_id for s in m.samples}) == len(m.samples)
+            assert all(truth[s.request_id].outcome == "finished" for s in m.samples)
+            if level > 1:
+                assert m.held > 0.95, m.load_text()
+                assert m.fillers >= level  # the opening, at least
+    back = LiveResults.read(profile.resolve("reports/live/results.json"))
+    assert back.speculative.at(16).measurement.samples == \
+        live.speculative.at(16).measurement.samples
+
+
+@pytest.mark.slow
+def test_the_crossover_is_found_where_the_drafter_stops_paying(session):
+    """The simulated drafter pays at 1 and 4 in flight and costs at 16: the server's own
+    clock says so, the harness's speed-up at each level lies where the truth log puts it, and
+    the curve puts the crossover between 4 and 16."""
+    _, live, truth = session
+    found = curves.curve(live)
+    served = {}
+    for point in found.points:
+        view = live.at(point.level)
+        spec, base = view.speculative.measurement, view.baseline.measurement
+        s_true, s_low, s_high = _served_rate(spec, truth)
+        b_true, b_low, b_high = _served_rate(base, truth)
+        served[point.level] = s_true / b_true
+        # Every prompt ran on both servers, so the paired ratio of pooled rates is the ratio
+        # of the two sides' pooled rates: it lies inside what the slack allows.
+        assert s_low / b_high <= point.decode.mean <= s_high / b_low
+    assert served[1] > 1.3
+    assert served[4] > 1.05
+    assert served[16] < 0.97
+    assert [p.verdict() for p in found.points] == ["pays", "pays", "costs"]
+    assert (found.crossover.pays_up_to, found.crossover.stops_at) == (4, 16)
+    assert 4 < found.crossover.estimate < 16
+    # The model the simulator runs puts it there too, and the measured speed-ups are the
+    # model's within the closed loop's effect (requests between answers leave the batch).
+    assert 4 < model.crossover_batch(_params()) < 16
+    for point in found.points:
+        expected = model.truth(_params(), batch=point.level).speedup
+        assert point.decode.mean == pytest.approx(expected, rel=0.08)
+
+
+@pytest.mark.slow
+def test_claims_per_level_and_the_gate_keep_their_ids(session):
+    profile, live, _ = session
+    gate = perf_claims.speedup_claim(profile, live)
+    assert gate.id == "spec.speedup"
+    assert gate.status is Status.PASSED
+    assert gate.details["concurrency"] == 1
+    assert gate.message.startswith("[simulated server] at 1 in flight: ")
+    curve = gate.details["curve"]
+    assert [lv["concurrency"] for lv in curve["levels"]] == LEVELS
+    assert curve["crossover"]["stops_at"] == 16
+    assert "stops paying by 16" in gate.message
+    assert "speed-up against concurrency" in {a.name for a in gate.attachments}
+    assert gate.details["total_speedup"]["mean"] > 1
+    at = {(cid, n): levels.level_claim(cid, profile, live, n)
+          for cid in levels.LEVEL_CLAIMS for n in (4, 16)}
+    assert at["spec.speedup", 4].id == "spec.speedup@c4"
+    assert at["spec.speedup", 4].status is Status.PASSED
+    assert at["spec.speedup", 16].status is Status.FAILED
+    assert at["spec.breakeven", 16].status is Status.FAILED  # one hypothesis, one interval
+    assert at["spec.accept_len", 16].status is Status.PASSED  # the drafter is as good
+    assert at["perf.baseline_tps", 16].status is Status.SKIPPED
+    assert at["perf.baseline_tps", 16].reason == "reported"
+    for (cid, n), result in at.items():
+        assert result.id == f"{cid}@c{n}"
+        assert result.details["concurrency"] == n
+        assert result.details["gating"] is False
+        assert f"at {n} in flight: " in result.message
+        assert not any(a.name.endswith(" server log") for a in result.attachments)
+        assert "curve" not in result.details
+    # Break-even at 16 comes from the cycle time measured at 16.
+    spec16 = live.speculative.at(16).measurement
+    assert at["spec.breakeven", 16].details["cycle_ms"] == pytest.approx(
+        spec16.stats["cycle_ms"].mean, rel=1e-3)
+    assert at["spec.speedup", 16].details["total_speedup"]["mean"] < 1
+    with pytest.raises(ValueError, match="gate's level"):
+        levels.level_claim("spec.speedup", profile, live, 1)
+
+
+@pytest.mark.slow
+def test_a_stream_that_stalls_at_the_highest_level_is_reported(tmp_path):
+    """A request at 16 in flight that stops streaming breaks that level's claims with the
+    stream and its prompt named; the gate's level and the others keep their figures."""
+    # 16 requests at 1 in flight (one warm-up), 23 to 35 at 4 (4 warm-up, 4 opening, 15
+    # measured, the tail's fillers), then 16 warm-up and 16 opening at 16: the measured
+    # requests at 16 are numbers 84 to 86 at least.
+    profile = _profile(tmp_path, fault="stall_request:85",
+                       bench_extra={"repeats": 1, "max_repeats": 1, "request_timeout_s": 2})
+    live = run_live(profile, tmp_path / "reports")
+    for run in (live.baseline, live.speculative):
+        assert run.failure is None
+        assert run.at(4).failure is None
+        failure = run.level_failures[16]
+        assert failure.stage == "load"
+        assert "at 16 in flight: 1 of 16 streams failed" in failure.message
+        assert "stalled" in failure.message
+        assert "(filler" not in failure.message  # a measured request, named by its prompt
+        assert 16 not in run.levels
+    speedup16 = levels.level_claim("spec.speedup", profile, live, 16)
+    assert speedup16.status is Status.BROKEN
+    assert "a stream of the speculative server stalled or was cut" in speedup16.message
+    assert "1 of 16 streams failed" in speedup16.cause
+    assert "stalled" in speedup16.cause
+    assert perf_claims.speedup_claim(profile, live).status is Status.PASSED
+    records = model.read_truth(tmp_path / "truth.jsonl")
+    assert [r.outcome for r in records].count("stalled") == 2  # one per server
+    point = next(p for p in curves.curve(live).points if p.level == 16)
+    assert point.verdict() == "unmeasured"
+    assert "stalled" in point.why
+    assert not math.isnan(curves.curve(live).points[0].decode.mean)
+
+
+@pytest.mark.slow
+def test_the_fitted_batching_reproduces_the_measured_curve(session, tmp_path):
+    """Calibration: the slopes fitted to the session give back its speed-up at every level
+    (the place a GPU session's figures go into the simulator)."""
+    from specgate.testing.simulator import calibrate
+
+    profile, live, _ = session
+    found = calibrate.fit(live, draft_step_ms=TIMING["draft_step_ms"])
+    assert found.timing["batch_ms_per_token"] == pytest.approx(
+        TIMING["batch_ms_per_token"], rel=0.35)  # the closed loop's effective slope
+    params = calibrate.fitted_params(found, ACCEPTANCE)
+    for point in curves.curve(live).points:
+        fitted = model.truth(params, batch=point.level).speedup
+        assert point.decode.mean == pytest.approx(fitted, rel=0.05), found.to_json()
+    assert calibrate.main([str(profile.resolve("reports/live/results.json"))]) == 0
+    with pytest.raises(ValueError, match="two levels or more"):
+        calibrate.fit(live.at(4))
