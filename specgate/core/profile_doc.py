@@ -108,7 +108,7 @@ DESCRIPTIONS: dict[str, str] = {
                                          "prior is updated with the launches there are"),
     "bench.concurrency": ("requests in flight at once, one level per entry (e.g. [1, 4, 16]): "
                           "each level runs the same prompts with exactly that many streams "
-                          "open, a new request starting the moment one ends, and the tail held "
+                          "open, a new request starting the moment one ends, both ends held "
                           "with unmeasured filler requests; every level gets its claims "
                           "(`spec.speedup@c16`, …) and the report plots the speed-up against "
                           "the level"),

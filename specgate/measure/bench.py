@@ -259,7 +259,7 @@ class Measurement:
     server_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
     template_digest: str = ""
     concurrency: int = 1  # requests in flight at once
-    fillers: int = 0  # unmeasured requests that held the tail at `concurrency` (load.py)
+    fillers: int = 0  # unmeasured requests that held `concurrency` at both ends (load.py)
 
     @property
     def repeats(self) -> int:
@@ -282,7 +282,7 @@ class Measurement:
         return (f"{self.concurrency} in flight (one connection per stream): {mean:.2f} on "
                 f"average over the measured decode time, {self.concurrency} for "
                 f"{self.held:.2%} of it; {self.fillers} unmeasured filler requests held the "
-                "tail")
+                "load at the opening and the tail")
 
     def stat(self, name: str) -> Summary | None:
         return self.stats.get(name)
@@ -346,7 +346,7 @@ def run_pass(client: SGLangClient, prompts: PromptSet, params: dict[str, Any], r
                  list[RequestSample], int]:
     """Flush the prefix cache, then send every prompt once: one at a time, or with exactly
     `concurrency` in flight (load.closed_loop). Returns the samples and the filler requests
-    that held the tail."""
+    that held the load at both ends."""
     client.flush_cache()
     if concurrency > 1:
         def say(message: str) -> None:

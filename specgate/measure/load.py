@@ -74,7 +74,7 @@ class Loop:
 
     concurrency: int
     served: tuple[Served, ...]
-    fillers: int  # unmeasured requests started to hold the tail at N
+    fillers: int  # unmeasured requests started to hold N in flight at both ends
     wall_s: float  # first send to the last measured request's end
 
 
