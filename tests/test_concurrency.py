@@ -235,3 +235,18 @@ def test_the_fitted_batching_reproduces_the_measured_curve(session, tmp_path):
     assert calibrate.main([str(profile.resolve("reports/live/results.json"))]) == 0
     with pytest.raises(ValueError, match="two levels or more"):
         calibrate.fit(live.at(4))
+
+
+@pytest.mark.slow
+def test_an_aba_baseline_pools_both_launches_at_every_level(tmp_path):
+    profile = _profile(tmp_path, bench_extra={"concurrency": [1, 4], "design": "aba",
+                                              "repeats": 1, "max_repeats": 1})
+    live = run_live(profile, tmp_path / "reports")
+    assert live.baseline_after is not None
+    for level in (1, 4):
+        pooled = live.baseline.at(level).measurement
+        assert pooled is not None
+        assert pooled.concurrency == level
+        assert pooled.repeats == 2  # one pass a launch
+        assert "two launches" in pooled.stop_reason
+    assert levels.level_claim("spec.speedup", profile, live, 4).status is Status.PASSED

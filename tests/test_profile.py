@@ -192,6 +192,8 @@ def test_concurrency_levels_default_to_one_stream_and_the_gate_to_the_smallest()
     ({"concurrency": [0, 4]}, {}, "every level must be a whole number from 1 to 1024"),
     ({"concurrency": []}, {}, "key 'bench.concurrency'"),
     ({"concurrency": 4}, {}, "key 'bench.concurrency'"),
+    ({"concurrency": [1, 4], "design": "interleaved"}, {},
+     "design = \"interleaved\" sends one request at a time"),
 ])
 def test_bad_concurrency_names_the_file_and_key(tmp_path: Path, bench: dict[str, object],
                                                 thresholds: dict[str, object],
