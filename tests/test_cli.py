@@ -40,7 +40,8 @@ def test_every_subcommand_parses_its_arguments_in_the_cli_package() -> None:
                 parsing.append(rel)
     assert parsing == [], f"argument parsing outside specgate/cli/: {parsing}"
     for name in cli.COMMANDS:
-        module = {"remap-vocab": "remap", "profile-doc": "profile_doc"}.get(name, name)
+        module = {"remap-vocab": "remap", "profile-doc": "profile_doc",
+                  "calibrate-simulator": "calibrate_simulator"}.get(name, name)
         assert (SPECGATE / "cli" / f"{module}.py").is_file(), name
 
 

@@ -222,6 +222,7 @@ def test_a_stream_that_stalls_at_the_highest_level_is_reported(tmp_path):
 def test_the_fitted_batching_reproduces_the_measured_curve(session, tmp_path):
     """Calibration: the slopes fitted to the session give back its speed-up at every level
     (the place a GPU session's figures go into the simulator)."""
+    from specgate.cli.calibrate_simulator import main_calibrate_simulator
     from specgate.testing.simulator import calibrate
 
     profile, live, _ = session
@@ -232,7 +233,7 @@ def test_the_fitted_batching_reproduces_the_measured_curve(session, tmp_path):
     for point in curves.curve(live).points:
         fitted = model.truth(params, batch=point.level).speedup
         assert point.decode.mean == pytest.approx(fitted, rel=0.05), found.to_json()
-    assert calibrate.main([str(profile.resolve("reports/live/results.json"))]) == 0
+    assert main_calibrate_simulator([str(profile.resolve("reports/live/results.json"))]) == 0
     with pytest.raises(ValueError, match="two levels or more"):
         calibrate.fit(live.at(4))
 

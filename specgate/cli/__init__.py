@@ -21,6 +21,9 @@ commands:
   tune         find the fastest --speculative-num-steps chain from few launches (table, plot,
                a [speculative] snippet in reports/tune/)
   profile-doc  write the profile reference (every key, type, default and meaning) as Markdown
+  calibrate-simulator
+               fit the simulator's batching to a live session measured at several
+               [bench] concurrency levels (REPORTS/live/results.json)
 
 The claims themselves run under pytest, from any folder:
   pytest -m probe --profile my.toml    (--specgate-profile where pytest-profiling owns --profile)
@@ -47,6 +50,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "preflight": _command("preflight", "main_preflight"),
     "profile-doc": _command("profile_doc", "main_profile_doc"),
     "tune": _command("tune", "main_tune"),
+    "calibrate-simulator": _command("calibrate_simulator", "main_calibrate_simulator"),
 }
 
 

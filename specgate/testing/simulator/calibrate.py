@@ -17,19 +17,15 @@ reproduce the measured curve in specgate's closed loop. The verify and draft cos
 sequence cannot be told apart from one chain's cycle; the draft step keeps the value given (the
 simulator's default, or the target's specgate_sim.json) and the verify takes the rest.
 
-    python -m specgate.testing.simulator.calibrate REPORTS/live/results.json
+    specgate calibrate-simulator REPORTS/live/results.json
 
 prints the keys to put in the target's specgate_sim.json, and how well the lines fit.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from specgate.measure.live import LiveResults
@@ -111,27 +107,3 @@ def fitted_params(found: Fit, acceptance: Sequence[float]) -> model.SimParams:
                            drafter=model.Drafter(acceptance=tuple(acceptance)),
                            speculative=True, num_steps=found.num_steps,
                            eagle_topk=found.eagle_topk, num_draft_tokens=found.num_draft_tokens)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specgate.testing.simulator.calibrate",
-        description="Fit the simulator's batching to a live session measured at several "
-                    "[bench] concurrency levels (REPORTS/live/results.json).")
-    parser.add_argument("results", type=Path, help="a live session's results.json")
-    parser.add_argument("--draft-step-ms", type=float, default=model.DEFAULT_DRAFT_STEP_MS,
-                        help="one draft forward at one sequence (kept; the verify takes the "
-                             "rest of the cycle)")
-    args = parser.parse_args(argv)
-    try:
-        live = LiveResults.read(args.results)
-        found = fit(live, draft_step_ms=args.draft_step_ms)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"{args.results}: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(found.to_json(), indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
