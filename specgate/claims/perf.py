@@ -22,6 +22,7 @@ from specgate.measure.bench import Measurement
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
+from specgate.serving import gpu
 
 PHASE = "phase0"
 # Below this the drafter almost never lands a token: speculation is configured but not working.
@@ -242,7 +243,7 @@ def _baseline_is_speculative(run: ConfigRun) -> str | None:
 # -- environment -------------------------------------------------------------------------------
 
 def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
-    """env.gpu_clean: no other process holds the server's GPUs before each launch."""
+    """env.gpu_clean: no other process holds any GPU of the server's set before each launch."""
     cid = "env.gpu_clean"
     checks = [(r.config, r.gpu) for r in (live.baseline, live.speculative) if r.gpu is not None]
     if not checks:
@@ -251,6 +252,7 @@ def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     done = [(c, g) for c, g in checks if g.checked]
     if not done:
         return claims.skipped(cid, PHASE, _sim(live) + checks[0][1].reason)
+    checked = {c: list(g.gpus) for c, g in done}
     offenders = [(c, o) for c, g in done for o in g.offenders]
     if offenders:
         listed = "; ".join(
@@ -261,35 +263,60 @@ def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                              f"{listed}. Stop them (or pick free GPUs in [server] gpus) so the "
                              "benchmark measures this server alone.",
                              observed=len(offenders), expected=0, unit="processes",
-                             details={"offenders": [o for _, o in offenders]})
+                             details={"offenders": [o for _, o in offenders],
+                                      "gpus_checked": checked})
     return claims.passed(cid, PHASE, _sim(live) + "no other process on the server's GPUs before "
-                         + " or ".join(f"the {c} launch" for c, _ in done),
-                         observed=0, expected=0, unit="processes")
+                         + " or ".join(f"the {c} launch" + (f" (GPUs {g.gpus and list(g.gpus)})"
+                                                            if g.gpus else "")
+                                       for c, g in done),
+                         observed=0, expected=0, unit="processes",
+                         details={"gpus_checked": checked})
 
 
 def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
-    """env.server_env: each launched server process carries the profile's [server] env."""
+    """env.server_env: each launched server's serving process and every one of its TP rank
+    processes carry the profile's [server] env."""
     cid = "env.server_env"
     if not profile.server.env:
         return claims.skipped(cid, PHASE, "the profile sets no [server] env, so there is "
                               "nothing to check")
     runs = [r for r in (live.baseline, live.speculative)]
     checked = [r for r in runs if r.env is not None and r.env.checked]
-    bad = {r.config: r.env.mismatched for r in checked if r.env and r.env.mismatched}
     expected = mask_env(profile.server.env)
+    bad: dict[str, dict[str, Any]] = {}
+    for r in checked:
+        assert r.env is not None
+        wrong: dict[str, Any] = {}
+        if r.env.mismatched:
+            wrong["serving process"] = r.env.mismatched
+        wrong.update(r.env.rank_mismatched)
+        if wrong:
+            bad[r.config] = wrong
+    ranks = {r.config: _ranks_read(r) for r in checked if r.env is not None}
+    unread_ranks = {r.config: r.env.ranks_unread for r in checked
+                    if r.env is not None and r.env.ranks_unread}
+    details = {"ranks": {r.config: list(r.env.ranks) for r in checked if r.env is not None},
+               "ranks_unread": unread_ranks}
     if bad:
-        parts = "; ".join(f"{c}: " + ", ".join(f"{k}={v!r} (expected {expected[k]!r})"
-                                                for k, v in mm.items()) for c, mm in bad.items())
+        parts = "; ".join(
+            f"{c}, {where}: " + ", ".join(f"{k}={v!r} (expected {expected[k]!r})"
+                                          for k, v in mm.items())
+            for c, by_where in bad.items() for where, mm in by_where.items())
         return claims.failed(cid, PHASE, _sim(live) + f"the server started without the "
                              f"[server] env the profile requires: {parts}. Check the launcher "
-                             "(a remote or container launcher may drop the environment).",
-                             observed=bad, expected=expected)
+                             "(a remote or container launcher may drop the environment, and a "
+                             "launcher that starts the TP workers itself may not forward it).",
+                             observed=bad, expected=expected, details=details)
     if checked:
+        unread = "; ".join(f"{c}: {', '.join(u)} not found"
+                           for c, u in unread_ranks.items())
         return claims.passed(cid, PHASE, _sim(live) + "the server process environment carries "
                              + ", ".join(f"{k}={v}" for k, v in expected.items()) + " ("
-                             + ", ".join(r.config for r in checked) + ")",
+                             + ", ".join(f"{r.config}{ranks[r.config]}" for r in checked) + ")"
+                             + (f"; TP ranks whose environment was not read: {unread}"
+                                if unread else ""),
                              observed=checked[0].env.found if checked[0].env else None,
-                             expected=expected)
+                             expected=expected, details=details)
     failed = [r for r in runs if r.failure is not None and r.failure.stage == "start"]
     reasons = [r.env.reason for r in runs if r.env is not None]
     if failed and not reasons:
@@ -297,6 +324,44 @@ def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                        + _first_line(failed[0]), cause=failure_cause(failed[0]))
     why = reasons[0] if reasons else "the servers were attached, not launched by specgate"
     return claims.skipped(cid, PHASE, _sim(live) + f"cannot check the server environment: {why}")
+
+
+def _ranks_read(run: ConfigRun) -> str:
+    """", serving process and TP ranks 0, 1" for the claim's message."""
+    env = run.env
+    read = sorted({int(r["rank"]) for r in env.ranks if isinstance(r.get("found"), dict)}) \
+        if env is not None else []
+    return f": serving process and TP rank{'s' if len(read) > 1 else ''} " \
+           f"{', '.join(map(str, read))}" if read else ""
+
+
+# -- the two servers' GPUs ----------------------------------------------------------------------
+
+def gpu_threat(cid: str, live: LiveResults) -> ClaimResult | None:
+    """A comparison of the two servers cannot be judged when they ran on GPUs of another model
+    or driver: the ratio would measure the hardware as much as the drafter (broken, reason
+    gpu_mismatch). None when the GPU sets agree on both."""
+    decisive = gpu.decisive(live.gpu_differences)
+    if not decisive:
+        return None
+    return _broken(cid, live, "the baseline and the speculative server ran on GPUs that differ "
+                   f"({'; '.join(decisive)}), so their ratio measures the GPUs as well as the "
+                   "drafter; put both servers on GPUs of one model and driver ([server] gpus and "
+                   "baseline_gpus), or on one set", reason="gpu_mismatch",
+                   details={"gpu_differences": list(live.gpu_differences),
+                            "gpus_by_server": live.gpus_by_server})
+
+
+def gpu_noted(result: ClaimResult, live: LiveResults) -> ClaimResult:
+    """The claim, saying how the two GPU sets differ where they do (clocks or power limits
+    only: reported, the claim judged as measured)."""
+    if not live.gpu_differences:
+        return result
+    note = ("; the two servers' GPUs differ in " + "; ".join(live.gpu_differences)
+            + " (limits, not the clocks the GPUs ran at: check they do not bias the comparison)")
+    return dataclasses.replace(result, message=result.message + note,
+                               details={**result.details,
+                                        "gpu_differences": list(live.gpu_differences)})
 
 
 # -- baseline ------------------------------------------------------------------------------------
@@ -505,6 +570,9 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                               "accept_len_min is set", observed=round(accept.mean, 3),
                               unit="tokens/verify", details=details, attachments=attachments)
     if configured == "breakeven":
+        threat = gpu_threat(cid, live)
+        if threat is not None:
+            return threat
         be = _breakeven(live, got)
         if be is None:
             return _broken(cid, live, "accept_len_min = \"breakeven\" needs the baseline "
@@ -560,6 +628,10 @@ def _expected(profile: Profile) -> str | None:
 @_levelled
 def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.breakeven: measured accept length ≥ cycle time × baseline tok/s."""
+    return gpu_threat("spec.breakeven", live) or gpu_noted(_breakeven_claim(profile, live), live)
+
+
+def _breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     cid = "spec.breakeven"
     got = spec_measurement(cid, live)
     if isinstance(got, ClaimResult):
@@ -649,6 +721,11 @@ def speedup_claim(profile: Profile, live: LiveResults, *, attach: bool = True) -
     is the servers' too. The total speed-up (output tok/s, prefill and waiting included) is
     stated beside it: where prefill weighs much (long prompts, short answers) it is smaller.
     """
+    return gpu_threat("spec.speedup", live) or gpu_noted(
+        _speedup_claim(profile, live, attach=attach), live)
+
+
+def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> ClaimResult:
     cid = "spec.speedup"
     spec = _need(live.speculative, cid, live)
     if isinstance(spec, ClaimResult):

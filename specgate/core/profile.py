@@ -60,42 +60,76 @@ class ServerSection(_Section):
     baseline_url: str | None = None
     stop_command: list[str] | None = None
     gpus: list[int] | None = None
+    # The baseline's own GPUs (default: the same as the speculative server's), and whether both
+    # servers are launched at once so their loads overlap.
+    baseline_gpus: list[int] | None = None
+    parallel_launch: bool = False
 
     @model_validator(mode="after")
     def _gpus_agree(self) -> ServerSection:
-        if self.gpus is None:
-            return self
-        if len(self.gpus) < self.tp:
-            raise ValueError(f"gpus lists {len(self.gpus)} GPUs but tp = {self.tp} needs "
-                             f"{self.tp}")
+        for key, listed in (("gpus", self.gpus), ("baseline_gpus", self.baseline_gpus)):
+            if listed is None:
+                continue
+            if len(set(listed)) != len(listed) or any(i < 0 for i in listed):
+                raise ValueError(f"{key} = {listed} must list distinct GPU indices (>= 0)")
         visible = self.env.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None and visible.replace(" ", "") != ",".join(map(str, self.gpus)):
+        if self.gpus is not None and visible is not None \
+                and visible.replace(" ", "") != ",".join(map(str, self.gpus)):
             raise ValueError(f"gpus = {self.gpus} disagrees with env CUDA_VISIBLE_DEVICES = "
                              f"{visible!r}; set one of them (gpus is passed to the server as "
                              "CUDA_VISIBLE_DEVICES)")
+        for config in ("speculative", "baseline"):
+            self.server_gpus(config)  # raises ValueError naming the key that lists too few
         return self
 
-    def server_env(self) -> dict[str, str]:
-        """The environment the server gets on top of the launcher's: [server] env, plus
-        CUDA_VISIBLE_DEVICES from [server] gpus."""
+    def server_env(self, config: str = "speculative") -> dict[str, str]:
+        """The environment a server gets on top of the launcher's: [server] env, plus
+        CUDA_VISIBLE_DEVICES from [server] gpus (the baseline's from baseline_gpus)."""
         env = dict(self.env)
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        listed = self.baseline_gpus if config == "baseline" and self.baseline_gpus is not None \
+            else self.gpus
+        if listed is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, listed))
         return env
 
-    def server_gpus(self) -> list[int] | str:
-        """The GPUs (nvidia-smi indices) the server will run on: [server] gpus, else the
-        CUDA_VISIBLE_DEVICES of [server] env, else 0..tp−1; a CUDA_VISIBLE_DEVICES that is not
-        a list of indices (GPU UUIDs, MIG ids) comes back as written."""
-        if self.gpus is not None:
-            return list(self.gpus)
-        visible = self.env.get("CUDA_VISIBLE_DEVICES")
+    def server_args(self, config: str = "speculative") -> list[str]:
+        """[server] args, with baseline_args for the baseline."""
+        return [*self.args, *self.baseline_args] if config == "baseline" else list(self.args)
+
+    def server_gpus(self, config: str = "speculative") -> list[int] | str:
+        """The GPUs (nvidia-smi indices) a server runs on, one per TP rank: SGLang gives rank r
+        CUDA device base + r × step (`--base-gpu-id`, `--gpu-id-step` in its args; 0 and 1 by
+        default) among the visible ones, which are [server] gpus (baseline_gpus for the
+        baseline), else the CUDA_VISIBLE_DEVICES of [server] env, else every GPU. A
+        CUDA_VISIBLE_DEVICES that is not a list of indices (GPU UUIDs, MIG ids) comes back as
+        written. Raises ValueError when the visible GPUs are too few for tp."""
+        key = "gpus"
+        listed = self.gpus
+        if config == "baseline" and self.baseline_gpus is not None:
+            key, listed = "baseline_gpus", self.baseline_gpus
+        visible: list[int] | None = None
+        if listed is not None:
+            visible = list(listed)
+        else:
+            written = self.env.get("CUDA_VISIBLE_DEVICES")
+            if written is not None:
+                parts = [p.strip() for p in written.split(",") if p.strip()]
+                if not all(p.isdigit() for p in parts):
+                    return written
+                key, visible = "env CUDA_VISIBLE_DEVICES", [int(p) for p in parts]
+        base, step = _gpu_offsets(self.server_args(config))
+        ordinals = [base + rank * step for rank in range(self.tp)]
         if visible is None:
-            return list(range(self.tp))
-        parts = [p.strip() for p in visible.split(",") if p.strip()]
-        if all(p.isdigit() for p in parts):
-            return [int(p) for p in parts][: max(self.tp, 1)]
-        return visible
+            return ordinals
+        if ordinals[-1] >= len(visible):
+            offsets = f" from --base-gpu-id {base} --gpu-id-step {step}" \
+                if (base, step) != (0, 1) else ""
+            raise ValueError(
+                f"{key} lists {len(visible)} GPU{'s' if len(visible) != 1 else ''} "
+                f"({','.join(map(str, visible))}) but tp = {self.tp} needs CUDA devices "
+                f"{ordinals}{offsets} among them"
+                + (" for the baseline" if config == "baseline" else ""))
+        return [visible[i] for i in ordinals]
 
     @field_validator("launcher", mode="before")
     @classmethod
@@ -110,6 +144,22 @@ class ServerSection(_Section):
         if not value:
             raise ValueError("must name at least the program to run")
         return value
+
+
+def _gpu_offsets(args: list[str]) -> tuple[int, int]:
+    """SGLang's --base-gpu-id and --gpu-id-step in a server's args (0 and 1 when absent)."""
+    found = {"--base-gpu-id": 0, "--gpu-id-step": 1}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in found:
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                found[flag] = int(value)
+            except ValueError:
+                raise ValueError(f"{flag} {value!r} in [server] args is not a number") from None
+    if found["--base-gpu-id"] < 0 or found["--gpu-id-step"] < 1:
+        raise ValueError("--base-gpu-id must be >= 0 and --gpu-id-step >= 1 in [server] args")
+    return found["--base-gpu-id"], found["--gpu-id-step"]
 
 
 class SpeculativeSection(_Section):

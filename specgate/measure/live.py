@@ -3,7 +3,6 @@ level of the plan."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -20,13 +19,13 @@ from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.redact import MASK, is_secret_name, mask_env, redact_urls
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, drift, interleave, launches, load, reuse
+from specgate.measure import bench, drift, launches, load, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.stats import Summary
 from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
-from specgate.serving.launch import Config, ServerPlan, server_url
+from specgate.serving.launch import Config, ServerPlan
 from specgate.serving.server import ServerHandle
 
 Progress = Callable[[str], None]
@@ -58,25 +57,51 @@ class Failure:
 
 @dataclasses.dataclass(frozen=True)
 class GpuCheck:
-    """Other processes on the server's GPUs just before a launch."""
+    """Other processes on the server's GPUs (every GPU of its set) just before a launch."""
 
     checked: bool
     reason: str
     offenders: tuple[dict[str, Any], ...] = ()
+    gpus: tuple[int, ...] = ()  # the GPUs checked: one per TP rank
 
 
 @dataclasses.dataclass(frozen=True)
 class EnvCheck:
-    """The profile's [server] env against the launched process's environment."""
+    """The profile's [server] env against the serving process's environment and every TP
+    rank's (each rank is a process of its own, and NCCL reads its variables there)."""
 
     checked: bool
     reason: str
     expected: dict[str, str] = dataclasses.field(default_factory=dict)
     found: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    # One entry per TP rank process found: {"rank", "label", "pid", "found"} with the values
+    # read, or {"rank", "label", "pid", "reason"} when its environment could not be read.
+    ranks: tuple[dict[str, Any], ...] = ()
+    tp: int = 1  # the TP size the server was started with
+    ranks_reason: str = ""  # where the ranks were looked for, or why they could not be
 
     @property
     def mismatched(self) -> dict[str, str | None]:
         return {k: self.found.get(k) for k, v in self.expected.items() if self.found.get(k) != v}
+
+    @property
+    def rank_mismatched(self) -> dict[str, dict[str, str | None]]:
+        """By rank ("TP1 (pid 4242)"), the variables that rank carries wrongly."""
+        out: dict[str, dict[str, str | None]] = {}
+        for rank in self.ranks:
+            found = rank.get("found")
+            if not isinstance(found, dict):
+                continue
+            wrong = {k: found.get(k) for k, v in self.expected.items() if found.get(k) != v}
+            if wrong:
+                out[f"TP{rank.get('rank')} (pid {rank.get('pid')})"] = wrong
+        return out
+
+    @property
+    def ranks_unread(self) -> list[str]:
+        """The TP ranks whose environment was not read: not found, or unreadable."""
+        seen = {r.get("rank") for r in self.ranks if isinstance(r.get("found"), dict)}
+        return [f"TP{r}" for r in range(self.tp) if r not in seen]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,8 +161,14 @@ class ConfigRun:
         if data.get("gpu"):
             gpu = dict(data["gpu"])
             gpu["offenders"] = tuple(gpu.get("offenders", ()))
+            gpu["gpus"] = tuple(gpu.get("gpus", ()))
             fields["gpu"] = GpuCheck(**gpu)
-        fields["env"] = EnvCheck(**data["env"]) if data.get("env") else None
+        if data.get("env"):
+            env = dict(data["env"])
+            env["ranks"] = tuple(env.get("ranks", ()))
+            fields["env"] = EnvCheck(**env)
+        else:
+            fields["env"] = None
         fields["measurement"] = (bench.Measurement.from_json(data["measurement"])
                                  if data.get("measurement") else None)
         fields["failure"] = Failure(**data["failure"]) if data.get("failure") else None
@@ -176,6 +207,10 @@ class LiveResults:
         """Whether the figures are one level's of several, or of a level other than the single
         stream: claims then say at how many in flight."""
         return self.scope is not None or self.levels != (1,)
+    # Each launched server's GPUs by configuration (which GPUs served which figure), and how
+    # the two sets differ in what decides their speed (a threat to the comparison).
+    gpus_by_server: dict[str, Any] | None = None
+    gpu_differences: tuple[str, ...] = ()
 
     def run(self, config: str) -> ConfigRun:
         return self.baseline if config == "baseline" else self.speculative
@@ -209,7 +244,8 @@ class LiveResults:
                 "baseline": self.baseline.to_json(), "speculative": self.speculative.to_json(),
                 "coverage": self.coverage.to_json() if self.coverage else None,
                 "baseline_after": self.baseline_after.to_json() if self.baseline_after
-                else None}
+                else None, "gpus_by_server": self.gpus_by_server,
+                "gpu_differences": list(self.gpu_differences)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LiveResults:
@@ -222,7 +258,9 @@ class LiveResults:
                    coverage=drift.Coverage.from_json(data["coverage"])
                    if data.get("coverage") else None,
                    baseline_after=ConfigRun.from_json(data["baseline_after"])
-                   if data.get("baseline_after") else None)
+                   if data.get("baseline_after") else None,
+                   gpus_by_server=data.get("gpus_by_server"),
+                   gpu_differences=tuple(data.get("gpu_differences") or ()))
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,23 +290,44 @@ def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
                                "by id, not by index; set [server] gpus to the indices that "
                                "nvidia-smi lists so they can be checked")
     busy = [p for p in gpu.busy_on(snap, plan.gpus) if p.pid not in set(resident)]
+    listed = {g.index for g in snap.gpus}
+    missing = [i for i in plan.gpus if listed and i not in listed]
+    if missing:
+        return GpuCheck(False, f"GPUs {missing} of the server's set {list(plan.gpus)} are not "
+                               f"on this machine (nvidia-smi lists {sorted(listed)}); fix "
+                               "[server] gpus / baseline_gpus", gpus=tuple(plan.gpus))
     return GpuCheck(True, f"GPUs {list(plan.gpus)} checked",
-                    tuple(dataclasses.asdict(p) for p in busy))
+                    tuple(dataclasses.asdict(p) for p in busy), gpus=tuple(plan.gpus))
 
 
-def check_env(expected: Mapping[str, str], handle: ServerHandle) -> EnvCheck:
-    """The server process's environment against [server] env (skipped when unreadable)."""
+def _masked(found: dict[str, str | None], expected: Mapping[str, str]) -> dict[str, str | None]:
+    """results.json is a report file: credential values are compared, then masked."""
+    out = dict(found)
+    for k, want in expected.items():
+        if is_secret_name(k) and out.get(k) is not None:
+            out[k] = MASK if out[k] == want else f"{MASK} (a different value)"
+    return out
+
+
+def check_env(expected: Mapping[str, str], handle: ServerHandle, tp: int = 1) -> EnvCheck:
+    """The serving process's environment, and each TP rank's, against [server] env (skipped
+    when the serving process's is unreadable)."""
     expected = dict(expected)
     reading = server.process_env_detail(handle)
     if reading.env is None:
-        return EnvCheck(False, reading.reason, expected)
-    found = {k: reading.env.get(k) for k in expected}
-    # results.json is a report file: credential values are compared here, then masked.
-    for k, want in expected.items():
-        if is_secret_name(k) and found[k] is not None:
-            found[k] = MASK if found[k] == want else f"{MASK} (a different value)"
-    return EnvCheck(True, f"environment {reading.reason}",
-                    mask_env(expected), found)
+        return EnvCheck(False, reading.reason, expected, tp=tp)
+    found = _masked({k: reading.env.get(k) for k in expected}, expected)
+    ranks, where = server.rank_envs(handle)
+    per_rank: list[dict[str, Any]] = []
+    for rank in ranks:
+        entry: dict[str, Any] = {"rank": rank.rank, "label": rank.label, "pid": rank.pid}
+        if rank.env is None:
+            entry["reason"] = rank.reason
+        else:
+            entry["found"] = _masked({k: rank.env.get(k) for k in expected}, expected)
+        per_rank.append(entry)
+    return EnvCheck(True, f"environment {reading.reason}", mask_env(expected), found,
+                    ranks=tuple(per_rank), tp=tp, ranks_reason=where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,11 +441,7 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
             fields.update(launch=handle.command, url=handle.url,
                           simulated=bool(handle.simulated),
                           server_info=_server_spec(dict(handle.server_info or {})))
-            try:
-                fields["env"] = check_env(planned.env, handle)
-            except Exception as exc:  # a broken check must not stop the session
-                fields["env"] = EnvCheck(False, f"environment check failed: {exc}",
-                                         dict(planned.env))
+            fields["env"] = checked_env(planned, handle)
             stage = "measure"
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=plan.sampling.request_timeout_s) as client:
@@ -403,6 +458,15 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
                                              _tail(handle)))
     fields.setdefault("stop", "attached: left running" if attached else "")
     return ConfigRun(**fields)
+
+
+def checked_env(planned: ServerPlan, handle: ServerHandle) -> EnvCheck:
+    """check_env for a planned server; a check that breaks says so instead of stopping."""
+    try:
+        return check_env(planned.env, handle, planned.tp)
+    except Exception as exc:  # a broken check must not stop the session
+        return EnvCheck(False, f"environment check failed: {exc}", dict(planned.env),
+                        tp=planned.tp)
 
 
 def _stopped_why(m: bench.Measurement, rule: object,
@@ -528,8 +592,17 @@ def run_live(profile: Profile, reports_dir: Path, *,
     after: ConfigRun | None = None
     if unusable:
         baseline, speculative = (_not_run(planned, c, unusable) for c in live_plan.CONFIGS)
-    elif settings.design == "interleaved":
-        baseline, speculative = _interleaved(planned, say, before)
+    elif settings.design == "interleaved" or _launched_together(planned):
+        from specgate.measure import resident
+
+        baseline, speculative = resident.run_pair(
+            planned, say, before, together=planned.parallel_launch,
+            interleaved=settings.design == "interleaved")
+        if settings.design != "interleaved":
+            baseline = _stored(planned, reports_dir, baseline, say,
+                               planned.stored if isinstance(planned.stored, str) else "")
+        if settings.design == "aba":
+            after = _baseline_again(planned, baseline, speculative, say, before)
     else:
         baseline, speculative = _baseline_and_speculative(planned, reports_dir, say, before)
         if settings.design == "aba":
@@ -541,7 +614,9 @@ def run_live(profile: Profile, reports_dir: Path, *,
         baseline=baseline, speculative=speculative, started_at=started,
         finished_at=_now(), prompts=planned.prompts.label if planned.prompts else "",
         gpus=dataclasses.asdict(planned.gpus) if planned.gpus else None,
-        coverage=coverage, baseline_after=after)
+        coverage=coverage, baseline_after=after,
+        gpus_by_server={c: dataclasses.asdict(f) for c, f in planned.gpu_facts.items()}
+        or None, gpu_differences=planned.gpu_differences)
     results.write(live_dir / RESULTS_FILE)
     return results
 
@@ -639,7 +714,7 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
                               ) -> tuple[ConfigRun, ConfigRun]:
     """Both runs: the baseline first, or a stored one (measure/reuse.py) when the plan allows it
     and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
-    max_age, fp, found = plan.baseline_max_age_h, plan.fingerprint, plan.stored
+    max_age, found = plan.baseline_max_age_h, plan.stored
     stored: ConfigRun | None = None
     if isinstance(found, reuse.Stored):
         try:
@@ -672,6 +747,22 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
         baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
         speculative = run_config(plan, "speculative", baseline=baseline, progress=say,
                                  coverage=coverage)
+    return _stored(plan, reports_dir, baseline, say, why_fresh), speculative
+
+
+def _launched_together(plan: LivePlan) -> bool:
+    """[server] parallel_launch with both servers launched here (a stored baseline that may
+    stand in for the launch takes the usual path: then there is one launch only)."""
+    launched = all(isinstance(p, ServerPlan) and p.spec is not None
+                   for p in (plan.baseline, plan.speculative))
+    return plan.parallel_launch and launched and not isinstance(plan.stored, reuse.Stored)
+
+
+def _stored(plan: LivePlan, reports_dir: Path, baseline: ConfigRun, say: Progress,
+            why_fresh: str) -> ConfigRun:
+    """A freshly measured baseline, stored for later runs when reuse is on, and saying why it
+    was measured rather than reused."""
+    max_age, fp = plan.baseline_max_age_h, plan.fingerprint
     if (max_age is not None and fp is not None and baseline.measurement is not None
             and baseline.failure is None):
         try:
@@ -681,124 +772,7 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
             say(f"baseline: not stored ({exc})")
     if max_age is not None:
         baseline = dataclasses.replace(baseline, reuse={"reused": False, "why": why_fresh})
-    return baseline, speculative
-
-
-# Said when the second of two resident servers fails to start: most often it did not fit.
-_RESIDENT_HINT = ("with design = \"interleaved\" both servers are resident at once and must fit "
-                  "in GPU memory together: give each a share with --mem-fraction-static in "
-                  "[server] args (e.g. 0.4), or use design = \"ab\" or \"aba\"")
-
-
-def _beside(first: ServerPlan, second: ServerPlan) -> ServerPlan:
-    """The second server's plan, on another port when both would listen on the same one."""
-    spec = second.spec
-    if spec is None or first.spec is None or second.any_port \
-            or (spec.host, spec.port) != (first.spec.host, first.spec.port):
-        return second
-    moved = spec.on_port(spec.port + 1)
-    return dataclasses.replace(second, spec=moved, url=server_url(moved.host, moved.port))
-
-
-def _not_beside(blocked: Blocked, config: Config) -> ConfigRun:
-    """A run of the interleaved design that cannot start because one server is blocked."""
-    if config == blocked.config:
-        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message))
-    return ConfigRun(config=config, failure=Failure(
-        blocked.stage, f"not launched: the {blocked.config} server cannot be run beside it: "
-                       f"{blocked.message}"))
-
-
-def _interleaved(plan: LivePlan, say: Progress,
-                 coverage: drift.Coverage) -> tuple[ConfigRun, ConfigRun]:
-    """Both servers resident at once, their requests in turn (measure/interleave.py); errors
-    become data, as in run_config, and both servers are stopped whatever happens."""
-    for blocked in (plan.baseline, plan.speculative):
-        if isinstance(blocked, Blocked):
-            return _not_beside(blocked, "baseline"), _not_beside(blocked, "speculative")
-    base_plan, spec_plan = plan.baseline, plan.speculative
-    if not isinstance(base_plan, ServerPlan) or not isinstance(spec_plan, ServerPlan):
-        raise TypeError("both servers are planned here")  # Blocked ones returned above
-    plans: dict[Config, ServerPlan] = {"baseline": base_plan,
-                                       "speculative": _beside(base_plan, spec_plan)}
-    fields: dict[Config, dict[str, Any]] = {
-        c: {"config": c, "attached": p.spec is None} for c, p in plans.items()}
-    handles: dict[Config, ServerHandle] = {}
-    current: Config = "baseline"
-    stage = "prompts"
-    try:
-        if plan.prompts is None:
-            raise SpecgateError(plan.no_prompts)
-        with contextlib.ExitStack() as stack:
-            for current, p in plans.items():
-                stage = "start"
-                f = fields[current]
-                if p.spec is not None:
-                    resident = [pid for h in handles.values() for pid in h.pids]
-                    try:
-                        f["gpu"] = check_gpus(p, resident=resident)
-                    except Exception as exc:  # a broken check must not stop the session
-                        f["gpu"] = GpuCheck(False, f"GPU check failed: {exc}")
-                    f["log_path"] = str(p.log_path)
-                handle = stack.enter_context(server.serve(p, say))
-                handles[current] = handle
-                f.update(launch=handle.command, url=handle.url,
-                         simulated=bool(handle.simulated),
-                         server_info=_server_spec(dict(handle.server_info or {})))
-                try:
-                    f["env"] = check_env(p.env, handle)
-                except Exception as exc:  # a broken check must not stop the session
-                    f["env"] = EnvCheck(False, f"environment check failed: {exc}", dict(p.env))
-            stage = "measure"
-            base_rule = keep_going_rule(plan.thresholds, "baseline", None, coverage)
-            spec_rule = keep_going_rule(plan.thresholds, "speculative", None, coverage)
-
-            def pair_rule(base: bench.Measurement, spec: bench.Measurement) -> str | None:
-                spec_rule.baseline = base
-                found = [r for r in (base_rule(base), spec_rule(spec)) if r]
-                return "; ".join(found) if found else None
-
-            timeout = plan.sampling.request_timeout_s
-            with SGLangClient(handles["baseline"].url, handles["baseline"].api_key,
-                              timeout_s=timeout) as b_client, \
-                    SGLangClient(handles["speculative"].url, handles["speculative"].api_key,
-                                 timeout_s=timeout) as s_client:
-                try:
-                    pair = interleave.measure(
-                        b_client, s_client, plan.sampling, plan.prompts, keep_going=pair_rule,
-                        progress=say, simulated=bool(handles["speculative"].simulated),
-                        server_specs=(fields["baseline"]["server_info"],
-                                      fields["speculative"]["server_info"]))
-                    undecided = base_rule if base_rule.undecided else spec_rule
-                    fields["baseline"]["measurement"], fields["speculative"]["measurement"] = (
-                        _stopped_why(m, undecided, "interleaved repeats") for m in pair)
-                except SpecgateError as exc:
-                    for c, h in handles.items():
-                        fields[c]["failure"] = Failure("measure", str(exc),
-                                                       _log_tail_of(exc) or _tail(h))
-            stage = "stop"
-            last_first: tuple[Config, Config] = ("speculative", "baseline")
-            for c in last_first:
-                fields[c]["stop"] = _stop(handles[c])
-    except SpecgateError as exc:
-        failed = Failure(stage, str(exc), _log_tail_of(exc) or _tail(handles.get(current)))
-        if stage == "start" and current == "speculative" and plans[current].spec is not None \
-                and "baseline" in handles:
-            failed = dataclasses.replace(failed, message=f"{failed.message} ({_RESIDENT_HINT})")
-        for c in plans:
-            fields[c].setdefault("failure", failed if c == current or stage != "start" else
-                                 Failure(stage, f"not measured: the {current} server could "
-                                                f"not be run beside it: {exc}"))
-    except Exception as exc:  # recorded, so every claim can say what broke
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        for c in plans:
-            fields[c].setdefault("failure", Failure(stage, f"internal error: {detail}",
-                                                    _tail(handles.get(c))))
-    for c, h in handles.items():  # stopped on the way out: keep what was left behind
-        fields[c].setdefault("stop", _stop(h))
-    for c, p in plans.items():
-        fields[c].setdefault("stop", "attached: left running" if p.spec is None else "")
-    return ConfigRun(**fields["baseline"]), ConfigRun(**fields["speculative"])
+    return baseline
 
 
 RUN_FILE = re.compile(r"^[0-9a-f]{32}\.(json|lock)$")
@@ -869,10 +843,31 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
             facts[f"{config}_url"] = run["url"]
     if data.get("gpus"):
         facts["gpus"] = data["gpus"]
+    if data.get("gpus_by_server"):
+        facts["gpus_by_server"] = data["gpus_by_server"]
+    if data.get("gpu_differences"):
+        facts["gpu_mismatch"] = list(data["gpu_differences"])
     reuse = (data.get("baseline") or {}).get("reuse")
     if reuse:
         facts["baseline_reuse"] = reuse
     return facts
+
+
+def gpu_warnings(reports_dir: Path, *, since: float = 0.0) -> list[str]:
+    """One warning when the two servers ran on GPU sets that differ in what decides their
+    speed: the comparison measures the GPUs as well as the drafter."""
+    path = reports_dir / "live" / RESULTS_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return []
+        differ = json.loads(path.read_text(encoding="utf-8")).get("gpu_differences") or []
+    except (OSError, ValueError):
+        return []
+    return [GPU_MISMATCH_WARNING + "; ".join(str(d) for d in differ)] if differ else []
+
+
+GPU_MISMATCH_WARNING = ("the baseline and the speculative server ran on GPUs that differ, so "
+                        "the speed-up compares the GPUs as well as the drafter: ")
 
 
 def stop_warnings(reports_dir: Path, *, since: float = 0.0) -> list[str]:

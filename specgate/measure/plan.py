@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -44,7 +44,8 @@ class LivePlan:
     prompts: PromptSet | None  # None when they cannot be loaded (no_prompts says why)
     baseline: ServerPlan | Blocked
     speculative: ServerPlan | Blocked
-    gpus: GpuFacts | None  # one snapshot, taken when a server is launched here
+    # Each launched server's GPUs (model, driver, clocks), from one snapshot taken at planning.
+    gpu_facts: Mapping[str, GpuFacts]
     sglang: str  # the SGLang version known before a launch
     sampling: Sampling
     thresholds: ThresholdsSection
@@ -66,6 +67,19 @@ class LivePlan:
         """The order each server measures its levels in: the gate's first, so a level that
         hurts the server cannot cost the gate its figures, then the others ascending."""
         return (self.gate_level, *(n for n in self.levels if n != self.gate_level))
+    # [server] parallel_launch: both servers started at once, their loads overlapping.
+    parallel_launch: bool = False
+    # How the two servers' GPU sets differ in what decides their speed (serving/gpu.py
+    # differences): a threat to the comparison, said in the verdict and the timed claims.
+    gpu_differences: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> GpuFacts | None:
+        """The GPUs of the first launched server (the baseline's when it is launched)."""
+        return next(iter(self.gpu_facts.values()), None)
+
+    def gpus_of(self, config: Config) -> GpuFacts | None:
+        return self.gpu_facts.get(config)
 
     def server(self, config: Config) -> ServerPlan | Blocked:
         return self.baseline if config == "baseline" else self.speculative
@@ -101,18 +115,22 @@ def resolve(profile: Profile, reports_dir: Path, *,
     except SpecgateError as exc:
         no_prompts = str(exc)
     launched = [s for s in (baseline, speculative) if isinstance(s, ServerPlan) and s.spec]
+    facts = _gpu_facts(launched)
+    differ: list[str] = []
+    if len(launched) == 2 and launched[0].gpus != launched[1].gpus:
+        differ = gpu.differences(facts["baseline"], facts["speculative"])
     plan = LivePlan(
         name=profile.name, simulated=simulated, target=target, prompts=prompt_set,
         no_prompts=no_prompts, baseline=baseline, speculative=speculative,
-        gpus=_gpu_facts(launched[0]) if launched else None,
-        sglang=_sglang_version(simulated, baseline),
+        gpu_facts=facts, sglang=_sglang_version(simulated, baseline),
         sampling=Sampling.of(profile.bench), thresholds=profile.thresholds,
         baseline_max_age_h=profile.bench.baseline_max_age_h,
         launches=drift.Settings.of(profile.bench),
         levels=tuple(sorted({*(n for n in profile.bench.concurrency
                                 if levels is None or n in levels),
                               profile.gate_concurrency})),
-        gate_level=profile.gate_concurrency)
+        gate_level=profile.gate_concurrency,
+        parallel_launch=profile.server.parallel_launch, gpu_differences=tuple(differ))
     if plan.baseline_max_age_h is None or not isinstance(baseline, ServerPlan) \
             or prompt_set is None:
         return plan
@@ -139,11 +157,13 @@ def server_plan(settings: launch.LaunchSettings | str, config: Config,
         return Blocked(config, "start", str(exc))
 
 
-def _gpu_facts(launched: ServerPlan) -> GpuFacts:
+def _gpu_facts(launched: list[ServerPlan]) -> dict[str, GpuFacts]:
+    """Each launched server's GPU facts, by configuration, from one snapshot."""
     try:
-        return gpu.facts(launched.gpus)
+        found = gpu.facts_of([p.gpus for p in launched])
     except Exception as exc:  # a failing nvidia-smi makes the facts say so, not the plan fail
-        return GpuFacts(launched.gpus, unknown=f"{type(exc).__name__}: {exc}")
+        found = [GpuFacts(p.gpus, unknown=f"{type(exc).__name__}: {exc}") for p in launched]
+    return {p.config: f for p, f in zip(launched, found, strict=True)}
 
 
 def _sglang_version(simulated: bool, baseline: ServerPlan | Blocked) -> str:

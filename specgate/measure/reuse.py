@@ -58,7 +58,7 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _WEIGHT_SAMPLE_BYTES = 1 << 20
 _SIM_ENV_PREFIX = "SPECGATE_SIM_"
 # Where the log goes and which launch speed is drawn: not what is measured.
-_SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH", "SPECGATE_SIM_LAUNCH_SEED")
+_SIM_ENV_IGNORED = ("SPECGATE_SIM_TRUTH", "SPECGATE_SIM_LAUNCH_SEED", "SPECGATE_SIM_GPUS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +159,7 @@ def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
         "target_weights": _weights(target),
         "sglang": plan.sglang,
         "launch": _launch_args(planned.spec),
-        "gpus": _gpus(plan.gpus),
+        "gpus": _gpus(plan.gpus_of(config)),
         # A local launcher's [server] env (secrets as ***); a remote one's is in its argv.
         "env": {k: v for k, v in sorted(planned.spec.redacted_env.items())
                 if k not in _SIM_ENV_IGNORED},
@@ -198,10 +198,13 @@ def _drafter_dir(spec: LaunchSpec) -> Path | None:
 def _gpus(facts: GpuFacts | None) -> dict[str, Any] | None:
     if facts is None or facts.unknown:
         return {"unknown": facts.unknown} if facts else None
-    return {"names": list(facts.names), "count": len(facts.names),
-            "driver": list(facts.drivers),
-            "selected": facts.selected if isinstance(facts.selected, str)
-            else list(facts.selected)}
+    out: dict[str, Any] = {"names": list(facts.names), "count": len(facts.names),
+                           "driver": list(facts.drivers),
+                           "selected": facts.selected if isinstance(facts.selected, str)
+                           else list(facts.selected)}
+    if facts.clocks:  # known where nvidia-smi reports them: locked clocks change the figures
+        out["clocks"] = list(facts.clocks)
+    return out
 
 
 def _specgate_version() -> str:

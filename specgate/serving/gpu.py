@@ -13,6 +13,9 @@ from specgate.core.errors import SpecgateError
 # uuid is queried besides the documented fields because compute apps name their GPU by uuid only.
 GPU_QUERY = "index,uuid,name,driver_version,memory.total,memory.used"
 APPS_QUERY = "pid,process_name,used_memory,gpu_uuid"
+# What else decides a GPU's speed: its maximum and application clocks (MHz) and power limit (W).
+CLOCKS_QUERY = ("index,clocks.max.sm,clocks.max.memory,clocks.applications.graphics,"
+                "clocks.applications.memory,power.limit")
 HELD_MEMORY_MIB = 1024  # an idle GPU shows 0 to a few hundred MiB of driver overhead
 
 
@@ -51,26 +54,109 @@ class GpuSnapshot:
 
 @dataclasses.dataclass(frozen=True)
 class GpuFacts:
-    """What the GPUs a server runs on are (model, count, driver), from one nvidia-smi snapshot."""
+    """What the GPUs a server runs on are (model, count, driver, clocks), from one nvidia-smi
+    snapshot."""
 
     selected: tuple[int, ...] | str  # nvidia-smi indices, or CUDA_VISIBLE_DEVICES as written
     names: tuple[str, ...] = ()
     drivers: tuple[str, ...] = ()
     unknown: str = ""  # why there are no facts: no nvidia-smi here, or the error it gave
+    # Each distinct "max SM/memory MHz, applications MHz, power limit W" of the selected GPUs;
+    # empty when nvidia-smi could not say.
+    clocks: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuClocks:
+    index: int
+    max_sm: str
+    max_memory: str
+    app_graphics: str
+    app_memory: str
+    power_limit: str
+
+    def text(self) -> str:
+        return (f"max {self.max_sm}/{self.max_memory} MHz, applications "
+                f"{self.app_graphics}/{self.app_memory} MHz, power limit {self.power_limit} W")
 
 
 def facts(selected: Sequence[int] | str) -> GpuFacts:
     """The selected GPUs' facts from one snapshot (every GPU for a selection not by index)."""
-    chosen = selected if isinstance(selected, str) else tuple(selected)
+    return facts_of([selected])[0]
+
+
+def facts_of(selections: Sequence[Sequence[int] | str]) -> list[GpuFacts]:
+    """Each selection's facts, all from one snapshot (one selection per server)."""
+    chosen = [s if isinstance(s, str) else tuple(s) for s in selections]
     try:
         snap = snapshot()
     except NvidiaSmiError as exc:
-        return GpuFacts(chosen, unknown=f"nvidia-smi failed: {exc}")
+        return [GpuFacts(c, unknown=f"nvidia-smi failed: {exc}") for c in chosen]
     if snap is None:
-        return GpuFacts(chosen, unknown="no nvidia-smi on this machine")
-    gpus = [g for g in snap.gpus if isinstance(chosen, str) or g.index in chosen]
-    return GpuFacts(chosen, tuple(sorted(g.name for g in gpus)),
-                    tuple(sorted({g.driver_version for g in gpus})))
+        return [GpuFacts(c, unknown="no nvidia-smi on this machine") for c in chosen]
+    try:
+        clocks = {c.index: c.text() for c in query_clocks()}
+    except NvidiaSmiError:
+        clocks = {}  # a driver without these fields: the model and driver still count
+    out = []
+    for selection in chosen:
+        gpus = [g for g in snap.gpus if isinstance(selection, str) or g.index in selection]
+        known = all(g.index in clocks for g in gpus)
+        out.append(GpuFacts(selection, tuple(sorted(g.name for g in gpus)),
+                            tuple(sorted({g.driver_version for g in gpus})),
+                            clocks=tuple(sorted({clocks[g.index] for g in gpus})) if known
+                            else ()))
+    return out
+
+
+# A difference of these makes two servers' figures incomparable: other kernels, another memory
+# system. Clocks and power limits are limits, not the clocks a GPU ran at: reported, not decisive.
+DECISIVE = ("GPU model:", "driver:")
+
+
+def decisive(differences: Sequence[str]) -> list[str]:
+    """The differences (from `differences`) of GPU model or driver."""
+    return [d for d in differences if d.startswith(DECISIVE)]
+
+
+def differences(a: GpuFacts, b: GpuFacts,
+                names: tuple[str, str] = ("baseline", "speculative")) -> list[str]:
+    """How two servers' GPUs differ in what decides their speed (model and count, driver,
+    clocks and power limit), one sentence each; [] when they agree or either is unknown."""
+    if a.unknown or b.unknown:
+        return []
+
+    def where(facts: GpuFacts) -> str:
+        chosen = facts.selected if isinstance(facts.selected, str) else list(facts.selected)
+        return f"GPUs {chosen}"
+
+    def listed(values: tuple[str, ...]) -> str:
+        return "; ".join(values) or "?"
+
+    out = []
+    if a.names != b.names:
+        out.append(f"GPU model: the {names[0]} on {where(a)} ({listed(a.names)}), the "
+                   f"{names[1]} on {where(b)} ({listed(b.names)})")
+    if a.drivers != b.drivers:
+        out.append(f"driver: the {names[0]} on {listed(a.drivers)}, the {names[1]} on "
+                   f"{listed(b.drivers)}")
+    if a.clocks and b.clocks and a.clocks != b.clocks:
+        out.append(f"clocks: the {names[0]} on {where(a)} ({listed(a.clocks)}), the "
+                   f"{names[1]} on {where(b)} ({listed(b.clocks)})")
+    return out
+
+
+def query_clocks(nvidia_smi: str = "nvidia-smi", timeout_s: float = 20.0) -> list[GpuClocks]:
+    """Every GPU's clocks and power limit ([] where there is no nvidia-smi)."""
+    exe = shutil.which(nvidia_smi)
+    if exe is None:
+        return []
+    return parse_clocks(_query(exe, f"--query-gpu={CLOCKS_QUERY}", timeout_s))
+
+
+def parse_clocks(text: str) -> list[GpuClocks]:
+    """Rows of `--query-gpu=CLOCKS_QUERY --format=csv,noheader,nounits`."""
+    return [GpuClocks(_int(f[0], "index") or 0, *f[1:]) for f in _rows(text, 6, "--query-gpu")]
 
 
 def parse_gpus(text: str) -> list[Gpu]:

@@ -124,6 +124,7 @@ class ServerPlan:
     # [server] port = 0: the planned port was free when planned; another free one is taken at
     # the launch if something took it since.
     any_port: bool = False
+    tp: int = 1  # [server] tp: one rank process per GPU of `gpus`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +145,15 @@ class LaunchSettings:
     env: Mapping[str, str]  # [server] env, with CUDA_VISIBLE_DEVICES from [server] gpus
     gpus: tuple[int, ...] | str  # nvidia-smi indices, or CUDA_VISIBLE_DEVICES as written
     api_key: str | None = dataclasses.field(repr=False)
+    # The baseline's, where [server] baseline_gpus puts it on GPUs of its own.
+    baseline_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    baseline_gpus: tuple[int, ...] | str = ()
+
+    def env_of(self, config: Config) -> Mapping[str, str]:
+        return self.baseline_env if config == "baseline" else self.env
+
+    def gpus_of(self, config: Config) -> tuple[int, ...] | str:
+        return self.baseline_gpus if config == "baseline" else self.gpus
 
     @classmethod
     def of(cls, profile: Profile) -> LaunchSettings:
@@ -156,13 +166,15 @@ class LaunchSettings:
         # A remote launcher's paths live on the GPU host; resolved here they would be wrong there.
         given = {"target": profile.target.path, "drafter": profile.drafter.path} if remote \
             else {key: str(path) if path else None for key, path in local.items()}
-        wanted = server.server_gpus()
+        wanted = {config: server.server_gpus(config) for config in ("baseline", "speculative")}
+        chosen = {config: g if isinstance(g, str) else tuple(g) for config, g in wanted.items()}
         return cls(source=profile.source or "<profile>", launcher=tuple(launcher),
                    remote=remote, simulated=profile.is_simulated,
                    target=given["target"] or None, drafter=given["drafter"] or None,
                    local_target=local["target"],
-                   server=server, speculative=profile.speculative, env=server.server_env(),
-                   gpus=wanted if isinstance(wanted, str) else tuple(wanted),
+                   server=server, speculative=profile.speculative,
+                   env=server.server_env("speculative"), gpus=chosen["speculative"],
+                   baseline_env=server.server_env("baseline"), baseline_gpus=chosen["baseline"],
                    api_key=read_api_key(server.api_key_env))
 
 
@@ -179,9 +191,10 @@ def plan_server(settings: LaunchSettings, config: Config, log_path: Path) -> Ser
         log_path=log_path if spec else None,
         startup_timeout_s=server.startup_timeout_s,
         stop_timeout_s=server.stop_timeout_s,
-        env=settings.env,
-        gpus=settings.gpus,
+        env=settings.env_of(config),
+        gpus=settings.gpus_of(config),
         any_port=spec is not None and server.port == 0,
+        tp=server.tp,
     )
 
 
@@ -220,7 +233,7 @@ def command(settings: LaunchSettings, config: Config, *, port: int | None = None
     if api_key is not None:
         flags += ["--api-key", api_key]
 
-    env = dict(settings.env)
+    env = dict(settings.env_of(config))
     remote_at = 0
     if remote:
         flags = [shlex.quote(f) for f in flags] if _is_ssh(launcher) else flags

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -277,6 +277,17 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
            progress_every_s: float = PROGRESS_EVERY_S,
            stop_timeout_s: float = STOP_TIMEOUT_S) -> ServerHandle:
     """Start the server and return once it answers READY_PATH; never leaves it half-started."""
+    handle = start(spec, log_path, stop_timeout_s=stop_timeout_s)
+    until_ready(handle, startup_timeout_s=startup_timeout_s, on_progress=on_progress,
+                poll_s=poll_s, first_progress_s=first_progress_s,
+                progress_every_s=progress_every_s)
+    return handle
+
+
+def start(spec: LaunchSpec, log_path: Path, *,
+          stop_timeout_s: float = STOP_TIMEOUT_S) -> ServerHandle:
+    """Start the server's process (from the main thread, so it dies with this one); not yet
+    ready: until_ready waits for it."""
     if port_in_use(spec.host, spec.port, spec.url, check_bind=not spec.remote):
         raise ServerError(
             f"port {spec.port} on {spec.host} is already in use, so the {spec.config} server "
@@ -308,9 +319,22 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
                           log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s,
                           remote_tag=tag)
     _registry.add(handle)
+    return handle
+
+
+def until_ready(handle: ServerHandle, *, startup_timeout_s: float,
+                on_progress: ProgressCallback | None = None, poll_s: float = POLL_S,
+                first_progress_s: float = FIRST_PROGRESS_S,
+                progress_every_s: float = PROGRESS_EVERY_S,
+                cancelled: threading.Event | None = None) -> None:
+    """Wait for a started server to answer READY_PATH and check its /server_info; on any
+    failure (or once `cancelled` is set) it is stopped and ServerError raised."""
+    spec, proc = handle.spec, handle._proc
+    assert spec is not None, "a launched server"
+    assert proc is not None, "a launched server"
     try:
         _wait_ready(handle, proc, startup_timeout_s, on_progress, poll_s,
-                    first_progress_s, progress_every_s)
+                    first_progress_s, progress_every_s, cancelled)
         handle.server_info = fetch_server_info(handle.url, handle.api_key)
         check_config(handle.server_info, spec.config, handle.url)
     except ServerError as exc:
@@ -322,7 +346,14 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
     except BaseException:
         handle.stop()
         raise
-    return handle
+
+
+class PairStartError(ServerError):
+    """One of several servers started together did not get ready (`config` says which)."""
+
+    def __init__(self, config: Config, message: str, log_tail: str = "") -> None:
+        super().__init__(message, log_tail)
+        self.config = config
 
 
 def attach(url: str, api_key: str | None, config: Config, *,
@@ -362,6 +393,74 @@ def serve(plan: ServerPlan, progress: Progress) -> Iterator[ServerHandle]:
                  stop_timeout_s=plan.stop_timeout_s,
                  on_progress=_start_progress(plan.config, progress)) as handle:
         yield handle
+
+
+@contextlib.contextmanager
+def serve_together(plans: Sequence[ServerPlan],
+                   progress: Progress) -> Iterator[dict[Config, ServerHandle]]:
+    """Several launched servers started at once, so their loads overlap: each is preflighted,
+    then all are started from this thread and waited for side by side; all are stopped
+    afterwards. When one fails to get ready the others are stopped at once and PairStartError
+    names the one that failed."""
+    specs: dict[Config, LaunchSpec] = {}
+    for plan in plans:
+        spec = plan.spec
+        if spec is None or plan.log_path is None:
+            raise ValueError(f"the {plan.config} server is attached, not launched")
+        taken = [(s.host, s.port) for s in specs.values()]
+        if plan.any_port and (port_in_use(spec.host, spec.port, spec.url,
+                                          check_bind=not spec.remote)
+                              or (spec.host, spec.port) in taken):
+            spec = spec.on_port(free_port(spec.host))
+        if not spec.simulated:
+            try:
+                _preflight(spec, progress)
+            except ServerError as exc:
+                raise PairStartError(plan.config, str(exc)) from None
+        specs[plan.config] = spec
+    handles: dict[Config, ServerHandle] = {}
+    cancelled = threading.Event()
+    try:
+        for plan in plans:
+            spec = specs[plan.config]
+            progress(f"{plan.config}: launching {spec.display} (beside the "
+                     + " and ".join(p.config for p in plans if p is not plan) + " server)")
+            assert plan.log_path is not None
+            try:
+                handles[plan.config] = start(spec, plan.log_path,
+                                             stop_timeout_s=plan.stop_timeout_s)
+            except ServerError as exc:
+                raise PairStartError(plan.config, str(exc), exc.log_tail) from None
+        failures: dict[Config, ServerError] = {}
+
+        def wait(plan: ServerPlan) -> None:
+            try:
+                until_ready(handles[plan.config], startup_timeout_s=plan.startup_timeout_s,
+                            on_progress=_start_progress(plan.config, progress),
+                            cancelled=cancelled)
+            except ServerError as exc:
+                if not cancelled.is_set():
+                    failures[plan.config] = exc
+                cancelled.set()
+            except BaseException as exc:
+                failures[plan.config] = ServerError(f"internal error: {exc!r}")
+                cancelled.set()
+
+        waiters = [threading.Thread(target=wait, args=(plan,), name=f"ready-{plan.config}",
+                                    daemon=True) for plan in plans]
+        for thread in waiters:
+            thread.start()
+        for thread in waiters:
+            while thread.is_alive():  # joined in slices, so Ctrl-C and signals get through
+                thread.join(0.2)
+        if failures:
+            config, failed = next(iter(failures.items()))
+            raise PairStartError(config, str(failed), failed.log_tail)
+        yield handles
+    finally:
+        cancelled.set()
+        for handle in reversed(list(handles.values())):
+            handle.stop()
 
 
 def _preflight(spec: LaunchSpec, progress: Progress) -> None:
@@ -455,6 +554,53 @@ def process_env_detail(handle: ServerHandle) -> EnvReading:
                                 f"(run as the server's user); {why}", pid)
     except psutil.Error as exc:
         return EnvReading(None, f"pid {pid}: {exc.__class__.__name__}: {exc}; {why}", pid)
+
+
+# SGLang names each TP worker process with setproctitle: sglang::scheduler_TP1, or with data or
+# pipeline parallelism sglang::scheduler_DP0_TP1, sglang::scheduler_PP0_TP1.
+_RANK_TITLE = re.compile(r"sglang::(scheduler\S*?_TP(\d+)\S*)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RankEnv:
+    """One TP rank process of a server and its environment (None: unreadable, reason says)."""
+
+    rank: int
+    label: str  # its process title without the prefix, e.g. scheduler_TP1
+    pid: int
+    env: dict[str, str] | None
+    reason: str = ""
+
+
+def rank_envs(handle: ServerHandle) -> tuple[list[RankEnv], str]:
+    """The environment of every TP rank process of a server on this machine, by rank, with a
+    sentence saying where they were looked for ([] and why when none can be read)."""
+    spec = handle.spec
+    if spec is not None and spec.remote:
+        return [], "remote launcher: the TP ranks run on the GPU host"
+    root = handle.pid if handle.pid is not None else _listener_pid(handle.url)
+    if root is None:
+        return [], "attached server: no local process listens on its port"
+    ranks: list[RankEnv] = []
+    for proc in _tree(root, handle._family.values()):
+        try:
+            title = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        found = _RANK_TITLE.search(title)
+        if found is None:
+            continue
+        rank, label = int(found.group(2)), found.group(1)
+        try:
+            ranks.append(RankEnv(rank, label, proc.pid, dict(proc.environ())))
+        except psutil.AccessDenied:
+            ranks.append(RankEnv(rank, label, proc.pid, None,
+                                 "permission denied reading its environment"))
+        except psutil.Error as exc:
+            ranks.append(RankEnv(rank, label, proc.pid, None,
+                                 f"{exc.__class__.__name__}: {exc}"))
+    ranks.sort(key=lambda r: (r.rank, r.label))
+    return ranks, f"the TP rank processes (sglang::scheduler_TP<r>) under pid {root}"
 
 
 def _serving_pid(handle: ServerHandle) -> tuple[int, str]:
@@ -597,7 +743,8 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
                 on_progress: ProgressCallback | None, poll_s: float,
-                first_progress_s: float, progress_every_s: float) -> None:
+                first_progress_s: float, progress_every_s: float,
+                cancelled: threading.Event | None = None) -> None:
     import requests
 
     started = time.monotonic()
@@ -605,6 +752,10 @@ def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: 
     next_progress = started + first_progress_s
     url = handle.url + READY_PATH
     while True:
+        if cancelled is not None and cancelled.is_set():
+            raise ServerError(f"the {handle.config} server's start was abandoned "
+                              f"({time.monotonic() - started:.1f} s after start): the server "
+                              "started beside it failed", handle.log_tail())
         code = proc.poll()
         if code is not None:
             raise ServerError(
@@ -629,7 +780,11 @@ def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: 
             next_progress = now + progress_every_s
             lines = handle.log_tail(1).splitlines()
             on_progress(now - started, lines[-1] if lines else "")
-        time.sleep(min(poll_s, max(0.0, deadline - now)))
+        pause = min(poll_s, max(0.0, deadline - now))
+        if cancelled is not None:
+            cancelled.wait(pause)
+        else:
+            time.sleep(pause)
 
 
 def _terminate_tree(proc: subprocess.Popen[bytes], family: list[psutil.Process],

@@ -14,32 +14,51 @@ import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
+from specgate.testing import fake_gpus
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import model
-from specgate.testing.simulator.faults import faults_from_env
+from specgate.testing.simulator.faults import Faults, faults_from_env
 from specgate.testing.simulator.server import close_connections, make_server
 from specgate.testing.simulator.state import SGLANG_VERSION, SimState, log
 
 # Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
-# (which watch the parent with a watchdog); the harness must still kill the whole tree.
+# (which watch the parent with a watchdog); the harness must still kill the whole tree. A child
+# told to outlive it (the rank_ignores_term fault) ignores SIGTERM and waits to be killed.
 _CHILD_CODE = (
     "import os, signal, sys, time\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "if sys.argv[3] == 'stuck':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "    os.setsid()\n"
+    "    while True:\n"
+    "        time.sleep(0.2)\n"
     "parent = int(sys.argv[2])\n"
     "while os.getppid() == parent:\n"
     "    time.sleep(0.2)\n"
 )
 
 
-def _spawn_children(tp_size: int) -> list[subprocess.Popen[bytes]]:
-    names = [f"sglang::scheduler_TP{rank}" for rank in range(tp_size)] + ["sglang::detokenizer"]
-    return [
-        subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _CHILD_CODE, name, str(os.getpid())],
-            stdin=subprocess.DEVNULL,
-        )
-        for name in names
-    ]
+def _spawn_children(tp_size: int, placed: Sequence[int | None], env: Mapping[str, str],
+                    faults: Faults) -> list[subprocess.Popen[bytes]]:
+    """One process per TP rank (`sglang::scheduler_TP<r>`, on its GPU) and the detokenizer,
+    each with the server's environment, as SGLang's workers inherit it."""
+    stuck = "stuck" if "rank_ignores_term" in faults else "polite"
+    children = []
+    for rank in range(tp_size):
+        child_env = dict(env)
+        if rank > 0 and "rank_env_dropped" in faults:
+            child_env = {k: v for k, v in env.items() if not k.startswith("NCCL_")}
+        gpu = placed[rank]
+        name = f"sglang::scheduler_TP{rank}" + (f" gpu={gpu}" if gpu is not None else "")
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _CHILD_CODE, name, str(os.getpid()), stuck],
+            stdin=subprocess.DEVNULL, env=child_env)
+        fake_gpus.record(env, child.pid, gpu)
+        children.append(child)
+    children.append(subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _CHILD_CODE, "sglang::detokenizer",
+         str(os.getpid()), "polite"], stdin=subprocess.DEVNULL))
+    return children
 
 
 def _kill_children(children: Sequence[subprocess.Popen[bytes]]) -> None:
@@ -136,15 +155,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             "total capacity of 79.19 GiB of which 1.02 GiB is free. (simulated fault exit_at_start)"
         )
 
+    tp_size = max(1, namespace.tp_size)
+    try:
+        placed = fake_gpus.place(env, tp_size, namespace.base_gpu_id, namespace.gpu_id_step)
+    except (fake_gpus.PlacementError, OSError, ValueError) as exc:
+        return _fail(str(exc))
+    if any(gpu is not None for gpu in placed):
+        log(f"TP ranks on GPUs {placed} (simulated)")
     state = SimState(resolved, faults, argv, launch_speed=launch.speed)
     try:
         httpd = make_server(state, namespace.host, namespace.port)
     except OSError as exc:
         return _fail(f"OSError: {exc} (address {namespace.host}:{namespace.port})")
-    children = _spawn_children(max(1, namespace.tp_size))
+    children = _spawn_children(tp_size, placed, env, faults)
+    # The ranks a stuck server leaves behind are not its to stop.
+    stoppable = children[-1:] if "rank_ignores_term" in faults else children
 
     def die() -> None:
-        _kill_children(children)
+        _kill_children(stoppable)
         os._exit(1)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -156,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         httpd.server_close()
         remaining = close_connections(state)
         log(f"Gracefully exiting... Remaining number of requests {remaining}.")
-        _kill_children(children)
+        _kill_children(stoppable)
         os._exit(0)
 
     state.on_die = die
@@ -171,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log("Subprocess exited unexpectedly; the server shuts down.")
                 die()
     except KeyboardInterrupt:
-        _kill_children(children)
+        _kill_children(stoppable)
     return 0
 
 

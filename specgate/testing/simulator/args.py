@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--node-rank", type=int, default=0)
     add("--dist-init-addr")
     add("--device", default="auto")
+    add("--base-gpu-id", type=int, default=0)
+    add("--gpu-id-step", type=int, default=1)
     add("--api-key")
     add("--admin-api-key")
     add("--trust-remote-code", action="store_true")

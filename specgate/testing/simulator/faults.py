@@ -22,6 +22,12 @@ FLAGS = (
     # The whole stream reaches the client in one burst when it ends, as through a buffering
     # proxy; the server's own timing (and the truth log) is unchanged.
     "buffer_proxy",
+    # TP ranks other than 0 start without the NCCL_* variables, as under a launcher that does
+    # not forward the environment to its workers.
+    "rank_env_dropped",
+    # TP rank processes ignore SIGTERM and outlive the server in a session of their own, as a
+    # worker stuck in a collective does: only SIGKILL ends them.
+    "rank_ignores_term",
 )
 # die_after:N and hang_after:N take the whole server after N requests; stall_request:N and
 # drop_request:N take only the N-th request's stream (stalled with its socket open, or cut),
