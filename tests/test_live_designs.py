@@ -13,7 +13,7 @@ from helpers_ckpt import tiny_drafter
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
 from specgate.io import launch_log
-from specgate.measure import drift, launches, live, plan, reuse
+from specgate.measure import drift, launches, live, plan, resident, reuse
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.prompts import template_named
 from specgate.measure.stats import Summary
@@ -96,6 +96,7 @@ def test_interleaved_servers_are_resident_together_and_measured_one_request_at_a
     assert results.speculative.failure is None, results.speculative.failure
     assert results.baseline.url != results.speculative.url
     lines = [json.loads(line) for line in truth.read_text().splitlines()]
+    lines = [d for d in lines if "ready" not in d]
     # Both launched before the first request.
     assert [("launch" in d) for d in lines[:2]] == [True, True]
     assert not any("launch" in d for d in lines[2:])
@@ -135,13 +136,13 @@ def test_the_second_of_two_resident_servers_moves_off_a_shared_fixed_port(tmp_pa
     fixed = profile.model_copy(update={"server": profile.server.model_copy(
         update={"port": 31123})})
     planned = plan.resolve(fixed, tmp_path / "reports")
-    moved = live._beside(planned.baseline, planned.speculative)
+    moved = resident.beside(planned.baseline, planned.speculative)
     assert moved.spec.port == 31124
     assert moved.url.endswith(":31124")
     assert "--port" in moved.spec.argv
     assert moved.spec.argv[moved.spec.argv.index("--port") + 1] == "31124"
     free = plan.resolve(profile, tmp_path / "reports")
-    assert live._beside(free.baseline, free.speculative) is free.speculative
+    assert resident.beside(free.baseline, free.speculative) is free.speculative
 
 
 @pytest.mark.slow

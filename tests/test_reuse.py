@@ -379,7 +379,8 @@ def test_a_stored_baseline_is_reused_once_the_speculative_server_agrees(
     facts = live.server_facts(machine.reports)
     assert facts["baseline_reuse"]["reused"] is True
     assert facts["gpus"] == {"selected": [0], "names": ["NVIDIA H200"],
-                             "drivers": ["570.124.06"], "unknown": ""}
+                             "drivers": ["570.124.06"], "unknown": "", "clocks": []}
+    assert facts["gpus_by_server"]["baseline"]["selected"] == [0]
     assert facts["chat_template"] == {"name": "plain", "source": "test",
                                       "digest": template_named("plain", "test").digest}
 

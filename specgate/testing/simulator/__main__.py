@@ -89,16 +89,29 @@ def _launch(env: Mapping[str, str], speculative: bool) -> model.LaunchTruth:
     path = env.get(model.ENV_TRUTH)
     if not path:
         speed = model.launch_speed(spread, None if seed is None else f"{seed}/{role}")
-        return model.LaunchTruth(0, role, speed, spread, seed, os.getpid())
+        return model.LaunchTruth(0, role, speed, spread, seed, os.getpid(), time.monotonic())
     with open(path, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
         number = sum(1 for line in fh if line.startswith('{"launch"'))
         speed = model.launch_speed(spread, None if seed is None else f"{seed}/{number}/{role}")
-        launch = model.LaunchTruth(number, role, speed, spread, seed, os.getpid())
+        launch = model.LaunchTruth(number, role, speed, spread, seed, os.getpid(),
+                                   time.monotonic())
         fh.write(json.dumps(launch.to_json(), separators=(",", ":")) + "\n")
         fh.flush()
     return launch
+
+
+def _note_ready(env: Mapping[str, str], launch: model.LaunchTruth) -> None:
+    """The truth log's record of when this launch got ready (its loads overlap another's
+    when that one started before this time)."""
+    path = env.get(model.ENV_TRUTH)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.write(json.dumps({"ready": launch.launch, "role": launch.role,
+                             "t": time.monotonic()}, separators=(",", ":")) + "\n")
 
 
 def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
@@ -193,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         _start_up(state, namespace.model_path, namespace.host, namespace.port)
+        if state.ready.is_set():
+            _note_ready(env, launch)
         while True:
             time.sleep(0.5)
             if any(child.poll() is not None for child in children):

@@ -491,6 +491,9 @@ class LaunchTruth:
     spread: float
     seed: str | None
     pid: int
+    # time.monotonic() when the launch began, and when it answered ready (its "ready" record).
+    t_started: float = 0.0
+    t_ready: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -555,26 +558,29 @@ class RequestTruth:
 
 def read_truth(path: str | os.PathLike[str]) -> list[RequestTruth]:
     """The request records of a truth file (JSON lines), oldest first; derived keys are
-    recomputed; the launch records (read_launches) are left out."""
+    recomputed; the launch and ready records (read_launches) are left out."""
     names = {field.name for field in dataclasses.fields(RequestTruth)}
     records = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            if "launch" not in data:
+            if "launch" not in data and "ready" not in data:
                 records.append(RequestTruth(**{k: v for k, v in data.items() if k in names}))
     return records
 
 
 def read_launches(path: str | os.PathLike[str]) -> list[LaunchTruth]:
-    """The launch records of a truth file, in launch order."""
-    out = []
+    """The launch records of a truth file, in launch order, each with when it got ready."""
+    out: list[LaunchTruth] = []
+    ready: dict[int, float] = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
             if "launch" in data:
                 out.append(LaunchTruth(**data))
-    return out
+            elif "ready" in data:
+                ready[int(data["ready"])] = float(data["t"])
+    return [dataclasses.replace(x, t_ready=ready.get(x.launch)) for x in out]
 
 
 def accept_length_of(records: Sequence[RequestTruth]) -> float | None:
