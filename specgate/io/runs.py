@@ -37,7 +37,10 @@ RUN_LOCK = ".specgate-run.lock"
 HOLDER_FILE = ".specgate-run.json"  # who holds RUN_LOCK, for the message of a run that waits
 PUBLISH_LOCK = ".specgate-publish.lock"
 # What a run publishes to the top of the reports folder; verdict.json goes last.
-PUBLISHED = ("allure-results", "live", "junit.xml", "verdict.json")
+# A checkpoint matrix's run keeps each checkpoint's verdict and live session in
+# checkpoints/<name>/ (verdict.json beside it is the matrix's).
+CHECKPOINTS_DIR = "checkpoints"
+PUBLISHED = ("allure-results", "live", CHECKPOINTS_DIR, "junit.xml", "verdict.json")
 KEEP_RUNS = 20  # run folders kept; older ones are removed when a run publishes
 SAY_EVERY_S = 30.0  # while waiting for another run, how often to say so again
 POLL_S = 0.2
@@ -76,8 +79,11 @@ def new_run(reports: Path, *, now: _dt.datetime | None = None) -> RunFolder:
 
 
 def reports_root(path: Path) -> Path:
-    """The reports folder that path belongs to: itself, or the one above a run folder."""
+    """The reports folder that path belongs to: itself, or the one above a run folder (or
+    above a matrix checkpoint's folder in a run)."""
     path = Path(path)
+    if path.parent.name == CHECKPOINTS_DIR:  # a checkpoint's folder inside a matrix's run
+        path = path.parent.parent
     if path.parent.name == RUNS_DIR and (path / RUN_FILE).is_file():
         return path.parent.parent
     return path
