@@ -92,7 +92,8 @@ def test_two_checkpoints_run_side_by_side_on_their_gpu_sets(tmp_path: Path) -> N
     assert len(top["claims"]) == sum(len(json.loads((reports / r["verdict"]).read_text())
                                          ["claims"]) for r in rows.values())
     # Both checkpoints measured at once, one on each worker.
-    assert "[specgate live gw0]" in out and "[specgate live gw1]" in out
+    assert "[specgate live gw0]" in out
+    assert "[specgate live gw1]" in out
     run_dir = reports / top["run"]["folder"]
     assert (run_dir / "checkpoints" / "main" / "live" / "results.json").is_file()
     assert "checkpoint main: PASSED" in out

@@ -154,3 +154,37 @@ def test_a_local_launcher_without_sglang_is_not_launched(tmp_path: Path) -> None
                          said.append):
         pass
     assert not any("launching" in line for line in said)
+
+
+def _multi_gpu_profile(launcher: list[str]) -> object:
+    return parse_profile({"name": "t", "target": {"path": "/t"}, "drafter": {"path": "/d"},
+                          "server": {"launcher": launcher, "tp": 2, "gpus": [0, 1],
+                                     "baseline_gpus": [2, 3], "parallel_launch": True,
+                                     "env": {"NCCL_PROTO": "Simple"},
+                                     "args": ["--trust-remote-code", "--gpu-id-step", "1"],
+                                     "baseline_args": ["--base-gpu-id", "0"]},
+                          "speculative": {"num_steps": 2, "eagle_topk": 1,
+                                          "num_draft_tokens": 3}})
+
+
+def test_multi_gpu_commands_pass_the_simulators_parser() -> None:
+    from specgate.testing.simulator import args as sim_args
+
+    p = _multi_gpu_profile([sys.executable, "-m", "specgate.testing.simulator"])
+    for config in ("baseline", "speculative"):
+        parsed = sim_args.build_parser().parse_args(build_command(p, config).server_args)
+        assert parsed.tp_size == 2
+        assert parsed.gpu_id_step == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_sglang(SGLANG_PYTHON),
+                    reason="sglang is not importable (set SPECGATE_SGLANG_PYTHON to an "
+                           "interpreter that has it, e.g. /tmp/sgvenv/bin/python)")
+def test_real_sglang_accepts_tp_and_gpu_set_commands() -> None:
+    p = _multi_gpu_profile([SGLANG_PYTHON, "-m", "sglang.launch_server"])
+    for config in ("baseline", "speculative"):
+        spec = build_command(p, config)
+        assert spec.env["CUDA_VISIBLE_DEVICES"] == ("2,3" if config == "baseline" else "0,1")
+        checked = preflight_spec(spec)
+        assert checked.status == "ok", checked.message

@@ -59,9 +59,17 @@ DESCRIPTIONS: dict[str, str] = {
     "server.baseline_url": "attach to this running baseline server instead of launching one",
     "server.stop_command": "argv run on every stop of a remote launch, in place of specgate's "
                            "own sweep of the server's tagged processes through the launcher",
-    "server.gpus": ("GPU indices the server uses: passed to it as CUDA_VISIBLE_DEVICES and "
-                    "checked by `env.gpu_clean` before a launch (default: the env's "
-                    "CUDA_VISIBLE_DEVICES, else 0..tp-1)"),
+    "server.gpus": ("GPU indices the server uses: passed to it as CUDA_VISIBLE_DEVICES; "
+                    "TP rank r runs on the (--base-gpu-id + r × --gpu-id-step)-th of them, and "
+                    "every one a rank uses is checked by `env.gpu_clean` before a launch "
+                    "(default: the env's CUDA_VISIBLE_DEVICES, else every GPU)"),
+    "server.baseline_gpus": ("the baseline server's own GPU indices (default: `gpus`): with "
+                             "disjoint sets both servers can be resident at once; GPUs of "
+                             "another model or driver than the speculative server's break "
+                             "the comparison claims (reason gpu_mismatch)"),
+    "server.parallel_launch": ("launch the baseline and the speculative server at the same "
+                               "time so their loads overlap; both stay resident and are "
+                               "measured one at a time (in turn with design interleaved)"),
     "speculative.algorithm": "SGLang's --speculative-algorithm",
     "speculative.num_steps": "--speculative-num-steps (all three of these, or none)",
     "speculative.eagle_topk": "--speculative-eagle-topk",
