@@ -25,7 +25,7 @@ from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, live
+from specgate.measure import bench, live, prompts
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import ConfigRun, LiveResults
 from specgate.measure.prompts import template_named
@@ -75,10 +75,13 @@ RECORDED = _transcripts()
 class Replay:
     """A loopback server that answers every request with a transcript's bytes on its clock."""
 
-    def __init__(self, pieces: list[tuple[float, bytes]], *, hold_open_s: float = 0.0) -> None:
+    def __init__(self, pieces: list[tuple[float, bytes]], *, hold_open_s: float = 0.0,
+                 first: list[tuple[float, bytes]] | None = None) -> None:
         self.pieces = pieces
         self.hold_open_s = hold_open_s
+        self.first = first  # what the first /generate gets instead, when given
         self.connections = 0
+        self.generates = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self._stop = threading.Event()
@@ -114,8 +117,13 @@ class Replay:
                                        if ln.lower().startswith(b"content-length")), b"0"))
                     while len(body) < length:
                         body += conn.recv(65536)
+                    pieces = self.pieces
+                    if head.startswith(b"POST /generate"):
+                        self.generates += 1
+                        if self.generates == 1 and self.first is not None:
+                            pieces = self.first
                     t0 = time.perf_counter()
-                    for t, piece in self.pieces:
+                    for t, piece in pieces:
                         time.sleep(max(0.0, t0 + t - time.perf_counter()))
                         conn.sendall(piece)
                     if self.hold_open_s:
@@ -246,6 +254,36 @@ def test_burst_measurement_is_refused_by_timed_claims(replay: type[Replay]) -> N
     assert result.status is Status.BROKEN
     assert "burst" in result.message
     assert result.details == {"bursts": 3, "requests": 3}
+
+
+def _one_prompt() -> prompts.PromptSet:
+    return prompts.PromptSet.rendered(prompts.load_builtin()[:1], PLAIN)
+
+
+def test_a_stream_read_in_one_burst_once_is_sent_again(replay: type[Replay]) -> None:
+    """A reader that was not scheduled for a moment gets a whole stream at once; sent again, the
+    stream arrives as decoded and that reading is the one measured."""
+    server_ = replay(RECORDED["stream"].pieces(), first=_burst(RECORDED["stream"]))
+    with SGLangClient(server_.url) as client:
+        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+    assert server_.generates == 2
+    assert [s.burst for s in samples] == [False]
+
+
+def test_a_buffering_proxy_bursts_again_and_is_still_refused(replay: type[Replay]) -> None:
+    server_ = replay(_burst(RECORDED["stream"]))
+    with SGLangClient(server_.url) as client:
+        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+    assert server_.generates == 2
+    assert [s.burst for s in samples] == [True]
+
+
+def test_a_stream_that_arrives_as_decoded_is_sent_once(replay: type[Replay]) -> None:
+    server_ = replay(RECORDED["stream"].pieces())
+    with SGLangClient(server_.url) as client:
+        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+    assert server_.generates == 1
+    assert [s.burst for s in samples] == [False]
 
 
 # -- merged first message --------------------------------------------------------------------------
