@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -625,7 +626,8 @@ def test_measured_throughput_and_accept_length_match_truth(
         return rate, meta, wall - meta["e2e_latency"]
 
     base = [decode_rate(base_sim, f"baseline prompt {i}") for i in range(4)]
-    base_tps = sum(r for r, _, _ in base) / len(base)
+    # The median: a request the machine did not schedule for a moment reads slow on the wire.
+    base_tps = statistics.median(r for r, _, _ in base)
     assert base_tps == pytest.approx(truth.baseline_tps, rel=0.02)
 
     spec = [decode_rate(spec_sim, f"prompt {i}: write something long") for i in range(20)]
@@ -727,7 +729,7 @@ def test_each_launch_draws_its_speed_logs_it_and_serves_at_it(
         with running(tmp_path, "--model-path", str(dirs[0]), env=env) as sim:
             info = sim.get("/server_info").json()["simulator"]
             rates = [_decode_rate(sim, f"launch prompt {i}") for i in range(3)]
-            served.append((info["launch_speed"], sum(rates) / len(rates)))
+            served.append((info["launch_speed"], statistics.median(rates)))
     launches = model.read_launches(truth)
     assert [(x.launch, x.role, x.seed) for x in launches] == [(0, "baseline", "41"),
                                                                (1, "baseline", "41")]
