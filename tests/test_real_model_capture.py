@@ -3,27 +3,17 @@ with transformers that takes exactly the residual stream entering those layers."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
+from helpers_scripts import load_real_model_script
 
 
 @pytest.fixture(scope="module")
 def capture() -> ModuleType:
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("rm_capture", HERE / "capture.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_real_model_script("capture")
 
 
 def test_sglang_default_capture_for_smollm2(capture: ModuleType) -> None:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers_scripts import load_real_model_script
 
 from specgate.measure.prompts import load_builtin
 
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
 MATERIAL = ([("json.dumps", "Serialize obj to a JSON formatted str."),
              ("textwrap.fill", "Wrap a single paragraph of text, returning a single string.")],
             ["result = sorted(items, key=lambda item: item[1])",
@@ -21,13 +18,7 @@ MATERIAL = ([("json.dumps", "Serialize obj to a JSON formatted str."),
 
 @pytest.fixture(scope="module")
 def prompts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rm_prompts", HERE / "prompts.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_real_model_script("prompts")
 
 
 @pytest.fixture(scope="module")

@@ -5,15 +5,13 @@ wheel), its LlamaForCausalLMEagle3 loads the checkpoint with every key and shape
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers_scripts import load_real_model_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -21,17 +19,7 @@ pytest.importorskip("transformers")
 from specgate.io.checkpoint import expected_layout, open_drafter
 from specgate.io.metrics_log import read_metrics
 
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"rm_{name}", HERE / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+load = load_real_model_script
 
 
 @pytest.fixture(scope="module")

@@ -9,27 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from helpers_scripts import load_real_model_script
 
 from specgate.io.vocab_maps import VocabMap, check_invariants
 
-HERE = Path(__file__).resolve().parent.parent / "benchmarks" / "real_model"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"rm_{name}", HERE / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+load = load_real_model_script
 
 
 @pytest.fixture(scope="module")
