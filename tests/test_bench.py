@@ -2,16 +2,10 @@
 
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-import requests
-from helpers_ckpt import tiny_drafter
+import sim_helpers
 
 from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
@@ -21,62 +15,21 @@ STEPS = 2
 ACCEPTANCE = [0.8, 0.6]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _model_dirs(root: Path) -> tuple[Path, Path]:
-    target, draft = root / "target", root / "draft"
-    target.mkdir()
-    # A whole drafter (SGLang will not start on a config alone), as long-context as the target.
-    tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
-    (target / "specgate_sim.json").write_text(json.dumps(
-        {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}))
-    (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": ACCEPTANCE}))
-    return target, draft
-
-
-def _start(argv: list[str], log: Path, truth: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A simulator that logs every request it serves, timed on its own clock, to `truth`."""
-    port = _free_port()
-    fh = open(log, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
-                             "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT,
-                            env={**os.environ, model.ENV_TRUTH: str(truth)})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if requests.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("simulator did not get ready:\n" + log.read_text())
-
-
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     root = tmp_path_factory.mktemp("sim")
-    target, draft = _model_dirs(root)
-    base_proc, base_url = _start(["--model-path", str(target)], root / "base.log",
-                                 root / "base-truth.jsonl")
-    spec_proc, spec_url = _start(
-        ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
-         "--speculative-draft-model-path", str(draft), "--speculative-num-steps", str(STEPS),
-         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1)],
-        root / "spec.log", root / "spec-truth.jsonl")
+    target, draft = sim_helpers.model_dirs(
+        root, {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}, ACCEPTANCE)
+    base_proc, base_url = sim_helpers.start(["--model-path", str(target)], root / "base.log",
+                                            root / "base-truth.jsonl")
+    spec_proc, spec_url = sim_helpers.start(sim_helpers.spec_args(target, draft, STEPS),
+                                            root / "spec.log", root / "spec-truth.jsonl")
     params = model.load_params(target, draft, speculative=True, num_steps=STEPS, eagle_topk=1,
                                num_draft_tokens=STEPS + 1)
     yield {"base": base_url, "spec": spec_url, "truth": model.truth(params),
            "base_log": root / "base-truth.jsonl", "spec_log": root / "spec-truth.jsonl"}
     for proc in (base_proc, spec_proc):
-        proc.kill()
-        proc.wait(10)
+        sim_helpers.stop(proc)
 
 
 def _measure(url, config, **bench_kw):
