@@ -477,6 +477,22 @@ def _assert_stopped_remotely(run: fh.ProbeRun, configs: tuple[str, ...],
         assert how in stop["summary"], stop["summary"]
 
 
+def _probe_leaving_nothing(profile: Path, marker: str, reports: Path,
+                           markers: list[tuple[str, list[str]]], label: str,
+                           env: dict[str, str] | None = None) -> tuple[fh.ProbeRun, list[str]]:
+    """A whole probe run through the far side, recorded under `label`: it ends within the bound
+    and leaves nothing there. (run, the launches' tags)."""
+    markers.append((marker, []))
+    run = fh.run_probe(profile, reports, env=env, timeout_s=BOUND_S)
+    tags = tags_in(reports)
+    markers.append((marker, tags))
+    left = left_on_far_side(marker, tags)
+    fh.record(label, run, held=not left, orphans_found=len(left))
+    assert not run.timed_out, run.output[-3000:]
+    assert left == []
+    return run, tags
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("outcome", ["measured", "failed"])
 def test_probe_through_ssh_ends_clean(outcome: str, sshd_server: sshd.SSHServer,
@@ -485,16 +501,9 @@ def test_probe_through_ssh_ends_clean(outcome: str, sshd_server: sshd.SSHServer,
     thresholds = {"baseline_tps_min": 1e9} if outcome == "failed" else None
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
                                      thresholds=thresholds)
-    markers.append((marker, []))
-    reports = tmp_path / "reports"
-    run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports)
-    markers.append((marker, tags))
-    left = left_on_far_side(marker, tags)
-    fh.record(f"remote ssh: {outcome}", run, held=not left, orphans_found=len(left))
-    assert not run.timed_out, run.output[-3000:]
+    run, tags = _probe_leaving_nothing(profile, marker, tmp_path / "reports", markers,
+                                       f"remote ssh: {outcome}")
     assert len(tags) == 2, tags
-    assert left == []
     _assert_measured(run)
     if outcome == "failed":
         assert (run.verdict["outcome"], run.returncode) == ("failed", 1), run.output[-3000:]
@@ -510,16 +519,9 @@ def test_probe_through_a_container_standin_ends_clean(
         markers: list[tuple[str, list[str]]]) -> None:
     prefix = ["pct", "exec", "101", "--"] if standin == "pct" else ["docker", "exec", "gpu"]
     profile, marker = _probe_profile(tmp_path, assets, prefix)
-    markers.append((marker, []))
-    reports = tmp_path / "reports"
     env = fh.child_env(PATH=f"{STANDINS}{os.pathsep}{os.environ.get('PATH', '')}")
-    run = fh.run_probe(profile, reports, env=env, timeout_s=BOUND_S)
-    tags = tags_in(reports)
-    markers.append((marker, tags))
-    left = left_on_far_side(marker, tags)
-    fh.record(f"remote {standin} stand-in: measured", run, held=not left, orphans_found=len(left))
-    assert not run.timed_out, run.output[-3000:]
-    assert left == []
+    run, _ = _probe_leaving_nothing(profile, marker, tmp_path / "reports", markers,
+                                    f"remote {standin} stand-in: measured", env=env)
     _assert_measured(run)
     _assert_stopped_remotely(run, ("baseline", "speculative"))
 
@@ -533,15 +535,8 @@ def test_probe_through_ssh_with_a_server_that_ignores_sigterm(
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(),
                                      launcher=[*sshd_server.prefix(), PY, str(script)],
                                      stop_timeout_s=2)
-    markers.append((marker, []))
-    reports = tmp_path / "reports"
-    run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports)
-    markers.append((marker, tags))
-    left = left_on_far_side(marker, tags)
-    fh.record("remote ssh: server ignores SIGTERM", run, held=not left, orphans_found=len(left))
-    assert not run.timed_out, run.output[-3000:]
-    assert left == []
+    run, _ = _probe_leaving_nothing(profile, marker, tmp_path / "reports", markers,
+                                    "remote ssh: server ignores SIGTERM")
     _assert_measured(run)
     _assert_stopped_remotely(run, ("baseline", "speculative"),
                              how="still running 2 s after TERM: KILL to process group")
@@ -573,15 +568,8 @@ def test_probe_through_ssh_reports_a_remote_failure(
         markers: list[tuple[str, list[str]]]) -> None:
     options, reason, said = REMOTE_FAULTS[case]
     profile, marker = _probe_profile(tmp_path, assets, sshd_server.prefix(), **options)
-    markers.append((marker, []))
-    reports = tmp_path / "reports"
-    run = fh.run_probe(profile, reports, timeout_s=BOUND_S)
-    tags = tags_in(reports)
-    markers.append((marker, tags))
-    left = left_on_far_side(marker, tags)
-    fh.record(f"remote ssh: {case}", run, held=not left, orphans_found=len(left))
-    assert not run.timed_out, run.output[-3000:]
-    assert left == []
+    run, _ = _probe_leaving_nothing(profile, marker, tmp_path / "reports", markers,
+                                    f"remote ssh: {case}")
     assert run.verdict["outcome"] == "error", run.output[-3000:]
     for cid in LIVE_CLAIMS:
         claim = run.claims()[cid]
