@@ -3,7 +3,7 @@ and against real SGLang's own server-side figures (e2e_latency, spec_verify_ct).
 
     python benchmarks/accuracy.py            # prints the table; writes reports/accuracy.json
 
-Simulator: each mode runs `bench.measure` over the 42 built-in prompts against a simulator that
+Simulator: each mode runs `passes.measure` over the 42 built-in prompts against a simulator that
 logs every request on its own clock (SPECGATE_SIM_TRUTH); accept length and decode tok/s are
 compared with that log. Real SGLang: the per-request figures of the committed H200 suite run
 (benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/), the client's clock against the server's.
@@ -45,7 +45,7 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
                    keep: dict[str, Any] | None = None) -> dict[str, Any]:
     """The harness's figures against the simulator's truth log in one streaming mode; `keep`
     receives the measurement and the served records for a caller that checks each request."""
-    from specgate.measure import bench, prompts
+    from specgate.measure import bench, passes, prompts
     from specgate.serving.client import SGLangClient
     from specgate.testing import generate
     from specgate.testing.simulator import model
@@ -85,7 +85,7 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
             prompts.select(prompts.load_builtin(), None, per_category),
             prompts.template_named("chatml", "bench"))
         with SGLangClient(url) as client:
-            m = bench.measure(client, b, chosen, config="speculative")
+            m = passes.measure(client, b, chosen, config="speculative")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -17,8 +17,8 @@ import requests
 
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import bench, drift, launches, live, prompts
-from specgate.measure.live import ConfigRun, LiveResults
+from specgate.measure import bench, drift, gate, launches, passes, prompts
+from specgate.measure.results import ConfigRun, LiveResults
 from specgate.serving.client import SGLangClient
 from specgate.testing import demo, generate
 from specgate.testing.simulator import model
@@ -107,10 +107,10 @@ def _coverage(profile: Profile) -> drift.Coverage:
 def _measure(url: str, config: str, profile: Profile, chosen: Sequence[prompts.Prompt],
              baseline: bench.Measurement | None, sequential: bool) -> bench.Measurement:
     sent = prompts.PromptSet.rendered(chosen, prompts.template_named("chatml", "benchmark"))
-    keep = (live.keep_going_rule(profile.thresholds, config, baseline, _coverage(profile))
+    keep = (gate.keep_going_rule(profile.thresholds, config, baseline, _coverage(profile))
             if sequential else None)
     with SGLangClient(url) as client:
-        return bench.measure(client, bench.Sampling.of(profile.bench), sent,
+        return passes.measure(client, bench.Sampling.of(profile.bench), sent,
                              config=config,  # type: ignore[arg-type]
                              keep_going=keep, simulated=True)
 

@@ -74,8 +74,8 @@ def run_reuse(root: Path) -> dict[str, Any]:
 
 def run_tune(root: Path) -> dict[str, Any]:
     from specgate.core.profile import load_profile
-    from specgate.measure.live import run_config
     from specgate.measure.plan import resolve
+    from specgate.measure.server_session import run_config
     from specgate.measure.tune import Candidate, run_tune
     from specgate.testing.demo import ensure_assets
     from specgate.testing.simulator import model

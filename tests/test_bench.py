@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import sim_helpers
 
-from specgate.measure import bench, prompts
+from specgate.measure import bench, passes, prompts
 from specgate.serving.client import SGLangClient
 from specgate.testing.simulator import model
 
@@ -39,7 +39,7 @@ def _measure(url, config, **bench_kw):
     chosen = prompts.PromptSet.rendered(prompts.load_builtin(),
                                         prompts.template_named("chatml", "test"))
     with SGLangClient(url) as client:
-        return bench.measure(client, b, chosen, config=config)
+        return passes.measure(client, b, chosen, config=config)
 
 
 def _served(log: Path, since: int) -> list[model.RequestTruth]:
@@ -145,7 +145,7 @@ def test_sequential_repeats_stop_at_max_and_say_why(sim):
         return "the tps interval straddles 1"
 
     with SGLangClient(sim["base"]) as client:
-        m = bench.measure(client, b, chosen, config="baseline", keep_going=keep_going)
+        m = passes.measure(client, b, chosen, config="baseline", keep_going=keep_going)
     assert calls == [1, 2, 3]
     assert m.repeats == 3
     assert m.stop_reason == "3 repeats (max_repeats) and still the tps interval straddles 1"
@@ -156,7 +156,7 @@ def test_keep_going_none_stops_after_configured_repeats(sim):
     one = prompts.PromptSet.rendered(prompts.load_builtin()[:1],
                                      prompts.template_named("plain", "t"))
     with SGLangClient(sim["spec"]) as client:
-        m = bench.measure(client, b, one, config="speculative", keep_going=lambda m: None)
+        m = passes.measure(client, b, one, config="speculative", keep_going=lambda m: None)
     assert m.repeats == 2
     assert m.stats["accept_len"].n == 1  # one prompt: the interval is over prompts
     assert not math.isnan(m.stats["accept_len"].mean)

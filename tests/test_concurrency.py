@@ -14,7 +14,8 @@ from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure import bench
 from specgate.measure import curve as curves
-from specgate.measure.live import LiveResults, run_live
+from specgate.measure.live import run_live
+from specgate.measure.results import LiveResults
 from specgate.testing.simulator import model
 
 STEPS = 2

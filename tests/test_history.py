@@ -356,8 +356,8 @@ def test_regress_reads_the_last_passing_run_of_this_profile(tmp_path: Path) -> N
 
 def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> None:
     from specgate.measure.bench import RequestSample, Sampling, build_measurement
-    from specgate.measure.live import ConfigRun, LiveResults
     from specgate.measure.prompts import template_named
+    from specgate.measure.results import ConfigRun, LiveResults
 
     def measured(config: str, tps: float, verify: int | None) -> object:
         rows = [RequestSample(1, f"p{i}", "chat", 10, 101, verify, 0.01, 0.01 + 100 / tps,

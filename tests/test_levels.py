@@ -12,7 +12,7 @@ import pytest
 from specgate.claims import levels
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
-from specgate.measure.live import ConfigRun, Failure, LiveResults
+from specgate.measure.results import ConfigRun, Failure, LiveResults
 
 
 def _collect(tmp_path, profile: str, select: str) -> list[str]:

@@ -13,7 +13,8 @@ from specgate_fixtures.live import shared_live_results
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
-from specgate.measure.live import LiveResults, run_live
+from specgate.measure.live import run_live
+from specgate.measure.results import LiveResults
 
 
 def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, bench=None):

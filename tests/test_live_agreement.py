@@ -25,8 +25,8 @@ from specgate.cli.eval import main_eval
 from specgate.core.errors import DataError
 from specgate.core.profile import Profile, parse_profile
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.live import ConfigRun, Failure, LiveResults
 from specgate.measure.prompts import template_named
+from specgate.measure.results import ConfigRun, Failure, LiveResults
 from specgate.model.evaluate import (
     ALL,
     ServedPrediction,

@@ -13,9 +13,10 @@ from helpers_ckpt import tiny_drafter
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
 from specgate.io import launch_log
-from specgate.measure import drift, launches, live, plan, resident, reuse
+from specgate.measure import drift, gate, launches, live, plan, resident, reuse
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.prompts import template_named
+from specgate.measure.results import LiveResults
 from specgate.measure.stats import Summary
 from specgate.testing.simulator import model
 
@@ -77,7 +78,7 @@ def test_aba_launches_the_baseline_again_and_pools_its_two_launches(tmp_path):
     assert len({r.run for r in logged}) == 1
     assert logged[0].fingerprint == logged[2].fingerprint != logged[1].fingerprint
     assert logged[1].deployment == logged[0].fingerprint
-    back = live.LiveResults.read(reports / "live" / "results.json")
+    back = LiveResults.read(reports / "live" / "results.json")
     assert back.coverage == coverage
     assert back.baseline_after.measurement.repeats == 2
     claim = perf_claims.speedup_claim(_profile(tmp_path, design="aba"), back)
@@ -198,15 +199,15 @@ def test_the_rule_for_more_passes_stops_when_the_launch_spread_alone_holds_the_i
     near = _measured("speculative", 108.0, verify=30)
     thresholds = parse_profile({"name": "t"}).thresholds
     wide = drift.Coverage("ab", drift.fixed("tps", 0.1), drift.fixed("cycle_ms", 0.1))
-    rule = live.keep_going_rule(thresholds, "speculative", base, wide)
+    rule = gate.keep_going_rule(thresholds, "speculative", base, wide)
     assert rule(near) is None  # another pass would not move the launch part
     assert rule.undecided.startswith("more passes cannot decide it: the speedup interval")
     assert "launch-to-launch spread alone (14.1 %" in rule.undecided
-    stopped = live._stopped_why(near, rule)
+    stopped = gate.stopped_why(near, rule)
     assert stopped.stop_reason.startswith("2 repeats: more passes cannot decide it")
     # Without launch spread the same interval is decided by the prompts: it clears 1.
     steady = drift.Coverage("ab", drift.fixed("tps", 1e-6), drift.fixed("cycle_ms", 1e-6))
-    assert live.keep_going_rule(thresholds, "speculative", base, steady)(near) is None
+    assert gate.keep_going_rule(thresholds, "speculative", base, steady)(near) is None
     # Where more passes can still help, the rule asks for them: prompts that disagree widely.
     factors = [2.0, 2.6, 1.6, 2.4, 1.0, 2.8]
     noisy = build_measurement(
@@ -214,6 +215,6 @@ def test_the_rule_for_more_passes_stops_when_the_launch_spread_alone_holds_the_i
         sampling=Sampling(repeats=2, max_repeats=4),
         samples=[dataclasses.replace(s, e2e_s=0.01 + (s.e2e_s - 0.01) / factors[i % 6])
                  for i, s in enumerate(_measured("speculative", 100.0, verify=30).samples)])
-    asked = live.keep_going_rule(thresholds, "speculative", base, wide)
+    asked = gate.keep_going_rule(thresholds, "speculative", base, wide)
     assert asked(noisy) is not None
     assert asked.undecided is None

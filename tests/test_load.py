@@ -7,7 +7,7 @@ import re
 import pytest
 import sim_helpers as sim
 
-from specgate.measure import bench, load, prompts
+from specgate.measure import bench, load, passes, prompts
 from specgate.serving.client import SGLangClient
 
 STEPS = 2
@@ -115,7 +115,7 @@ def test_a_measurement_at_a_level_says_how_the_load_was_held(serve):
                                "builtin", prompts.template_named("chatml", "test"))
     sampling = bench.Sampling(max_new_tokens=24, warmup=1, repeats=2, max_repeats=2)
     with SGLangClient(url) as client:
-        m = bench.measure(client, sampling, chosen, config="speculative", concurrency=4)
+        m = passes.measure(client, sampling, chosen, config="speculative", concurrency=4)
     assert m.concurrency == 4
     assert len(m.samples) == 20
     assert m.fillers > 0

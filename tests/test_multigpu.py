@@ -18,7 +18,8 @@ from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ProfileError
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import live, plan
+from specgate.measure import live, plan, server_session
+from specgate.measure import results as live_results
 from specgate.serving import gpu, server
 from specgate.serving.launch import LaunchSettings, plan_server
 from specgate.testing import fake_gpus
@@ -150,7 +151,7 @@ def test_ranks_run_on_their_gpus_and_teardown_leaves_none(
         assert sorted(r.rank for r in ranks) == [0, 1]
         assert {on_gpus[r.pid] for r in ranks} == {2, 3}
         assert [on_gpus[r.pid] for r in ranks] == [2, 3]  # rank r on the r-th GPU of the set
-        check = live.check_env(planned.env, handle, planned.tp)
+        check = server_session.check_env(planned.env, handle, planned.tp)
         assert check.checked
         assert not check.mismatched
         assert not check.rank_mismatched
@@ -182,15 +183,16 @@ def test_the_profile_env_must_reach_every_tp_rank(
     profile = _profile(tmp_path, {"tp": 2, "gpus": [0, 1]})
     planned = plan_server(LaunchSettings.of(profile), "speculative", tmp_path / "s.log")
     with server.serve(planned, lambda _m: None) as handle:
-        check = live.check_env(planned.env, handle, planned.tp)
+        check = server_session.check_env(planned.env, handle, planned.tp)
     assert check.checked
     assert check.mismatched == {}  # the serving process has them: only rank 1 lost them
     (lost,) = check.rank_mismatched.items()
     assert lost[0].startswith("TP1 (pid ")
     assert lost[1] == {"NCCL_PROTO": None, "NCCL_P2P_DISABLE": None}
-    results = live.LiveResults(profile="multigpu", simulated=True,
-                               baseline=live.ConfigRun("baseline"),
-                               speculative=live.ConfigRun("speculative", env=check))
+    results = live_results.LiveResults(profile="multigpu", simulated=True,
+                                       baseline=live_results.ConfigRun("baseline"),
+                                       speculative=live_results.ConfigRun("speculative",
+                                                                          env=check))
     claim = perf_claims.server_env_claim(profile, results)
     assert claim.status is Status.FAILED
     assert "speculative, TP1 (pid" in claim.message
@@ -202,7 +204,7 @@ def test_a_gpu_index_the_machine_lacks_fails_the_start_as_cuda_would(
         machine: Path, tmp_path: Path) -> None:
     profile = _profile(tmp_path, {"tp": 2, "gpus": [3, 4]})
     planned = plan_server(LaunchSettings.of(profile), "baseline", tmp_path / "b.log")
-    check = live.check_gpus(planned)
+    check = server_session.check_gpus(planned)
     assert not check.checked
     assert "GPUs [4] of the server's set [3, 4] are not on this machine" in check.reason
     with pytest.raises(server.ServerError, match="invalid device ordinal"), \
@@ -249,7 +251,7 @@ def test_both_servers_load_at_once_on_disjoint_gpu_sets_and_are_measured_one_at_
     assert results.gpus_by_server["baseline"]["selected"] == (2, 3)
     assert results.gpus_by_server["speculative"]["selected"] == (0, 1)
     assert results.gpu_differences == ()
-    back = live.LiveResults.read(reports / "live" / "results.json")
+    back = live_results.LiveResults.read(reports / "live" / "results.json")
     claims = {c.id: c for c in (perf_claims.gpu_clean_claim(profile, back),
                                 perf_claims.server_env_claim(profile, back),
                                 perf_claims.speedup_claim(profile, back))}
@@ -261,7 +263,7 @@ def test_both_servers_load_at_once_on_disjoint_gpu_sets_and_are_measured_one_at_
     assert "baseline: serving process and TP ranks 0, 1" in env_claim.message
     assert "speculative: serving process and TP ranks 0, 1" in env_claim.message
     assert claims["spec.speedup"].status is not Status.BROKEN, claims["spec.speedup"].message
-    facts = live.server_facts(reports)
+    facts = live_results.server_facts(reports)
     assert facts["gpus_by_server"]["baseline"]["selected"] == [2, 3]
     for config in ("baseline", "speculative"):
         assert facts["servers_stopped"][config]["clean"] is True
@@ -299,10 +301,10 @@ def _differing(machine: Path, tmp_path: Path, gpus: list[fake_gpus.FakeGpu]
     return profile, plan.resolve(profile, tmp_path / "reports")
 
 
-def _results_of(planned: plan.LivePlan) -> live.LiveResults:
-    return live.LiveResults(
-        profile="multigpu", simulated=True, baseline=live.ConfigRun("baseline"),
-        speculative=live.ConfigRun("speculative"),
+def _results_of(planned: plan.LivePlan) -> live_results.LiveResults:
+    return live_results.LiveResults(
+        profile="multigpu", simulated=True, baseline=live_results.ConfigRun("baseline"),
+        speculative=live_results.ConfigRun("speculative"),
         gpus_by_server={c: dataclasses.asdict(f) for c, f in planned.gpu_facts.items()},
         gpu_differences=planned.gpu_differences)
 
@@ -323,9 +325,9 @@ def test_another_gpu_model_for_the_baseline_breaks_the_comparison(
         assert H100 in claim.message
     reports = tmp_path / "reports"
     results.write(reports / "live" / "results.json")
-    assert live.server_facts(reports)["gpu_mismatch"] == [model_line]
-    (warning,) = live.gpu_warnings(reports)
-    assert warning.startswith(live.GPU_MISMATCH_WARNING)
+    assert live_results.server_facts(reports)["gpu_mismatch"] == [model_line]
+    (warning,) = live_results.gpu_warnings(reports)
+    assert warning.startswith(live_results.GPU_MISMATCH_WARNING)
     # The fingerprints of the two servers name their own GPUs.
     from specgate.measure import reuse
 

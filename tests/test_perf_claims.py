@@ -17,8 +17,8 @@ from specgate.claims.result import Attachment, Status
 from specgate.core.profile import parse_profile
 from specgate.measure import bench, drift, stats
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
 from specgate.measure.prompts import template_named
+from specgate.measure.results import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
 
 PLAIN = template_named("plain", "test")
 # A deployment whose launches are known not to move (set in the profile): the tests of wording

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from specgate.core.profile import parse_profile
-from specgate.measure import live, prompts
 from specgate.measure import plan as live_plan
+from specgate.measure import prompts, results, server_session
 from specgate.serving import gpu
 from specgate.serving.launch import ServerPlan
 
@@ -75,8 +75,8 @@ def test_a_server_that_cannot_be_planned_does_not_stop_the_other(tmp_path: Path)
     assert isinstance(planned.speculative, live_plan.Blocked)
     assert planned.speculative.stage == "start"
     assert "[drafter] path is required to launch a server" in planned.speculative.message
-    run = live.run_config(planned, "speculative")
-    assert run.failure == live.Failure("start", planned.speculative.message)
+    run = server_session.run_config(planned, "speculative")
+    assert run.failure == results.Failure("start", planned.speculative.message)
 
 
 def test_an_unset_api_key_blocks_both_servers_with_the_variable_named(
@@ -96,7 +96,7 @@ def test_prompts_that_cannot_be_read_fail_each_run_at_the_prompts_stage(tmp_path
                                 tmp_path / "reports")
     assert planned.prompts is None
     assert "missing.jsonl: prompt file not found" in planned.no_prompts
-    run = live.run_config(planned, "baseline")
+    run = server_session.run_config(planned, "baseline")
     assert run.failure is not None
     assert run.failure.stage == "prompts"
     assert "prompt file not found" in run.failure.message

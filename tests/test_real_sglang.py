@@ -25,11 +25,11 @@ from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, live, prompts
+from specgate.measure import bench, live, passes, prompts
 from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.live import ConfigRun, LiveResults
 from specgate.measure.prompts import template_named
-from specgate.serving import server
+from specgate.measure.results import ConfigRun, LiveResults
+from specgate.serving import safety_net, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import LaunchSpec, free_port
 
@@ -265,7 +265,7 @@ def test_a_stream_read_in_one_burst_once_is_sent_again(replay: type[Replay]) -> 
     stream arrives as decoded and that reading is the one measured."""
     server_ = replay(RECORDED["stream"].pieces(), first=_burst(RECORDED["stream"]))
     with SGLangClient(server_.url) as client:
-        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+        samples, _ = passes.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
     assert server_.generates == 2
     assert [s.burst for s in samples] == [False]
 
@@ -273,7 +273,7 @@ def test_a_stream_read_in_one_burst_once_is_sent_again(replay: type[Replay]) -> 
 def test_a_buffering_proxy_bursts_again_and_is_still_refused(replay: type[Replay]) -> None:
     server_ = replay(_burst(RECORDED["stream"]))
     with SGLangClient(server_.url) as client:
-        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+        samples, _ = passes.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
     assert server_.generates == 2
     assert [s.burst for s in samples] == [True]
 
@@ -281,7 +281,7 @@ def test_a_buffering_proxy_bursts_again_and_is_still_refused(replay: type[Replay
 def test_a_stream_that_arrives_as_decoded_is_sent_once(replay: type[Replay]) -> None:
     server_ = replay(RECORDED["stream"].pieces())
     with SGLangClient(server_.url) as client:
-        samples, _ = bench.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
+        samples, _ = passes.run_pass(client, _one_prompt(), {"max_new_tokens": 24}, 1)
     assert server_.generates == 1
     assert [s.burst for s in samples] == [False]
 
@@ -388,7 +388,7 @@ def test_live_session_progress_survives_a_long_start(tmp_path: Path) -> None:
 
 def test_any_exception_during_start_stops_the_server(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "_registry", set())
+    monkeypatch.setattr(safety_net, "_registry", set())
     spec = _standin(tmp_path, "0.1", "5.0")  # loads for 5 s: the callback fires first
 
     def broken(elapsed: float, line: str) -> None:
@@ -408,7 +408,7 @@ def test_any_exception_during_start_stops_the_server(tmp_path: Path,
                       on_progress=broken)
     assert started
     assert not psutil.pid_exists(started[0]) or psutil.Process(started[0]).status() == "zombie"
-    assert server.live_handles() == []
+    assert safety_net.live_handles() == []
 
 
 def test_port_with_time_wait_sockets_is_free(tmp_path: Path) -> None:
@@ -507,7 +507,7 @@ def _sample(gen: object, prompt: str = "p1") -> RequestSample:
         completion_tokens=gen.completion_tokens, spec_verify_ct=gen.spec_verify_ct,
         ttft_s=gen.ttft_s, e2e_s=gen.e2e_s, server_e2e_s=gen.server_e2e_s,
         finish_reason=gen.finish_reason, chunks=gen.chunks, first_tokens=gen.first_tokens,
-        median_gap_s=bench._median_gap(gen.arrivals_s))
+        median_gap_s=passes._median_gap(gen.arrivals_s))
 
 
 def _row(*, prompt: str = "p1", completion: int, verify: int | None,

@@ -50,7 +50,8 @@ from helpers_ckpt import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import live
+from specgate.io import stop_reports
+from specgate.measure import results
 from specgate.serving import remote, server
 from specgate.serving.launch import build_command
 
@@ -253,7 +254,7 @@ def test_launch_and_stop_leave_nothing_on_the_far_side(
     assert far.left == ()
     assert f"no process tagged {far.tag} is left" in far.second_path
     assert shlex.join(transport.prefix[:2]) in far.second_path
-    written = json.loads(server.stop_report_path(tmp_path / "server.log").read_text())
+    written = json.loads(stop_reports.path_of(tmp_path / "server.log").read_text())
     assert written["far_side"]["pid"] == far.pid
     assert "ended after TERM" in written["summary"]
     if transport.sshd is not None:
@@ -655,11 +656,11 @@ def test_a_stop_that_left_something_is_a_warning(tmp_path: Path) -> None:
     clean = server.StopReport(how="remote", port_free=True,
                               far_side=dataclasses.replace(far, left=()))
     server._write_stop_report(live_dir / "baseline-server.log", "baseline", clean)
-    facts = live.server_facts(tmp_path)
+    facts = results.server_facts(tmp_path)
     assert facts["servers_stopped"]["speculative"]["clean"] is False
     assert facts["servers_stopped"]["speculative"]["far_side"]["left"] == [4243]
     assert facts["servers_stopped"]["baseline"]["clean"] is True
-    warnings = live.stop_warnings(tmp_path)
+    warnings = results.stop_warnings(tmp_path)
     assert warnings == [f"the speculative server was not stopped cleanly: {report.summary()}"]
     assert "on the far side pids [4243]" in warnings[0]
 

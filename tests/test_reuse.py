@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, live, reuse
+from specgate.measure import bench, live, results, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.prompts import template_named
 from specgate.serving import gpu
@@ -338,13 +338,13 @@ class FakeServers:
 
     def __call__(self, plan: live_plan.LivePlan, config: str, *, baseline: Any = None,
                  progress: Any = None, keep_going: Any = None,
-                 coverage: Any = None) -> live.ConfigRun:
+                 coverage: Any = None) -> results.ConfigRun:
         self.calls.append(config)
         if config == "speculative" and self.speculative_fails:
             # It started and answered /server_info, then died while measured.
-            return live.ConfigRun(config=config, server_info=dict(self.info),
-                                  failure=live.Failure("measure", "it died"))
-        return live.ConfigRun(config=config, server_info=dict(self.info),
+            return results.ConfigRun(config=config, server_info=dict(self.info),
+                                  failure=results.Failure("measure", "it died"))
+        return results.ConfigRun(config=config, server_info=dict(self.info),
                               measurement=_measurement(config))
 
 
@@ -356,7 +356,7 @@ def servers(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> FakeServers:
     return fake
 
 
-def _live(machine: Machine) -> live.LiveResults:
+def _live(machine: Machine) -> results.LiveResults:
     profile = parse_profile(copy.deepcopy(machine.raw), source=machine.root / "profile.toml")
     return live.run_live(profile, machine.reports)
 
@@ -376,7 +376,7 @@ def test_a_stored_baseline_is_reused_once_the_speculative_server_agrees(
     assert first.baseline.measurement is not None
     assert second.baseline.measurement.stats["tps"].mean == pytest.approx(
         first.baseline.measurement.stats["tps"].mean)
-    facts = live.server_facts(machine.reports)
+    facts = results.server_facts(machine.reports)
     assert facts["baseline_reuse"]["reused"] is True
     assert facts["gpus"] == {"selected": [0], "names": ["NVIDIA H200"],
                              "drivers": ["570.124.06"], "unknown": "", "clocks": []}

@@ -20,8 +20,8 @@ from helpers_ckpt import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
-from specgate.measure import live
-from specgate.serving import server
+from specgate.measure import server_session
+from specgate.serving import safety_net, server
 from specgate.serving.launch import LaunchSpec, build_command
 
 KEY = "sk-test-5f2e9c1d7a"
@@ -95,7 +95,7 @@ def test_launch_simulator_and_stop_the_whole_tree(tmp_path: Path) -> None:
         handle.remember_children()
         tree = [handle.pid, *(c.pid for c in psutil.Process(handle.pid).children(True))]
         assert len(tree) >= 4  # server, two scheduler ranks, detokenizer
-        assert handle in server.live_handles()
+        assert handle in safety_net.live_handles()
         assert KEY not in handle.log_tail(200)
     finally:
         report = handle.stop()
@@ -104,7 +104,7 @@ def test_launch_simulator_and_stop_the_whole_tree(tmp_path: Path) -> None:
     assert report.clean
     assert report.port_free
     assert report.how == "terminated"
-    assert handle not in server.live_handles()
+    assert handle not in safety_net.live_handles()
     assert not handle.alive()
     assert handle.stop() is report  # idempotent
 
@@ -125,7 +125,7 @@ def test_env_is_read_from_the_process_on_the_port_not_the_wrapper(tmp_path: Path
         assert reading.pid in {c.pid for c in psutil.Process(handle.pid).children()}
         assert f"listens on port {spec.port}" in reading.reason
         assert f"pid {reading.pid}" in reading.reason
-        check = live.check_env(profile.server.server_env(), handle)
+        check = server_session.check_env(profile.server.server_env(), handle)
         assert check.checked
         assert check.mismatched == {"NCCL_PROTO": None}
 
@@ -143,14 +143,14 @@ def test_exit_at_start_is_reported_at_once_with_the_log_tail(tmp_path: Path) -> 
 
 def test_never_ready_fails_at_the_deadline_and_is_killed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "_registry", set())  # this test's servers alone
+    monkeypatch.setattr(safety_net, "_registry", set())  # this test's servers alone
     spec = build_command(_sim_profile(tmp_path, fault="never_ready"), "baseline")
     started = time.monotonic()
     with pytest.raises(ServerError, match="within 2 s") as info:
         server.launch(spec, tmp_path / "log.txt", startup_timeout_s=2, poll_s=0.2)
     assert 2 <= time.monotonic() - started < 15
     assert "Capture cuda graph" in info.value.log_tail
-    assert server.live_handles() == []
+    assert safety_net.live_handles() == []
     assert not _port_open(spec.port)
 
 
@@ -220,13 +220,13 @@ def test_attach_checks_the_configuration_and_never_stops(tmp_path: Path) -> None
 
 def test_stop_all_is_the_safety_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A registry of this test's own: servers other tests left would change what stop_all stops.
-    monkeypatch.setattr(server, "_registry", set())
+    monkeypatch.setattr(safety_net, "_registry", set())
     spec = build_command(_sim_profile(tmp_path), "baseline")
     handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=30)
-    reports = server.stop_all()
+    reports = safety_net.stop_all()
     assert [r.pids for r in reports] == [handle.stop().pids]
     assert _alive(handle.stop().pids) == []
-    assert server.live_handles() == []
+    assert safety_net.live_handles() == []
 
 
 def test_remote_launcher_carries_env_and_runs_stop_command(tmp_path: Path,

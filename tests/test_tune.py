@@ -76,7 +76,7 @@ def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
 def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
     # A bounded run (timeout --signal=INT, Ctrl-C) stopped at its second launch: the first
     # launch's figures are in the result and its table, not lost (as happened on real SGLang).
-    from specgate.measure.live import ConfigRun
+    from specgate.measure.results import ConfigRun
     from specgate.report import tune_report
 
     profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
@@ -131,7 +131,7 @@ def _timed(e2e_s, spread, hist=None):
 def _tuned(tmp_path, spec_e2e, *, spread=0.01, steps=(1, 2, 3)):
     """A tune of the demo profile's chains `steps` whose runner returns fixed timings: the
     baseline at 0.4 s per request (±1 %), chain s at spec_e2e[s] (± spread)."""
-    from specgate.measure.live import ConfigRun
+    from specgate.measure.results import ConfigRun
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
     profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
@@ -196,7 +196,7 @@ FIRST = [0.20, 0.30, 0.20, 0.30, 0.20, 0.30]  # the longest chain, launched firs
 def _race(tmp_path, second):
     """A tune of chains 1 and 2: chain 2 is launched first with FIRST's timings, then chain 1
     with `second`'s; the baseline is left out."""
-    from specgate.measure.live import ConfigRun
+    from specgate.measure.results import ConfigRun
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
     profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
@@ -278,7 +278,7 @@ def test_the_tune_reports_each_chain_against_the_baseline_at_every_level(tmp_pat
     """With [bench] concurrency [1, 16] every launch measures both levels; the race runs at
     the gate's, and the output gives every chain's speed-up per level and the fastest there:
     the longest chain wins alone, the shortest at 16 (its cycle grows least with the batch)."""
-    from specgate.measure.live import ConfigRun
+    from specgate.measure.results import ConfigRun
     from specgate.report import tune_report
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
@@ -302,7 +302,7 @@ def test_the_tune_reports_each_chain_against_the_baseline_at_every_level(tmp_pat
     result = tune.run_tune(profile, tmp_path, runner=runner)
     assert all(levels == (1, 16) and gate == 1 for _, levels, gate in seen)
     assert result.best == tune.Candidate(3)  # the race at the gate's level
-    rows = {row.level: row for row in tune.per_level(result)}
+    rows = {row.level: row for row in result.per_level}
     assert (rows[1].fastest, rows[16].fastest) == ("s3-k1-d4", "s1-k1-d2")
     assert rows[16].speedups["s3-k1-d4"].mean < 1 < rows[16].speedups["s1-k1-d2"].mean
     text = tune_report.summary_text(result)

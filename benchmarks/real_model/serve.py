@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     def left() -> float:
         return float("inf") if args.deadline is None else args.deadline - time.time()
 
-    from specgate.serving import server
+    from specgate.serving import safety_net
 
-    server.install_signal_handlers()
+    safety_net.install_signal_handlers()
     work, d = args.work, args.work / "drafters"
     launcher = shlex.split(args.launcher)
     record: dict[str, Any] = {"steps": args.steps, "seconds": {}}

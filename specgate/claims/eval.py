@@ -19,7 +19,7 @@ from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
 from specgate.measure import bench, stats
 from specgate.measure.bench import Measurement, RequestSample
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 from specgate.model.evaluate import (
     ALL,
     DEFAULT_STEPS,

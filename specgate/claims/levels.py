@@ -18,7 +18,7 @@ from collections.abc import Callable
 from specgate.claims import perf
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 
 LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup")
 _CLAIMS: dict[str, Callable[[Profile, LiveResults], ClaimResult]] = {

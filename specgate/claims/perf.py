@@ -19,7 +19,7 @@ from specgate.io.jsonl import json_safe
 from specgate.measure import bench, drift, stats
 from specgate.measure import curve as curves
 from specgate.measure.bench import Measurement
-from specgate.measure.live import ConfigRun, LiveResults
+from specgate.measure.results import ConfigRun, LiveResults
 from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
 from specgate.serving import gpu

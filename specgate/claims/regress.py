@@ -15,7 +15,7 @@ from specgate.core.profile import Profile
 from specgate.io import history as history_store
 from specgate.io.history import HISTORY_FILE, Figure, RunRecord, figure_name
 from specgate.measure import drift
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 from specgate.measure.stats import t_quantile
 
 DEFAULT_MIN_REL_NOISE = 0.02

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 from specgate.testing.simulator import calibrate, model
 
 

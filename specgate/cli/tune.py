@@ -56,7 +56,7 @@ def main_tune(argv: list[str]) -> int:
                                    f"{e['msg']}" for e in exc.errors()))
         profile = profile.model_copy(update={"tune": tune})
     # SIGTERM (a plain `timeout`) ends the run as Ctrl-C does: servers stopped, results written.
-    from specgate.serving.server import install_signal_handlers
+    from specgate.serving.safety_net import install_signal_handlers
 
     install_signal_handlers()
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specgate.measure import bench, drift
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 from specgate.measure.stats import Summary
 
 

@@ -9,12 +9,11 @@ from typing import Any
 
 from specgate.measure.bench import (
     Measurement,
-    Progress,
     RequestSample,
     Sampling,
     build_measurement,
-    sample_of,
 )
+from specgate.measure.passes import Progress, sample_of
 from specgate.measure.prompts import PromptSet
 from specgate.serving.client import SGLangClient
 

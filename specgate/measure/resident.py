@@ -11,22 +11,19 @@ from typing import Any
 
 from specgate.core.errors import SpecgateError
 from specgate.measure import bench, drift, interleave
-from specgate.measure.live import (
-    ConfigRun,
-    Failure,
-    GpuCheck,
+from specgate.measure.gate import keep_going_rule, stopped_why
+from specgate.measure.plan import Blocked, LivePlan
+from specgate.measure.results import ConfigRun, Failure, GpuCheck
+from specgate.measure.server_session import (
     Progress,
     check_gpus,
     checked_env,
-    keep_going_rule,
+    log_tail,
+    log_tail_of,
+    measure_levels,
+    server_spec,
+    stop_now,
 )
-from specgate.measure.live import _log_tail_of as log_tail_of
-from specgate.measure.live import _measure_levels as measure_levels
-from specgate.measure.live import _server_spec as server_spec
-from specgate.measure.live import _stop as stop
-from specgate.measure.live import _stopped_why as stopped_why
-from specgate.measure.live import _tail as tail
-from specgate.measure.plan import Blocked, LivePlan
 from specgate.serving import server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, ServerPlan, server_url
@@ -68,7 +65,7 @@ def _shares_gpus(plans: dict[Config, ServerPlan]) -> bool:
 
 def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
              together: bool, interleaved: bool) -> tuple[ConfigRun, ConfigRun]:
-    """Both servers resident at once; errors become data, as in live.run_config, and both
+    """Both servers resident at once; errors become data, as in server_session.run_config, and both
     servers are stopped whatever happens.
 
     together: started at once (serving/server.py serve_together), so their loads overlap;
@@ -123,9 +120,9 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
             stage = "stop"
             last_first: tuple[Config, Config] = ("speculative", "baseline")
             for c in last_first:
-                fields[c]["stop"] = stop(handles[c])
+                fields[c]["stop"] = stop_now(handles[c])
     except SpecgateError as exc:
-        failed = Failure(stage, str(exc), log_tail_of(exc) or tail(handles.get(current)))
+        failed = Failure(stage, str(exc), log_tail_of(exc) or log_tail(handles.get(current)))
         if stage == "start" and plans[current].spec is not None and _shares_gpus(plans) \
                 and (together or current == "speculative"):
             failed = dataclasses.replace(failed, message=f"{failed.message} ({_RESIDENT_HINT})")
@@ -137,9 +134,9 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         for c in plans:
             fields[c].setdefault("failure", Failure(stage, f"internal error: {detail}",
-                                                    tail(handles.get(c))))
+                                                    log_tail(handles.get(c))))
     for c, h in handles.items():  # stopped on the way out: keep what was left behind
-        fields[c].setdefault("stop", stop(h))
+        fields[c].setdefault("stop", stop_now(h))
     for c, p in plans.items():
         fields[c].setdefault("stop", "attached: left running" if p.spec is None else "")
     return ConfigRun(**fields["baseline"]), ConfigRun(**fields["speculative"])
@@ -180,7 +177,7 @@ def _measure_interleaved(plan: LivePlan, handles: dict[Config, ServerHandle],
                 stopped_why(m, undecided, "interleaved repeats") for m in pair)
         except SpecgateError as exc:
             for c, h in handles.items():
-                fields[c]["failure"] = Failure("measure", str(exc), log_tail_of(exc) or tail(h))
+                fields[c]["failure"] = Failure("measure", str(exc), log_tail_of(exc) or log_tail(h))
 
 
 def _measure_one_at_a_time(plan: LivePlan, handles: dict[Config, ServerHandle],

@@ -31,7 +31,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specgate.core.redact import redact_urls
 from specgate.io import runs
@@ -39,7 +39,8 @@ from specgate.io.jsonl import json_safe
 from specgate.serving.launch import Config, ServerPlan
 
 if TYPE_CHECKING:
-    from specgate.measure.plan import LivePlan
+    from specgate.measure.bench import Sampling
+    from specgate.measure.prompts import PromptSet
     from specgate.serving.gpu import GpuFacts
     from specgate.serving.launch import LaunchSpec
 
@@ -140,7 +141,29 @@ def _launch_args(spec: LaunchSpec) -> list[str]:
     return out
 
 
-def fingerprint(plan: LivePlan, config: Config = "baseline") -> Fingerprint:
+class Planned(Protocol):
+    """What a fingerprint reads of the live plan (measure/plan.py LivePlan, which holds the
+    fingerprint it makes)."""
+
+    @property
+    def target(self) -> Path | None: ...
+    @property
+    def prompts(self) -> PromptSet | None: ...
+    @property
+    def sampling(self) -> Sampling: ...
+    @property
+    def sglang(self) -> str: ...
+    @property
+    def simulated(self) -> bool: ...
+    @property
+    def levels(self) -> tuple[int, ...]: ...
+    @property
+    def gate_level(self) -> int: ...
+    def server(self, config: Config) -> object: ...
+    def gpus_of(self, config: Config) -> GpuFacts | None: ...
+
+
+def fingerprint(plan: Planned, config: Config = "baseline") -> Fingerprint:
     """Everything in the plan that decides a configuration's measurement, as data (hashed into
     the id): the baseline's (what reuse stores under), or the speculative server's, which adds
     the drafter's files and weights.

@@ -34,68 +34,32 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile, TuneSection
-from specgate.io.jsonl import json_safe
 from specgate.measure import bench, reuse, stats
 from specgate.measure import plan as live_plan
-from specgate.measure.live import ConfigRun, Progress, run_config
 from specgate.measure.plan import LivePlan
+from specgate.measure.results import ConfigRun
+from specgate.measure.server_session import Progress, run_config
 from specgate.measure.stats import Summary
+from specgate.measure.tune_result import (
+    RESULT_FILE,
+    Candidate,
+    CycleFit,
+    LevelRow,
+    Prediction,
+    Trial,
+    TuneResult,
+)
 from specgate.model import predict
 from specgate.serving.launch import LaunchSettings
 
 # run_config's shape: runner(plan, config, *, baseline=, progress=, keep_going=) -> ConfigRun
 Runner = Callable[..., ConfigRun]
-RESULT_FILE = "tune.json"
-
-
-@dataclasses.dataclass(frozen=True, order=True)
-class Candidate:
-    """A chain configuration: --speculative-num-steps, topk 1, steps + 1 draft tokens."""
-
-    steps: int
-    topk: int = 1
-
-    @property
-    def draft_tokens(self) -> int:
-        return self.steps + 1
-
-    @property
-    def key(self) -> str:
-        return f"s{self.steps}-k{self.topk}-d{self.draft_tokens}"
-
-    @property
-    def flags(self) -> list[str]:
-        return ["--speculative-num-steps", str(self.steps), "--speculative-eagle-topk",
-                str(self.topk), "--speculative-num-draft-tokens", str(self.draft_tokens)]
-
-
-@dataclasses.dataclass(frozen=True)
-class CycleFit:
-    """cycle_ms(steps) = intercept + slope × steps, and where the line came from."""
-
-    intercept_ms: float
-    slope_ms: float
-    points: tuple[tuple[int, float], ...]
-    how: str
-
-    def at(self, steps: int) -> float:
-        return self.intercept_ms + self.slope_ms * steps
-
-
-@dataclasses.dataclass(frozen=True)
-class Prediction:
-    tau: float  # tokens per verify (decode), the chain model's expected accept length
-    cycle_ms: float
-    tps: float  # predicted decode tok/s = tau / cycle
 
 
 def conditional_acceptance(runs: Sequence[tuple[int, bench.Measurement]]) -> list[float]:
@@ -166,90 +130,6 @@ def predict_one(candidate: Candidate, acceptance: Sequence[float], fit: CycleFit
     tau = predict.accept_length(rates, candidate.steps)
     cycle = fit.at(candidate.steps)
     return Prediction(tau, cycle, 1000.0 * tau / cycle if cycle > 0 else math.nan)
-
-
-@dataclasses.dataclass(frozen=True)
-class Trial:
-    candidate: Candidate
-    launch: int  # 1-based launch order among speculative launches
-    predicted: Prediction | None  # the prediction that chose it (None for the first launch)
-    run: ConfigRun
-    status: str  # best | dropped | tied | failed
-    note: str = ""
-    vs_best: Summary | None = None  # paired speed-up over the best when it was raced
-
-    @property
-    def measurement(self) -> bench.Measurement | None:
-        return self.run.measurement
-
-    @property
-    def requests(self) -> int:
-        return _requests(self.run)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"candidate": dataclasses.asdict(self.candidate), "key": self.candidate.key,
-                "draft_tokens": self.candidate.draft_tokens, "launch": self.launch,
-                "predicted": dataclasses.asdict(self.predicted) if self.predicted else None,
-                "status": self.status, "note": self.note, "requests": self.requests,
-                "vs_best": self.vs_best.to_json() if self.vs_best else None,
-                "run": self.run.to_json()}
-
-
-@dataclasses.dataclass(frozen=True)
-class TuneResult:
-    profile: str
-    simulated: bool
-    candidates: tuple[Candidate, ...]
-    trials: tuple[Trial, ...]
-    baseline: ConfigRun | None
-    baseline_note: str
-    acceptance: tuple[float, ...]
-    fit: CycleFit | None
-    predictions: dict[str, Prediction]  # every candidate, by the final model
-    best: Candidate | None
-    stop_reason: str
-    confidence: float
-    started_at: str = ""
-    finished_at: str = ""
-    levels: tuple[int, ...] = (1,)  # [bench] concurrency; the race ran at gate_level
-    gate_level: int = 1
-
-    @property
-    def launches(self) -> int:
-        launched_baseline = self.baseline is not None and not self.baseline.reuse.get("reused")
-        return len(self.trials) + int(launched_baseline)
-
-    @property
-    def requests(self) -> int:
-        base = 0
-        if self.baseline is not None and not self.baseline.reuse.get("reused"):
-            base = _requests(self.baseline)
-        return base + sum(t.requests for t in self.trials)
-
-    def trial(self, candidate: Candidate) -> Trial | None:
-        return next((t for t in self.trials if t.candidate == candidate), None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": 1, "profile": self.profile, "simulated": self.simulated,
-                "started_at": self.started_at, "finished_at": self.finished_at,
-                "candidates": [c.key for c in self.candidates],
-                "trials": [t.to_json() for t in self.trials],
-                "baseline": self.baseline.to_json() if self.baseline else None,
-                "baseline_note": self.baseline_note, "acceptance": list(self.acceptance),
-                "cycle_fit": dataclasses.asdict(self.fit) if self.fit else None,
-                "predictions": {k: dataclasses.asdict(p) for k, p in self.predictions.items()},
-                "best": self.best.key if self.best else None,
-                "recommended_flags": self.best.flags if self.best else None,
-                "launches": self.launches, "requests": self.requests,
-                "stop_reason": self.stop_reason, "confidence": self.confidence,
-                "concurrency": list(self.levels), "gate_concurrency": self.gate_level,
-                "per_level": [row.to_json() for row in per_level(self)]}
-
-    def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(json_safe(self.to_json()), indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
 
 
 def _now() -> str:
@@ -447,6 +327,7 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
                 baseline, reuse=stored.note(profile.bench.baseline_max_age_h or 0.0, agreed))
             baseline_note = "reused: " + str(baseline.reuse["why_safe"])
     confidence = bench.judged_confidence(planned.sampling)
+    best_run = best.run if best is not None else None
     result = TuneResult(
         profile=profile.name,
         simulated=planned.simulated or any(tr.run.simulated for tr in trials),
@@ -454,40 +335,22 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
         acceptance=tuple(acceptance), fit=fit, predictions=preds,
         best=best.candidate if best else None, stop_reason=stop or "done",
         confidence=confidence, started_at=started, finished_at=_now(),
-        levels=planned.levels, gate_level=planned.gate_level)
+        levels=planned.levels, gate_level=planned.gate_level,
+        per_level=tuple(level_rows(trials, baseline, planned.levels)),
+        against_baseline=against_baseline(best_run, baseline))
     result.write(tune_dir / RESULT_FILE)
     return result
 
 
-def _requests(run: ConfigRun) -> int:
-    """Requests a run sent at every level: measured, warm-up and fillers."""
-    found = [m for m in (run.measurement, *run.levels.values()) if m is not None]
-    return sum(len(m.samples) + m.warmup * m.concurrency + m.fillers for m in found)
-
-
-@dataclasses.dataclass(frozen=True)
-class LevelRow:
-    """One concurrency level: each measured chain's paired speed-up over the baseline there,
-    and the fastest of them (the highest decode tok/s per request)."""
-
-    level: int
-    speedups: dict[str, Summary]  # candidate key -> speculative ÷ baseline, paired by prompt
-    fastest: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"concurrency": self.level, "fastest": self.fastest,
-                "speedup": {k: v.to_json() for k, v in self.speedups.items()}}
-
-
-def per_level(result: TuneResult) -> list[LevelRow]:
+def level_rows(trials: Sequence[Trial], baseline: ConfigRun | None,
+               levels: Sequence[int]) -> list[LevelRow]:
     """Every measured chain at every concurrency level, against the baseline at that level."""
     rows = []
-    base = result.baseline
-    for level in result.levels:
-        base_m = base.at(level).measurement if base is not None else None
+    for level in levels:
+        base_m = baseline.at(level).measurement if baseline is not None else None
         speedups: dict[str, Summary] = {}
         tps: dict[str, float] = {}
-        for tr in result.trials:
+        for tr in trials:
             m = tr.run.at(level).measurement
             if m is None or tr.status == "failed" or m.stat("tps") is None:
                 continue
@@ -499,6 +362,20 @@ def per_level(result: TuneResult) -> list[LevelRow]:
         fastest = max(tps, key=lambda k: tps[k]) if tps else None
         rows.append(LevelRow(level, speedups, fastest))
     return rows
+
+
+def against_baseline(best: ConfigRun | None, baseline: ConfigRun | None) -> Summary | None:
+    """The best chain's paired per-prompt speed-up over the baseline at the gate's level (None
+    without both measurements, or without a finite figure)."""
+    m = best.measurement if best is not None else None
+    base = baseline.measurement if baseline is not None else None
+    if m is None or base is None:
+        return None
+    try:
+        ratio = bench.speedup(m, base)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return ratio if math.isfinite(ratio.mean) else None
 
 
 def _tps(m: bench.Measurement) -> float:

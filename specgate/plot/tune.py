@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from specgate.measure.tune import TuneResult
+from specgate.measure.tune_result import TuneResult
 from specgate.plot.figures import BASELINE_COLOR, PASS_COLOR, SPEC_COLOR, figure, png
 
 

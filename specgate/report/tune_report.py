@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from specgate.measure import bench
 from specgate.measure.stats import percent
-from specgate.measure.tune import Candidate, TuneResult, per_level
+from specgate.measure.tune_result import TuneResult
 from specgate.plot.tune import plot
 
 TABLE_FILE = "tune.md"
@@ -100,7 +98,7 @@ def _levels_section(result: TuneResult) -> list[str]:
     at that level, and the fastest measured chain there (the race itself ran at the gate's)."""
     if len(result.levels) < 2:
         return []
-    rows = per_level(result)
+    rows = result.per_level
     keys = [tr.candidate.key for tr in result.trials if tr.status != "failed"]
     pct = percent(result.confidence)
     lines = [f"Per concurrency level (requests in flight; the race ran at "
@@ -121,16 +119,8 @@ def _levels_section(result: TuneResult) -> list[str]:
 def _against_baseline(result: TuneResult) -> str:
     """The best's paired per-prompt speed-up over the baseline, with its interval: the figure a
     probe of the recommended flags would judge (spec.speedup)."""
-    tr = result.trial(result.best) if result.best else None
-    m = tr.measurement if tr else None
-    base = result.baseline.measurement if result.baseline else None
-    if m is None or base is None:
-        return ""
-    try:
-        ratio = bench.speedup(m, base)
-    except (ValueError, ZeroDivisionError):
-        return ""
-    if not math.isfinite(ratio.mean):
+    ratio = result.against_baseline
+    if ratio is None:
         return ""
     verdict = ratio.compare(1.0)
     if verdict == "no_interval":
@@ -224,4 +214,4 @@ def write_allure(result: TuneResult, results_dir: Path, paths: dict[str, Path]) 
     return path
 
 
-__all__ = ["Candidate", "snippet", "summary_text", "table", "write_outputs"]
+__all__ = ["snippet", "summary_text", "table", "write_outputs"]

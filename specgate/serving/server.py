@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import dataclasses
-import json
 import os
 import re
 import shlex
@@ -19,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +24,8 @@ import psutil
 
 from specgate.core.errors import ServerError
 from specgate.core.redact import Redactor
-from specgate.serving import gpu, remote
+from specgate.io import stop_reports
+from specgate.serving import gpu, remote, safety_net
 from specgate.serving.client import NoAnswer, SGLangClient, Unreachable
 from specgate.serving.launch import ATTACH_OPTIONS, Config, LaunchSpec, ServerPlan, free_port
 from specgate.serving.preflight import preflight_spec
@@ -203,7 +201,7 @@ class ServerHandle:
                     self._report = self._stop()
                 finally:
                     self._stopping = False
-                _registry.discard(self)
+                safety_net.discard(self)
                 if self.log_path is not None:
                     _write_stop_report(self.log_path, self.config, self._report)
             return self._report
@@ -318,7 +316,7 @@ def start(spec: LaunchSpec, log_path: Path, *,
     handle = ServerHandle(url=spec.url, api_key=spec.api_key, config=spec.config, spec=spec,
                           log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s,
                           remote_tag=tag)
-    _registry.add(handle)
+    safety_net.add(handle)
     return handle
 
 
@@ -688,33 +686,6 @@ def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: boo
     return False
 
 
-# ---- safety net: stop every server this process started, however it ends ----
-
-_registry: set[ServerHandle] = set()
-
-
-def live_handles() -> list[ServerHandle]:
-    return list(_registry)
-
-
-def stop_all() -> list[StopReport]:
-    """Stop every server this process launched and has not stopped yet."""
-    return [h.stop() for h in list(_registry)]
-
-
-def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> None:
-    """On these signals stop every server, then raise KeyboardInterrupt (main thread only)."""
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop_all()
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    for signum in signals:
-        signal.signal(signum, handler)
-
-
-atexit.register(stop_all)
-
-
 # ---- internals ----
 
 _PR_SET_PDEATHSIG = 1
@@ -939,19 +910,10 @@ def _tail_raw(path: Path, size: int = 64 * 1024) -> str:
         return ""
 
 
-def stop_report_path(log_path: Path) -> Path:
-    """Where a launched server's stop report is written, beside its log."""
-    return log_path.with_suffix(".stop.json")
-
-
 def _write_stop_report(log_path: Path, config: Config, report: StopReport) -> None:
     """The stop report beside the log: the verdict names what was stopped and how, also when
     the run was interrupted or the server ran in another xdist worker."""
-    path = stop_report_path(log_path)
-    with contextlib.suppress(OSError):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"config": config, **report.to_json()}), encoding="utf-8")
-        os.replace(tmp, path)
+    stop_reports.write(log_path, config, report.to_json())
 
 
 def _tail(path: Path, n: int) -> str:

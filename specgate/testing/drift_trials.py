@@ -12,7 +12,7 @@ from specgate.claims import perf
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.launch_log import LaunchRecord
-from specgate.measure import bench, drift, launches, live
+from specgate.measure import bench, drift, gate, launches, passes, results
 from specgate.measure.prompts import PromptSet, load_builtin, select, template_named
 from specgate.testing.simulator import model
 from specgate.testing.simulator.offline import OfflineClient
@@ -87,10 +87,10 @@ class Trials:
         self.records: list[LaunchRecord] = []
 
     def _measure(self, params: model.SimParams, speed: float, seed: str, config: bench.Config,
-                 rule: live.Rule | None) -> bench.Measurement:
+                 rule: gate.Rule | None) -> bench.Measurement:
         client = OfflineClient(model.at_speed(params, speed), noise=self.noise, seed=seed)
-        return bench.measure(client, self.sampling, self.prompts, config=config,
-                             keep_going=rule, simulated=True)
+        return passes.measure(client, self.sampling, self.prompts, config=config,
+                              keep_going=rule, simulated=True)
 
     def run(self, seed: str) -> Trial:
         """One probe: each launch's speed drawn as the simulator draws it (launch k of the
@@ -104,9 +104,9 @@ class Trials:
                                    baseline_launches=2 if aba else 1)
         th = self.profile.thresholds
         base = self._measure(self.base, speeds[0], f"{seed}/b", "baseline",
-                             live.keep_going_rule(th, "baseline", None, before))
+                             gate.keep_going_rule(th, "baseline", None, before))
         spec = self._measure(self.spec, speeds[1], f"{seed}/s", "speculative",
-                             live.keep_going_rule(th, "speculative", base, before))
+                             gate.keep_going_rule(th, "speculative", base, before))
         measured: list[tuple[bench.Config, bench.Measurement]] = [("baseline", base),
                                                                   ("speculative", spec)]
         bracket = None
@@ -122,12 +122,12 @@ class Trials:
                 self.records.append(found)
         coverage = launches.coverage(self.settings, self.records, KEYS,
                                      baseline_launches=2 if aba else 1, bracket=bracket)
-        results = live.LiveResults(
-            "launch-drift", True, live.ConfigRun("baseline", measurement=base),
-            live.ConfigRun("speculative", measurement=spec,
-                           server_info={"speculative_algorithm": "EAGLE3"}),
+        session = results.LiveResults(
+            "launch-drift", True, results.ConfigRun("baseline", measurement=base),
+            results.ConfigRun("speculative", measurement=spec,
+                              server_info={"speculative_algorithm": "EAGLE3"}),
             coverage=coverage)
-        judged = perf.speedup_claim(self.profile, results, attach=False)
+        judged = perf.speedup_claim(self.profile, session, attach=False)
         return Trial(seed, speeds, judged, coverage)
 
 

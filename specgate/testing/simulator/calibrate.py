@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from specgate.measure.live import LiveResults
+from specgate.measure.results import LiveResults
 from specgate.testing.simulator import model
 
 

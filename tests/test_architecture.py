@@ -1,0 +1,138 @@
+"""The shape of specgate/ read from its own imports: no import circle, and an offline probe that
+loads no HTTP client."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import specgate
+
+PACKAGE = Path(specgate.__file__).resolve().parent
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(path: Path, name: str, modules: set[str]) -> Iterator[str]:
+    """Every specgate module the file imports, at any depth (inside functions, under
+    TYPE_CHECKING): the module itself when `from X import Y` names a module, else X."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield full if full in modules else base
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    modules = set(files)
+    return {name: {m for m in _imported(path, name, modules) if m in modules and m != name}
+            for name, path in files.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path: Path) -> None:
+    # A circle hidden by a function-level import is still a circle.
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n    return g\n")
+    (pkg / "c.py").write_text("from pkg.a import b\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.b"] == {"pkg.a"}
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert circles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_specgate_has_no_import_circle() -> None:
+    graph = import_graph()
+    assert len(graph) >= 100  # every module was read
+    assert circles(graph) == []
+
+
+# Loaded with -p by the probe below: at the interpreter's exit, after the verdict and every
+# session hook, it writes down which modules the run imported.
+RECORDER = '''
+import atexit, json, os, sys
+
+def _record():
+    with open(os.environ["RECORD_TO"], "w") as fh:
+        json.dump(sorted(sys.modules), fh)
+
+atexit.register(_record)
+'''
+HTTP_MODULES = ("specgate.serving.client", "specgate.serving.server", "requests", "urllib3",
+                "http.client")
+
+
+def test_an_offline_probe_loads_no_http_client(tmp_path: Path) -> None:
+    import specgate_suites
+
+    suites = Path(specgate_suites.__file__).resolve().parent
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    record = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGATE_", "PYTEST_"))}
+    env.update(RECORD_TO=str(record), PYTHONPATH=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "recorder",
+         "-c", str(tmp_path / "pytest.ini"), f"--rootdir={tmp_path}", "-m", "probe and not live",
+         "--specgate-profile=demo", f"--specgate-reports={tmp_path / 'reports'}", str(suites)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "specgate verdict" in proc.stdout, out
+    loaded = set(json.loads(record.read_text()))
+    assert "specgate.claims.perf" in loaded  # the live claims' modules were collected
+    assert [m for m in HTTP_MODULES if m in loaded] == []
