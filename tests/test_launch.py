@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from specgate.core.errors import ProfileError
 from specgate.core.profile import Profile, parse_profile
-from specgate.serving.launch import build_command, remote_command_start, server_url
+from specgate.serving.launch import build_command, server_url
+from specgate.serving.launchers.remote import remote_command_start
+from specgate.serving.launchers.ssh import SshLauncher
 
 SPEC_FLAGS = ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
               "--speculative-num-draft-tokens", "3"]
@@ -104,7 +106,7 @@ def test_ssh_launcher_carries_env_and_quotes_for_the_remote_shell(
                    "env": {"NCCL_PROTO": "Simple", "HF_TOKEN": "hf_abcdefghij"},
                    "api_key_env": "SG_KEY"}})
     spec = build_command(p, "speculative")
-    assert spec.remote
+    assert isinstance(spec.launcher, SshLauncher)
     assert dict(spec.env) == {}
     assert list(spec.argv[:5]) == ["ssh", "gpu-box", "env", "NCCL_PROTO=Simple",
                                    "HF_TOKEN=hf_abcdefghij"]

@@ -11,7 +11,8 @@ import pytest
 
 from specgate.core.profile import parse_profile
 from specgate.serving.launch import build_command
-from specgate.serving.preflight import launcher_python, preflight, preflight_spec
+from specgate.serving.preflight import launcher_python, preflight
+from specgate.serving.server import preflight_spec
 
 # The shape of sglang 0.5.23's parser: prepare_server_args with argparse's abbreviations on,
 # where --cuda-graph-max-bs is a prefix of two flags.

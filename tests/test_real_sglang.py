@@ -32,6 +32,8 @@ from specgate.measure.results import ConfigRun, LiveResults
 from specgate.serving import safety_net, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import LaunchSpec, free_port
+from specgate.serving.launchers.base import port_in_use
+from specgate.serving.launchers.local import LocalLauncher
 
 TRANSCRIPTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "transcripts.txt"
 PLAIN = template_named("plain", "test")
@@ -355,7 +357,8 @@ def _standin(tmp_path: Path, *args: str) -> LaunchSpec:
     port = free_port()
     return LaunchSpec(argv=(sys.executable, str(script), str(port), *args), env={},
                       url=f"http://127.0.0.1:{port}", api_key=None, config="baseline",
-                      host="127.0.0.1", port=port, prefix_len=2, remote=False, simulated=False)
+                      host="127.0.0.1", port=port, prefix_len=2,
+                      launcher=LocalLauncher((sys.executable, str(script))), simulated=False)
 
 
 def test_readiness_waits_for_a_slow_health_generate(tmp_path: Path) -> None:
@@ -423,7 +426,7 @@ def test_port_with_time_wait_sockets_is_free(tmp_path: Path) -> None:
     time.sleep(0.1)
     states = {c.status for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port}
     assert psutil.CONN_TIME_WAIT in states
-    assert not server.port_in_use("127.0.0.1", port)
+    assert not port_in_use("127.0.0.1", port)
 
 
 # -- [server] gpus and CUDA_VISIBLE_DEVICES --------------------------------------------------------

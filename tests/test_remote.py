@@ -52,8 +52,10 @@ from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
 from specgate.io import stop_reports
 from specgate.measure import results
-from specgate.serving import remote, server
+from specgate.serving import server
 from specgate.serving.launch import build_command
+from specgate.serving.launchers import remote
+from specgate.serving.launchers.base import FarSideStop, port_in_use
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 PY = sys.executable  # the far side runs this interpreter, which has specgate installed
@@ -206,7 +208,7 @@ def _launch(profile: Profile, log: Path, **kwargs: Any) -> server.ServerHandle:
 
 def test_wrapper_goes_where_the_far_side_command_starts(tmp_path: Path) -> None:
     ssh = build_command(_profile(tmp_path, ["ssh", "gpu-box", *SIMULATOR], "m"), "baseline")
-    argv = remote.wrap(ssh, "ab" * 16, 3.2)
+    argv = ssh.launcher.wrap(ssh.argv, "ab" * 16, 3.2)
     assert argv[:2] == ["ssh", "gpu-box"]
     # ssh joins what follows the destination; the remote login shell splits it back.
     words = shlex.split(" ".join(argv[2:]))
@@ -214,12 +216,12 @@ def test_wrapper_goes_where_the_far_side_command_starts(tmp_path: Path) -> None:
     assert words[6:] == shlex.split(" ".join(ssh.argv[2:]))
     pct = build_command(_profile(tmp_path, ["pct", "exec", "101", "--", *SIMULATOR], "m"),
                         "baseline")
-    argv = remote.wrap(pct, "cd" * 16, 3)
+    argv = pct.launcher.wrap(pct.argv, "cd" * 16, 3)
     # pct exec hands its argv on as it is: the script is one word, unquoted.
     assert argv[:10] == ["pct", "exec", "101", "--", "sh", "-c", remote.WRAPPER,
                          remote.WRAPPER_NAME, "cd" * 16, "3"]
     assert argv[10:] == list(pct.argv[4:])
-    assert remote.sweep(pct, "cd" * 16, 3)[:5] == ["pct", "exec", "101", "--", "sh"]
+    assert pct.launcher.sweep_argv("cd" * 16, 3)[:5] == ["pct", "exec", "101", "--", "sh"]
 
 
 # ---- launch and stop, through each transport -------------------------------------------------
@@ -404,8 +406,8 @@ def test_readiness_polls_the_address_the_profile_names(
         port = int(handle.url.rsplit(":", 1)[1])
         assert handle.url == f"http://127.0.0.2:{port}"
         assert "--host 127.0.0.2" in handle.command
-        assert server.port_in_use("127.0.0.2", port)
-        assert not server.port_in_use("127.0.0.1", port, check_bind=False)
+        assert port_in_use("127.0.0.2", port)
+        assert not port_in_use("127.0.0.1", port, check_bind=False)
     assert left_on_far_side(marker, [started.tag]) == []
 
 
@@ -647,9 +649,9 @@ def test_probe_through_ssh_interrupted_mid_benchmark(
 def test_a_stop_that_left_something_is_a_warning(tmp_path: Path) -> None:
     live_dir = tmp_path / "live"
     live_dir.mkdir()
-    far = server.FarSideStop(tag="ab" * 16, pid=4242, wrapper=("standard input closed: TERM to "
-                             "process group 4242",), second_path="sweep: left: 4243",
-                             left=(4243,))
+    far = FarSideStop(tag="ab" * 16, pid=4242, wrapper=("standard input closed: TERM to "
+                                                       "process group 4242",),
+                      second_path="sweep: left: 4243", left=(4243,))
     report = server.StopReport(how="remote", port_free=True, far_side=far)
     server_log = live_dir / "speculative-server.log"
     server._write_stop_report(server_log, "speculative", report)

@@ -23,6 +23,8 @@ from specgate.core.profile import parse_profile
 from specgate.measure import server_session
 from specgate.serving import safety_net, server
 from specgate.serving.launch import LaunchSpec, build_command
+from specgate.serving.launchers.local import LocalLauncher
+from specgate.serving.launchers.ssh import SshLauncher
 
 KEY = "sk-test-5f2e9c1d7a"
 
@@ -185,7 +187,8 @@ def test_sigterm_ignoring_tree_is_sigkilled(tmp_path: Path) -> None:
     port = free_port()
     spec = LaunchSpec(argv=(sys.executable, str(script), "--port", str(port), "--api-key", KEY),
                       env={}, url=f"http://127.0.0.1:{port}", api_key=KEY, config="baseline",
-                      host="127.0.0.1", port=port, prefix_len=2, remote=False, simulated=False)
+                      host="127.0.0.1", port=port, prefix_len=2,
+                      launcher=LocalLauncher((sys.executable, str(script))), simulated=False)
     handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=20, stop_timeout_s=1.0)
     deadline = time.monotonic() + 10
     while len(psutil.Process(handle.pid).children()) < 1 and time.monotonic() < deadline:
@@ -243,7 +246,7 @@ def test_remote_launcher_carries_env_and_runs_stop_command(tmp_path: Path,
                                          "specgate.testing.simulator"],
                      stop_command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
     spec = build_command(p, "speculative")
-    assert spec.remote
+    assert isinstance(spec.launcher, SshLauncher)
     assert spec.argv[2:4] == ("env", "NCCL_PROTO=Simple")
     handle = server.launch(spec, tmp_path / "log.txt", startup_timeout_s=30)
     assert handle.simulated

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Collection, Mapping
-from importlib import metadata
 from pathlib import Path
 
 from specgate.core.errors import SpecgateError
@@ -167,13 +165,10 @@ def _gpu_facts(launched: list[ServerPlan]) -> dict[str, GpuFacts]:
 
 
 def _sglang_version(simulated: bool, baseline: ServerPlan | Blocked) -> str:
-    """The SGLang version known before a launch: this interpreter's, for a local launcher."""
+    """The SGLang version known before a launch (a local launcher running this interpreter
+    knows it)."""
     if simulated:
         return f"simulator of {SGLANG_VERSION}"
     spec = baseline.spec if isinstance(baseline, ServerPlan) else None
-    if spec is not None and not spec.remote and spec.argv[0] == sys.executable:
-        try:
-            return metadata.version("sglang")
-        except metadata.PackageNotFoundError:
-            return "not installed here"
-    return "unknown before the launch (rechecked against /server_info)"
+    known = spec.launcher.sglang_version(spec.argv[:spec.prefix_len]) if spec else None
+    return known or "unknown before the launch (rechecked against /server_info)"

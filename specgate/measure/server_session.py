@@ -32,7 +32,7 @@ _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_e
 def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
     """Other processes on the GPUs the server will use (skipped without nvidia-smi); `resident`
     are the pids of this run's other server, resident beside it by design."""
-    snap = gpu.snapshot()
+    snap = plan.spec.launcher.gpu_snapshot() if plan.spec is not None else gpu.snapshot()
     if snap is None:
         return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
                                "cannot be listed")

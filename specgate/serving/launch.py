@@ -1,12 +1,10 @@
 """How a server of a live session is reached: the SGLang launch command for a profile (argv,
 added environment, URL and API key), or the URL of a server someone else runs.
 
-A local launcher gets the profile's `[server] env` through the child's environment. A remote
-launcher (ssh, pct, docker, kubectl) does not carry the local environment, so the same variables
-travel on the command line as `env K=V ...` inserted where the remote command starts, and every
-argument the harness adds is shell-quoted for ssh, whose remote side re-parses the command
-through a shell. A remote command's standard input must reach the far side (serving/remote.py
-watches it), so `docker exec` and the like get `-i`, and `ssh -n` is refused.
+The SGLang flags are the same whatever starts the server; the profile's `[server] launcher`
+picks a launcher (serving/launchers/), once, and it makes the command line from them: a local
+one passes `[server] env` through the child's environment, one that reaches a far side (ssh,
+pct, docker) carries it on the command line as `env K=V ...`.
 """
 
 from __future__ import annotations
@@ -20,25 +18,16 @@ from pathlib import Path
 from typing import Literal
 
 from specgate.core.errors import ProfileError
-from specgate.core.profile import (
-    SIMULATOR_MODULE,
-    Profile,
-    ServerSection,
-    SpeculativeSection,
-)
+from specgate.core.profile import Profile, ServerSection, SpeculativeSection
 from specgate.core.redact import Redactor, secrets_from_env, show_command
+from specgate.serving import launchers
+from specgate.serving.launchers.base import Launcher
 
 Config = Literal["baseline", "speculative"]
 # Where an attached server's URL comes from, by configuration, for messages that say what to fix.
 ATTACH_OPTIONS: dict[str, str] = {"baseline": "--baseline-url / [server] baseline_url",
                                   "speculative": "--server-url / [server] url"}
 
-REMOTE_PROGRAMS = frozenset({"ssh", "pct", "docker", "podman", "kubectl", "lxc-attach"})
-# `X exec` attaches the command's standard input only with -i.
-_EXEC_NEEDS_I = frozenset({"docker", "podman", "kubectl"})
-# ssh options that take a value (ssh(1) SYNOPSIS), to find the destination after them.
-_SSH_VALUE_OPTIONS = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
-_REMOTE_PROGRAM_NAMES = ("sglang", "uv", "conda")
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 LOOPBACK_HOSTS = frozenset({"localhost", "::1", "[::1]"})
 # Flags the harness sets from the profile; repeating them in [server] args would fight it.
@@ -66,7 +55,7 @@ class LaunchSpec:
     host: str
     port: int
     prefix_len: int  # argv[:prefix_len] is the launcher (with any `env K=V` carriage)
-    remote: bool
+    launcher: Launcher  # what starts, probes and stops it (serving/launchers/)
     simulated: bool
     stop_command: tuple[str, ...] | None = None
     # A remote launcher: argv[:remote_at] reaches the far side (`ssh gpu-box`, `pct exec 101 --`);
@@ -90,8 +79,7 @@ class LaunchSpec:
     @property
     def server_args(self) -> list[str]:
         """The SGLang flags alone, as its own parser sees them."""
-        args = list(self.argv[self.prefix_len:])
-        return [_unquote(a) for a in args] if self.remote else args
+        return self.launcher.server_args(self.argv[self.prefix_len:])
 
     def redactor(self) -> Redactor:
         return Redactor([self.api_key, *self.secrets])
@@ -132,11 +120,10 @@ class LaunchSettings:
     """The profile as a launch reads it, read once: launcher, paths, [server], [speculative]."""
 
     source: str  # the profile file, for messages
-    launcher: tuple[str, ...]  # a leading `python` bound to this interpreter when local
-    remote: bool
+    launcher: Launcher  # picked once from [server] launcher
     simulated: bool
-    # --model-path and --speculative-draft-model-path: resolved here for a local launcher, as
-    # written for a remote one (the path lives on the GPU host); None when not set.
+    # --model-path and --speculative-draft-model-path as the server reads them (the launcher's
+    # server_path); None when not set.
     target: str | None
     drafter: str | None
     local_target: Path | None  # the target folder as this machine sees it
@@ -159,19 +146,16 @@ class LaunchSettings:
     def of(cls, profile: Profile) -> LaunchSettings:
         """Raises ProfileError when [server] api_key_env names an unset variable."""
         server = profile.server
-        launcher = profile.launcher_argv()
-        remote = is_remote(launcher)
-        local = {key: profile.resolve(value) for key, value in
-                 (("target", profile.target.path), ("drafter", profile.drafter.path))}
-        # A remote launcher's paths live on the GPU host; resolved here they would be wrong there.
-        given = {"target": profile.target.path, "drafter": profile.drafter.path} if remote \
-            else {key: str(path) if path else None for key, path in local.items()}
+        source = profile.source or "<profile>"
+        launcher = launchers.pick(profile.launcher_argv(), source)
+        local_target = profile.resolve(profile.target.path)
         wanted = {config: server.server_gpus(config) for config in ("baseline", "speculative")}
         chosen = {config: g if isinstance(g, str) else tuple(g) for config, g in wanted.items()}
-        return cls(source=profile.source or "<profile>", launcher=tuple(launcher),
-                   remote=remote, simulated=profile.is_simulated,
-                   target=given["target"] or None, drafter=given["drafter"] or None,
-                   local_target=local["target"],
+        return cls(source=source, launcher=launcher, simulated=profile.is_simulated,
+                   target=launcher.server_path(profile.target.path, local_target) or None,
+                   drafter=launcher.server_path(profile.drafter.path,
+                                                profile.resolve(profile.drafter.path)) or None,
+                   local_target=local_target,
                    server=server, speculative=profile.speculative,
                    env=server.server_env("speculative"), gpus=chosen["speculative"],
                    baseline_env=server.server_env("baseline"), baseline_gpus=chosen["baseline"],
@@ -206,8 +190,6 @@ def build_command(profile: Profile, config: Config, *, port: int | None = None) 
 def command(settings: LaunchSettings, config: Config, *, port: int | None = None) -> LaunchSpec:
     """The launch command for the baseline or speculative server."""
     server = settings.server
-    launcher = list(settings.launcher)
-    remote = settings.remote
     chosen_port = server.port if port is None else port
     if chosen_port == 0:
         chosen_port = free_port(server.host)
@@ -233,35 +215,20 @@ def command(settings: LaunchSettings, config: Config, *, port: int | None = None
     if api_key is not None:
         flags += ["--api-key", api_key]
 
-    env = dict(settings.env_of(config))
-    remote_at = 0
-    if remote:
-        flags = [shlex.quote(f) for f in flags] if _is_ssh(launcher) else flags
-        cut = remote_command_start(launcher)
-        reach = keep_stdin(launcher[:cut], settings.source)
-        carriage = ["env", *(f"{k}={_remote_quote(launcher, v)}" for k, v in env.items())]
-        head = reach + (carriage if env else [])
-        argv = head + launcher[cut:] + flags
-        prefix_len = len(head) + len(launcher) - cut
-        remote_at = len(reach)
-        env = {}
-    else:
-        argv = launcher + flags
-        prefix_len = len(launcher)
-
+    built = settings.launcher.command(flags, settings.env_of(config))
     return LaunchSpec(
-        argv=tuple(argv),
-        env=env,
+        argv=built.argv,
+        env=built.env,
         url=server_url(server.host, chosen_port),
         api_key=api_key,
         config=config,
         host=server.host,
         port=chosen_port,
-        prefix_len=prefix_len,
-        remote=remote,
+        prefix_len=built.prefix_len,
+        launcher=settings.launcher,
         simulated=settings.simulated,
         stop_command=tuple(server.stop_command) if server.stop_command else None,
-        remote_at=remote_at,
+        remote_at=built.remote_at,
         secrets=tuple(secrets_from_env(server.env)),
     )
 
@@ -279,77 +246,6 @@ def exposure_warning(profile: Profile) -> str | None:
     return (f"[server] host = {host!r}: the launched servers listen beyond loopback, reachable "
             f"from other machines{key}; set host = \"127.0.0.1\" unless they must be reached "
             "from elsewhere")
-
-
-def is_remote(launcher: list[str]) -> bool:
-    return bool(launcher) and Path(launcher[0]).name in REMOTE_PROGRAMS
-
-
-def remote_command_start(launcher: list[str]) -> int:
-    """Index in a remote launcher where the command run on the far side begins."""
-    for i, arg in enumerate(launcher[1:], start=1):
-        name = Path(arg).name
-        if name.startswith("python") or name in _REMOTE_PROGRAM_NAMES or SIMULATOR_MODULE in arg:
-            return i
-    if "--" in launcher:
-        return len(launcher) - launcher[::-1].index("--")
-    raise ProfileError(
-        f"[server] launcher {shlex.join(launcher)!r}: cannot tell where the remote command "
-        "starts (looked for python, sglang, uv, conda or a '--'), so [server] env cannot be "
-        "carried to it; write the launcher as e.g. 'ssh gpu-box python -m sglang.launch_server'"
-    )
-
-
-def keep_stdin(reach: list[str], source: str = "<profile>") -> list[str]:
-    """The part of a remote launcher that reaches the far side, with the command's standard input
-    kept open all the way: `-i` added to `docker exec` (podman, kubectl), `ssh -n` refused."""
-    out = list(reach)
-    i = 0
-    while i < len(out):
-        name = Path(out[i]).name
-        if name == "ssh":
-            refused = _ssh_stdin_flags(out[i + 1:])
-            if refused:
-                raise ProfileError(
-                    f"{source}: [server] launcher uses ssh -{refused}, which leaves the remote "
-                    "command without standard input; specgate's wrapper on the GPU host watches "
-                    "it to stop the server when specgate goes away, so remove -" + refused)
-        if name in _EXEC_NEEDS_I and i + 1 < len(out) and out[i + 1] == "exec":
-            options = _leading_options(out[i + 2:])
-            if not any(o in ("-i", "--interactive") or (o[1:2] != "-" and "i" in o[1:])
-                       for o in options):
-                out.insert(i + 2, "-i")
-        i += 1
-    return out
-
-
-def _leading_options(words: list[str]) -> list[str]:
-    options = []
-    for word in words:
-        if not word.startswith("-") or word == "--":
-            break
-        options.append(word)
-    return options
-
-
-def _ssh_stdin_flags(words: list[str]) -> str:
-    """Which of ssh's -n (stdin from /dev/null) and -f (background) the options before the
-    destination set, as their letters."""
-    found = ""
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-            continue
-        if not word.startswith("-") or word == "--":
-            break
-        for j, letter in enumerate(word[1:]):
-            if letter in "nf" and letter not in found:
-                found += letter
-            if letter in _SSH_VALUE_OPTIONS:
-                skip = j == len(word) - 2  # the value is the next word
-                break
-    return found
 
 
 def server_url(host: str, port: int) -> str:
@@ -398,14 +294,6 @@ def _check_no_managed(args: list[str], key: str) -> None:
                 "[speculative]); remove it from {key} and set the profile key instead"
                 .replace("{key}", key)
             )
-
-
-def _is_ssh(launcher: list[str]) -> bool:
-    return Path(launcher[0]).name == "ssh"
-
-
-def _remote_quote(launcher: list[str], value: str) -> str:
-    return shlex.quote(value) if _is_ssh(launcher) else value
 
 
 def _unquote(arg: str) -> str:

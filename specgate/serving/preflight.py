@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Literal
 
 from specgate.core.redact import Redactor
-from specgate.serving.launch import LaunchSpec
 
 PreflightStatus = Literal["ok", "rejected", "unavailable"]
 _MARK = "SPECGATE_PREFLIGHT "
@@ -97,15 +96,6 @@ def preflight(argv: Sequence[str], *, python: str | None = None, timeout_s: floa
         message = (f"SGLang {version or '?'} rejects the launch command: {message}"
                    + "".join(f"\n hint: {h}" for h in hints))
     return PreflightResult(status, message, version, exe)
-
-
-def preflight_spec(spec: LaunchSpec, *, timeout_s: float = 120.0) -> PreflightResult:
-    """preflight() for a built command, in the interpreter its launcher would use."""
-    if spec.remote:
-        return PreflightResult("unavailable", "remote launcher: SGLang is installed on the GPU "
-                               "host, not here; the command is checked when it starts")
-    return preflight(spec.server_args, python=launcher_python(list(spec.argv[:spec.prefix_len])),
-                     timeout_s=timeout_s, redactor=spec.redactor())
 
 
 def launcher_python(prefix: list[str]) -> str:

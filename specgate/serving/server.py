@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +21,12 @@ import psutil
 from specgate.core.errors import ServerError
 from specgate.core.redact import Redactor
 from specgate.io import stop_reports
-from specgate.serving import gpu, remote, safety_net
+from specgate.serving import gpu, safety_net
 from specgate.serving.client import NoAnswer, SGLangClient, Unreachable
 from specgate.serving.launch import ATTACH_OPTIONS, Config, LaunchSpec, ServerPlan, free_port
-from specgate.serving.preflight import preflight_spec
+from specgate.serving.launchers import remote
+from specgate.serving.launchers.base import FarSideStop, StopOrder
+from specgate.serving.preflight import PreflightResult
 
 READY_PATH = "/health_generate"
 SPECULATIVE_ALGORITHMS = frozenset({"EAGLE3", "EAGLE"})
@@ -46,17 +44,6 @@ _POLL_LINE = re.compile(r'"GET /health(?:_generate)? HTTP/[0-9.]+" \d{3}')
 
 ProgressCallback = Callable[[float, str], None]
 Progress = Callable[[str], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class FarSideStop:
-    """How a remote launch's server was stopped on the far side (serving/remote.py)."""
-
-    tag: str  # the SPECGATE_REMOTE_TAG value every process of the server's tree carries
-    pid: int | None  # the server's pid there, which is also its process group (None: unknown)
-    wrapper: tuple[str, ...]  # what the wrapper said it did when its standard input ended
-    second_path: str  # the sweep through the launcher prefix (or [server] stop_command)
-    left: tuple[int, ...] | None  # tagged pids still alive after the sweep; None: unknown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,60 +200,33 @@ class ServerHandle:
         notes: list[str] = []
         spec = self.spec
         far: FarSideStop | None = None
-        if spec is not None and spec.remote:
-            far = self._stop_far_side(spec)
-            notes += _far_notes(far)
+        if spec is not None and self.remote_tag is not None:
+            far = spec.launcher.stop_far_side(StopOrder(
+                self._proc, self.remote_tag, self.log_path, self.stop_timeout_s,
+                self._redactor, spec.stop_command))
+            notes += far.notes() if far is not None else []
         self.remember_children()
         family = [p for p in self._family.values() if _running(p)]
         exited_before = self._proc.poll() is not None
         killed = _terminate_tree(self._proc, family, self.stop_timeout_s)
         exit_code = self._proc.poll()
         leftovers = tuple(p.pid for p in family if _running(p))
-        port_free = _wait_port_free(self.url, 5.0 if not (spec and spec.remote) else 15.0)
-        if spec is not None and spec.remote and port_free is False:
-            notes.append(
-                f"{self.url} still answers after the far side was stopped: "
-                + ("[server] stop_command did not stop what holds the port" if spec.stop_command
-                   else "something the wrapper did not start holds the port")
-            )
+        port_free = _wait_port_free(self.url, spec.launcher.port_release_s if spec else 5.0)
+        left_note = spec.launcher.port_left_note(self.url, spec.stop_command) \
+            if spec is not None and port_free is False else None
+        if left_note:
+            notes.append(left_note)
         pids = tuple(sorted(self._family))
         if self.log_path is not None:
             _scrub_log(self.log_path, self._redactor)
-        gpu_left = _wait_gpu_released(set(pids), notes)
-        how = "remote" if spec is not None and spec.remote else (
+        gpu_left = _wait_gpu_released(set(pids), notes,
+                                      spec.launcher.gpu_snapshot if spec else gpu.snapshot)
+        how = "remote" if far is not None else (
             "exited" if exited_before else "killed" if killed else "terminated")
         return StopReport(how=how, exit_code=exit_code, pids=pids, killed=tuple(killed),
                           leftovers=leftovers, port_free=port_free, gpu_leftovers=gpu_left,
                           seconds=round(time.monotonic() - started, 3), notes=tuple(notes),
                           far_side=far)
-
-    def _stop_far_side(self, spec: LaunchSpec) -> FarSideStop:
-        """Both paths that stop a remote launch's server on the far side.
-
-        First the wrapper's: its standard input ends, so it TERMs the server's process group
-        (KILL after the grace period) and exits, and the local launcher with it. Then the
-        second: a sweep of every process carrying the tag, through the same launcher prefix,
-        or the user's [server] stop_command in its place.
-        """
-        assert self._proc is not None
-        assert self.remote_tag is not None
-        grace = remote.grace_s(self.stop_timeout_s)
-        if self._proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._proc.stdin.close()
-        # The wrapper exits once the group is gone (TERM, grace, KILL), and the launcher with
-        # it. One that does not (the wrapper itself was killed, its output pipe is held) is
-        # left to the sweep, then to the local teardown below.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=grace + 5.0)
-        found = self.far_side()
-        said = tuple(remote.wrapper_said(_tail_raw(self.log_path))) if self.log_path else ()
-        if spec.stop_command:
-            second, left = " ".join(_run_stop_command(spec, self._redactor)), None
-        else:
-            second, left = _sweep(spec, self.remote_tag, self.stop_timeout_s, self._redactor)
-        return FarSideStop(tag=self.remote_tag, pid=found.pid if found else None,
-                           wrapper=said, second_path=second, left=left)
 
 
 def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
@@ -284,38 +244,22 @@ def launch(spec: LaunchSpec, log_path: Path, *, startup_timeout_s: float,
 
 def start(spec: LaunchSpec, log_path: Path, *,
           stop_timeout_s: float = STOP_TIMEOUT_S) -> ServerHandle:
-    """Start the server's process (from the main thread, so it dies with this one); not yet
-    ready: until_ready waits for it."""
-    if port_in_use(spec.host, spec.port, spec.url, check_bind=not spec.remote):
+    """Start the server's process through its launcher (from the main thread, so it dies with
+    this one); not yet ready: until_ready waits for it."""
+    if spec.launcher.port_taken(spec.host, spec.port, spec.url):
         raise ServerError(
             f"port {spec.port} on {spec.host} is already in use, so the {spec.config} server "
             f"cannot start there; stop what holds it (`ss -ltnp 'sport = :{spec.port}'`), "
             "choose another [server] port, or attach with --server-url/--baseline-url"
         )
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # A remote server runs under serving/remote.py's wrapper, which stops it on the far side
-    # when this end lets go of its standard input.
-    tag = uuid.uuid4().hex if spec.remote else None
-    argv = remote.wrap(spec, tag, stop_timeout_s) if tag else list(spec.argv)
     with log_path.open("wb") as log:
         log.write(f"# specgate: {spec.display}\n".encode())
-        if tag:
-            log.write(f"# specgate: run on the far side by a wrapper that stops the server's "
-                      f"process group when this launcher ends ({remote.TAG_VAR}={tag})\n"
-                      .encode())
         log.flush()
-        try:
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.PIPE if tag else subprocess.DEVNULL,
-                env={**os.environ, **spec.env},
-                start_new_session=True, preexec_fn=_die_with_parent_hook())
-        except OSError as exc:
-            raise ServerError(f"cannot start {spec.argv[0]!r}: {exc}; check [server] launcher "
-                              "or --sglang-launcher") from None
+        started = spec.launcher.start(spec.argv, spec.env, log, stop_timeout_s=stop_timeout_s)
     handle = ServerHandle(url=spec.url, api_key=spec.api_key, config=spec.config, spec=spec,
-                          log_path=log_path, proc=proc, stop_timeout_s=stop_timeout_s,
-                          remote_tag=tag)
+                          log_path=log_path, proc=started.proc, stop_timeout_s=stop_timeout_s,
+                          remote_tag=started.tag)
     safety_net.add(handle)
     return handle
 
@@ -381,7 +325,7 @@ def serve(plan: ServerPlan, progress: Progress) -> Iterator[ServerHandle]:
         yield attach(plan.url, plan.api_key, plan.config)
         return
     spec = plan.spec
-    if plan.any_port and port_in_use(spec.host, spec.port, spec.url, check_bind=not spec.remote):
+    if plan.any_port and spec.launcher.port_taken(spec.host, spec.port, spec.url):
         spec = spec.on_port(free_port(spec.host))  # taken since it was planned
     if not spec.simulated:
         _preflight(spec, progress)
@@ -406,8 +350,7 @@ def serve_together(plans: Sequence[ServerPlan],
         if spec is None or plan.log_path is None:
             raise ValueError(f"the {plan.config} server is attached, not launched")
         taken = [(s.host, s.port) for s in specs.values()]
-        if plan.any_port and (port_in_use(spec.host, spec.port, spec.url,
-                                          check_bind=not spec.remote)
+        if plan.any_port and (spec.launcher.port_taken(spec.host, spec.port, spec.url)
                               or (spec.host, spec.port) in taken):
             spec = spec.on_port(free_port(spec.host))
         if not spec.simulated:
@@ -459,6 +402,12 @@ def serve_together(plans: Sequence[ServerPlan],
         cancelled.set()
         for handle in reversed(list(handles.values())):
             handle.stop()
+
+
+def preflight_spec(spec: LaunchSpec, *, timeout_s: float = 120.0) -> PreflightResult:
+    """SGLang's own argument parser on a built command, where its launcher can run it."""
+    return spec.launcher.preflight(spec.server_args, spec.argv[:spec.prefix_len],
+                                   spec.redactor(), timeout_s=timeout_s)
 
 
 def _preflight(spec: LaunchSpec, progress: Progress) -> None:
@@ -534,9 +483,9 @@ def process_env_detail(handle: ServerHandle) -> EnvReading:
     wrapper (`sh -c 'env -u X ...'`, sudo, conda run) may fork a server without it.
     """
     spec = handle.spec
-    if spec is not None and spec.remote:
-        return EnvReading(None, "remote launcher: the server's environment lives on the GPU "
-                                "host; the profile env was passed as `env K=V` on its command line")
+    unreadable = spec.launcher.env_unreadable() if spec is not None else None
+    if unreadable is not None:
+        return EnvReading(None, unreadable)
     if handle.pid is None:
         pid = _listener_pid(handle.url)
         if pid is None:
@@ -574,8 +523,9 @@ def rank_envs(handle: ServerHandle) -> tuple[list[RankEnv], str]:
     """The environment of every TP rank process of a server on this machine, by rank, with a
     sentence saying where they were looked for ([] and why when none can be read)."""
     spec = handle.spec
-    if spec is not None and spec.remote:
-        return [], "remote launcher: the TP ranks run on the GPU host"
+    unreadable = spec.launcher.ranks_unreadable() if spec is not None else None
+    if unreadable is not None:
+        return [], unreadable
     root = handle.pid if handle.pid is not None else _listener_pid(handle.url)
     if root is None:
         return [], "attached server: no local process listens on its port"
@@ -666,51 +616,7 @@ def _name(proc: psutil.Process) -> str:
         return "?"
 
 
-def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: bool = True) -> bool:
-    """Whether something already listens there (connect), or the port cannot be bound."""
-    target = urlsplit(url).hostname if url else host
-    with contextlib.suppress(OSError), socket.create_connection((target or host, port), 0.5):
-        return True
-    if not check_bind:
-        return False
-    bind_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        # As uvicorn binds: TIME_WAIT sockets a stopped server left on the port (it closed its
-        # keep-alive connections first) do not stop a new server from starting there.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((bind_host, port))
-        except OSError:
-            return True
-    return False
-
-
 # ---- internals ----
-
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A preexec_fn that makes the server get SIGTERM when this process dies.
-
-    A killed pytest (an xdist worker that crashed, SIGKILL, the OOM killer) runs no atexit or
-    signal handler, and the server lives in its own session, so without this it would keep the
-    GPUs. The kernel sends the signal when the launching thread exits, so it is only set up for
-    a launch from the main thread, which lives as long as the process.
-    """
-    if _LIBC is None or threading.current_thread() is not threading.main_thread():
-        return None
-    libc, parent = _LIBC, os.getpid()
-
-    def hook() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return hook
-
 
 def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: float,
                 on_progress: ProgressCallback | None, poll_s: float,
@@ -781,50 +687,6 @@ def _terminate_tree(proc: subprocess.Popen[bytes], family: list[psutil.Process],
     return killed
 
 
-def _far_notes(far: FarSideStop) -> list[str]:
-    where = (f"far side: the server ran as pid {far.pid}, leading its own process group, "
-             f"tagged {remote.TAG_VAR}={far.tag}" if far.pid is not None else
-             "far side: the wrapper never reported the server's pid (it did not start, or its "
-             f"output was lost); its processes are tagged {remote.TAG_VAR}={far.tag}")
-    wrapper = ("the wrapper: " + "; ".join(far.wrapper) if far.wrapper else
-               "the wrapper reported no stop (nothing of the server was running when it ended, "
-               "or its output was lost with the connection)")
-    return [where, wrapper, far.second_path]
-
-
-def _sweep(spec: LaunchSpec, tag: str, stop_timeout_s: float,
-           redactor: Redactor) -> tuple[str, tuple[int, ...] | None]:
-    """Run serving/remote.py's sweep through the launcher prefix: what it said, and the tagged
-    pids it still saw at its end (None when it could not tell)."""
-    through = shlex.join(spec.redacted_argv[:spec.remote_at])
-    try:
-        done = subprocess.run(remote.sweep(spec, tag, stop_timeout_s), capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL,
-                              timeout=remote.grace_s(stop_timeout_s) + 60.0, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"sweep through `{through}` failed: {exc}", None
-    said = remote.sweep_said(done.stdout)
-    left = remote.sweep_left(done.stdout)
-    if left is None:
-        err = redactor.redact((done.stdout + done.stderr).strip())[-300:]
-        return (f"sweep through `{through}` could not tell what is left (exit "
-                f"{done.returncode}{': ' + err if err else ''})"), None
-    return f"sweep through `{through}`: " + "; ".join(said), left
-
-
-def _run_stop_command(spec: LaunchSpec, redactor: Redactor) -> list[str]:
-    if not spec.stop_command:
-        return []
-    try:
-        done = subprocess.run(list(spec.stop_command), capture_output=True, text=True,
-                              timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [f"[server] stop_command failed: {exc}"]
-    said = redactor.redact((done.stdout + done.stderr).strip())[-300:]
-    return [f"[server] stop_command exited with code {done.returncode}"
-            + (f": {said}" if said else "")]
-
-
 def _wait_port_free(url: str, timeout_s: float) -> bool:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -840,12 +702,13 @@ def _wait_port_free(url: str, timeout_s: float) -> bool:
         time.sleep(0.2)
 
 
-def _wait_gpu_released(pids: set[int], notes: list[str]) -> tuple[int, ...]:
+def _wait_gpu_released(pids: set[int], notes: list[str],
+                       probe: Callable[[], gpu.GpuSnapshot | None]) -> tuple[int, ...]:
     """GPU processes of the tree still listed after a bounded wait (none without nvidia-smi)."""
     deadline = time.monotonic() + GPU_RELEASE_TIMEOUT_S
     while True:
         try:
-            snap = gpu.snapshot()
+            snap = probe()
         except gpu.NvidiaSmiError as exc:
             notes.append(f"GPU release not checked: {exc}")
             return ()
@@ -896,16 +759,6 @@ def _head(path: Path, size: int = 64 * 1024) -> str:
     try:
         with path.open("rb") as f:
             return f.read(size).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _tail_raw(path: Path, size: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
 
