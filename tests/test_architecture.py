@@ -101,6 +101,30 @@ def test_specgate_has_no_import_circle() -> None:
     assert circles(graph) == []
 
 
+def _checkpoint_resolves(path: Path) -> list[str]:
+    """Calls that resolve a checkpoint path of the profile themselves: `.resolve(x.drafter.path)`
+    and the like."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "resolve" and node.args):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Attribute) \
+                and (arg.value.attr, arg.attr) in (("drafter", "path"), ("drafter", "reference"),
+                                                   ("target", "path")):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_checkpoint_paths_are_resolved_in_one_place() -> None:
+    # Profile.drafter_path, reference_path and target_path: every other reader asks them.
+    roots = [PACKAGE, PACKAGE.parent / "fixtures", PACKAGE.parent / "suites"]
+    found = [site for root in roots if root.is_dir() for path in sorted(root.rglob("*.py"))
+             for site in _checkpoint_resolves(path)]
+    assert [site.partition(":")[0] for site in found] == ["profile.py"] * 3, found
+
+
 # Loaded with -p by the probe below: at the interpreter's exit, after the verdict and every
 # session hook, it writes down which modules the run imported.
 RECORDER = '''

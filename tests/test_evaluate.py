@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +288,26 @@ def test_the_claim_runs_on_the_eval_device(known: dict[str, Path],
     profile = _profile(init=known["init"], hidden_states=known["dump"])
     assert teacher_forced_claim(profile).status is Status.PASSED
     assert seen == ["cuda:3"]
+
+
+def test_an_evaluation_opens_the_drafter_once(known: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the dump's embedding table and a target, the drafter's own embed_tokens serve:
+    # read from the drafter the evaluation opened, not from a second opening.
+    dump = tmp_path / "dump"
+    shutil.copytree(known["dump"], dump)
+    (dump / "embeddings.safetensors").unlink()
+    opened: list[object] = []
+    real = evaluate.open_drafter
+
+    def counted(path: Path | str) -> Any:
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(evaluate, "open_drafter", counted)
+    report = teacher_forced(known["init"], dump, steps=1)
+    assert report.embedding_source.endswith("(the drafter's own embed_tokens)")
+    assert opened == [known["init"]]
+    predicted = evaluate.predict_served(known["init"], dump, steps=1)
+    assert predicted.embedding_source.endswith("(the drafter's own embed_tokens)")
+    assert opened == [known["init"], known["init"]]

@@ -46,7 +46,7 @@ def _context(profile: Profile, cid: str, need_drafter: bool = False) -> DataCont
         return inputs.prepare(profile, cid, PHASE, ["data", "drafter"],
                               lambda a, b: DataContext(open_dump(a), open_drafter(b)))
     # The drafter is optional here: claims that can use it do when the profile gives it.
-    drafter_path = profile.resolve(profile.drafter.path)
+    drafter_path = profile.drafter_path
     return inputs.prepare(profile, cid, PHASE, ["data"], lambda a: DataContext(
         open_dump(a), open_drafter(drafter_path) if drafter_path is not None else None))
 
@@ -241,7 +241,7 @@ def capture_layers(ids: list[int], family: str | None) -> list[int]:
 def target_family(profile: Profile, ctx: DataContext) -> str | None:
     """deepseek (DeepSeek-V3, Kimi), llama, or None when neither the target nor the data say."""
     names: list[str] = [str(ctx.dump.metadata.get("target_model_type") or "")]
-    target = profile.resolve(profile.target.path)
+    target = profile.target_path
     if target is not None:
         try:
             config = load_target_config(target)

@@ -64,8 +64,8 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
     # A fine-tune keeps the init's lm_head but labels with the data's map: evaluate it so.
     data_map = profile.resolve(profile.finetune.vocab_map)
     subjects = [(init, data_map)] if init is not None else []
-    subjects += [(p, None) for p in (profile.resolve(profile.drafter.path),
-                                     profile.resolve(profile.drafter.reference)) if p is not None]
+    subjects += [(p, None) for p in (profile.drafter_path, profile.reference_path)
+                 if p is not None]
     subjects = list(dict.fromkeys(subjects))
     if not subjects:
         return claims.skipped(cid, PHASE, "no drafter to evaluate: give [finetune] init or "
@@ -77,7 +77,7 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
                              "'specgate[eval]' (or torch) in this environment",
                              reason="missing_dependency")
     steps = profile.speculative.num_steps or DEFAULT_STEPS
-    target = profile.resolve(profile.target.path)
+    target = profile.target_path
     try:
         device = eval_device(profile)
         reports = [teacher_forced(path, dump, steps=steps, target_path=target, vocab_map=vmap,
@@ -511,7 +511,7 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                               "chain's acceptance cannot tell how often a second-ranked draft "
                               "token would have been right", reason="tree_not_modelled",
                               details={"eagle_topk": topk})
-    drafter = profile.resolve(profile.drafter.path)
+    drafter = profile.drafter_path
     if drafter is None:
         return claims.skipped(cid, LIVE_PHASE, sim + "no drafter given ([drafter] path or "
                               "--drafter) to evaluate on the dump",
@@ -538,7 +538,7 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     names = {s.prompt_id: s.category for s in spec.samples}
     try:
         prediction = predict_served(drafter, dump, steps=steps,
-                                    target_path=profile.resolve(profile.target.path),
+                                    target_path=profile.target_path,
                                     names=names, min_tokens=profile.eval.min_tokens,
                                     device=eval_device(profile), by_sample=set(names))
     except (DataError, CheckpointError, KeyError, ValueError, RuntimeError) as exc:

@@ -14,22 +14,25 @@ from specgate.core.profile import Profile
 
 T = TypeVar("T")
 
-# input name → (its profile value, the skip reason when the profile does not give it)
-INPUTS: dict[str, tuple[Callable[[Profile], str | None], str]] = {
-    "drafter": (lambda p: p.drafter.path, "no drafter given ([drafter] path or --drafter)"),
-    "reference": (lambda p: p.drafter.reference, "no reference drafter given ([drafter] "
+# input name → (its path as this machine reads it, the skip reason when the profile gives none)
+INPUTS: dict[str, tuple[Callable[[Profile], Path | None], str]] = {
+    "drafter": (lambda p: p.drafter_path, "no drafter given ([drafter] path or --drafter)"),
+    "reference": (lambda p: p.reference_path, "no reference drafter given ([drafter] "
                   "reference or --reference-drafter)"),
-    "target": (lambda p: p.target.path, "no target model given ([target] path or "
+    "target": (lambda p: p.target_path, "no target model given ([target] path or "
                "--target-model)"),
-    "init": (lambda p: p.finetune.init, "no [finetune] init checkpoint in the profile"),
-    "vocab_map": (lambda p: p.finetune.vocab_map, "no [finetune] vocab_map (the training "
-                  "data's map)"),
-    "log": (lambda p: p.finetune.log, "no [finetune] log (the fine-tune's metrics log)"),
-    "reference_log": (lambda p: p.finetune.reference_log, "no [finetune] reference_log (a "
-                      "from-scratch run)"),
-    "hidden_states": (lambda p: p.finetune.hidden_states, "no [finetune] hidden_states dump in "
-                      "the profile"),
-    "data": (lambda p: p.data.path, "no [data] path (the hidden-state dataset) in the profile"),
+    "init": (lambda p: p.resolve(p.finetune.init), "no [finetune] init checkpoint in the "
+             "profile"),
+    "vocab_map": (lambda p: p.resolve(p.finetune.vocab_map), "no [finetune] vocab_map (the "
+                  "training data's map)"),
+    "log": (lambda p: p.resolve(p.finetune.log), "no [finetune] log (the fine-tune's metrics "
+            "log)"),
+    "reference_log": (lambda p: p.resolve(p.finetune.reference_log), "no [finetune] "
+                      "reference_log (a from-scratch run)"),
+    "hidden_states": (lambda p: p.resolve(p.finetune.hidden_states), "no [finetune] "
+                      "hidden_states dump in the profile"),
+    "data": (lambda p: p.resolve(p.data.path), "no [data] path (the hidden-state dataset) in "
+             "the profile"),
 }
 READ_ERRORS: tuple[type[Exception], ...] = (CheckpointError, DataError)
 
@@ -39,8 +42,8 @@ def paths(profile: Profile, cid: str, phase: str, *names: str) -> list[Path] | C
     first one the profile does not give."""
     out: list[Path] = []
     for name in names:
-        value, missing = INPUTS[name]
-        path = profile.resolve(value(profile))
+        path_of, missing = INPUTS[name]
+        path = path_of(profile)
         if path is None:
             return claims.skipped(cid, phase, missing, details={"missing_input": name})
         out.append(path)

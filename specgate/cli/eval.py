@@ -58,8 +58,8 @@ def _plan(args: argparse.Namespace) -> _EvalPlan | str:
         return str(path) if path is not None else None
 
     drafters = list(args.drafter or [])
-    if not drafters and profile is not None and profile.drafter.path:
-        drafters = [str(profile.resolve(profile.drafter.path))]
+    if not drafters and profile is not None and profile.drafter_path is not None:
+        drafters = [str(profile.drafter_path)]
     if not drafters:
         return "give --drafter (or --profile with a [drafter] path)"
     hidden = args.hidden_states or (from_profile(profile.eval.hidden_states)

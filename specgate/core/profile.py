@@ -334,14 +334,29 @@ class Profile(_Section):
         path = Path(expanded)
         return path if path.is_absolute() else (self.base_dir / path).resolve()
 
+    # The checkpoints as this machine reads them: every reader asks here, so a path from the
+    # profile, from the command line (with_overrides) or of a demonstration's assets resolves
+    # one way. A launcher that runs the server elsewhere passes them as written instead
+    # (serving/launchers/).
+    @property
+    def target_path(self) -> Path | None:
+        return self.resolve(self.target.path)
+
+    @property
+    def drafter_path(self) -> Path | None:
+        return self.resolve(self.drafter.path)
+
+    @property
+    def reference_path(self) -> Path | None:
+        return self.resolve(self.drafter.reference)
+
     def missing_paths(self) -> list[str]:
         """One sentence per checkpoint or model path that is set but names nothing here."""
         found = []
-        for key, option, value in (
-                ("[drafter] path", "--drafter", self.drafter.path),
-                ("[drafter] reference", "--reference-drafter", self.drafter.reference),
-                ("[target] path", "--target-model", self.target.path)):
-            path = self.resolve(value)
+        for key, option, path in (
+                ("[drafter] path", "--drafter", self.drafter_path),
+                ("[drafter] reference", "--reference-drafter", self.reference_path),
+                ("[target] path", "--target-model", self.target_path)):
             if path is not None and not path.exists():
                 found.append(f"{key} (or {option}): {path}: no such file or folder")
         return found

@@ -101,7 +101,7 @@ def resolve(profile: Profile, reports_dir: Path, *,
     baseline, speculative = (server_plan(settings, config, reports_dir / "live")
                              for config in CONFIGS)
     if isinstance(settings, str):  # neither server can start: read what the plan still needs
-        target, simulated = profile.resolve(profile.target.path), profile.is_simulated
+        target, simulated = profile.target_path, profile.is_simulated
     else:
         target, simulated = settings.local_target, settings.simulated
     prompt_set: PromptSet | None = None

@@ -152,7 +152,7 @@ def teacher_forced(drafter_path: Path | str, dump_path: Path | str, *,
         model.use_map(load_map(vocab_map).d2t)
         label += f" read through {vocab_map}"
     dump = open_dump(dump_path)
-    embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
+    embed, source = resolve_embeddings(model, dump, target_path, drafter)
     report = evaluate_model(model, dump, embed, steps=steps, drafter_label=label,
                             embedding_source=source)
     note = _rope_note(drafter)
@@ -346,8 +346,9 @@ def _sample_tallies(model: EagleDrafter, dump: HiddenStateDump, embed: Embedding
 
 def resolve_embeddings(model: EagleDrafter, dump: HiddenStateDump,
                        target_path: Path | str | None,
-                       drafter_path: Path | str) -> tuple[Embeddings, str]:
-    """The embedding serving would use: the dump's, else the target's, else the drafter's own."""
+                       drafter: Drafter | Path | str) -> tuple[Embeddings, str]:
+    """The embedding serving would use: the dump's, else the target's, else the drafter's own
+    (`drafter` as the caller opened it, or its folder)."""
     import torch
 
     from specgate.model.eagle import Embeddings
@@ -361,9 +362,10 @@ def resolve_embeddings(model: EagleDrafter, dump: HiddenStateDump,
             weight = read_array(found.file, found)
             return Embeddings(torch.from_numpy(weight)).to(model.device, model.dtype), (
                 f"{found.file} ({found.name})")
-    own = model.own_embeddings(open_drafter(drafter_path))
+    opened = drafter if isinstance(drafter, Drafter) else open_drafter(drafter)
+    own = model.own_embeddings(opened)
     if own is not None:
-        return own, f"{drafter_path} (the drafter's own embed_tokens)"
+        return own, f"{opened.path} (the drafter's own embed_tokens)"
     raise DataError(f"{dump.path}: no token embedding to evaluate with: the dump has no "
                     f"{EMBED_FILE}, no target model with embed_tokens was given ([target] path), "
                     "and the drafter has no embed_tokens.weight. Add one of them")
@@ -564,7 +566,7 @@ def predict_served(drafter_path: Path | str, dump_path: Path | str, *, steps: in
     drafter = open_drafter(drafter_path)
     model = EagleDrafter.from_checkpoint(drafter, device=device, dtype=getattr(torch, dtype))
     dump = open_dump(dump_path)
-    embed, source = resolve_embeddings(model, dump, target_path, drafter_path)
+    embed, source = resolve_embeddings(model, dump, target_path, drafter)
     categories, category_source = sample_categories(dump, names)
     groups = {c: {stem for stem, cat in categories.items() if cat == c}
               for c in sorted(set(categories.values()))}

@@ -148,13 +148,13 @@ class LaunchSettings:
         server = profile.server
         source = profile.source or "<profile>"
         launcher = launchers.pick(profile.launcher_argv(), source)
-        local_target = profile.resolve(profile.target.path)
+        local_target = profile.target_path
         wanted = {config: server.server_gpus(config) for config in ("baseline", "speculative")}
         chosen = {config: g if isinstance(g, str) else tuple(g) for config, g in wanted.items()}
         return cls(source=source, launcher=launcher, simulated=profile.is_simulated,
                    target=launcher.server_path(profile.target.path, local_target) or None,
                    drafter=launcher.server_path(profile.drafter.path,
-                                                profile.resolve(profile.drafter.path)) or None,
+                                                profile.drafter_path) or None,
                    local_target=local_target,
                    server=server, speculative=profile.speculative,
                    env=server.server_env("speculative"), gpus=chosen["speculative"],

@@ -720,8 +720,8 @@ def truth_for_profile(profile: Any, env: Mapping[str, str] | None = None) -> Tru
     """Truth for a specgate Profile run on the simulator (its [server] env overrides apply)."""
     merged = dict(os.environ if env is None else env)
     merged.update(profile.server.env)
-    target = profile.resolve(profile.target.path) if profile.target.path else None
-    draft = profile.resolve(profile.drafter.path) if profile.drafter.path else None
+    target = profile.target_path
+    draft = profile.drafter_path
     spec = profile.speculative
     params = load_params(
         target,
