@@ -21,7 +21,10 @@ usage: python3 make_tiny.py OUTDIR [--seed N] [--no-tokenizer]
   OUTDIR/big        config.json and tokenizer of a Llama with Llama-3-8B's layer shapes
                     (hidden 4096, 32 layers, GQA 32/8, MLP 14336; 7.0 B parameters, 13.9 GB in
                     bf16) and this vocabulary, no weight files: served with
-                    `--load-format dummy`, it needs the memory of a real 8B model (fault cases)
+                    `--load-format dummy`, it needs the memory and the decode time of a real
+                    8B model (fault cases, launch records)
+  OUTDIR/mid        the same for Llama-3.2-1B's layer shapes (hidden 2048, 16 layers, GQA 32/8,
+                    MLP 8192; 0.97 B parameters, 1.9 GB): a decode between host- and GPU-bound
 
 Both served models carry real weight files, so SGLang needs no `--load-format dummy` (which would
 apply to the drafter too) and specgate's offline claims read real files. Needs torch and
@@ -95,6 +98,8 @@ def write_json(path: str, data: dict) -> None:
 
 BIG = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336}
+MID = {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+       "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192}
 WIDE_HIDDEN = 512
 
 
@@ -219,10 +224,10 @@ def main(argv: list[str]) -> int:
                         help="skip the tokenizer (the simulator's dry run needs none)")
     ns = parser.parse_args(argv)
     out, seed = ns.out, ns.seed
-    names = ("target", "draft", "draft_ref", "draft_wide", "draft_narrow_in", "big")
-    target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir = (
+    names = ("target", "draft", "draft_ref", "draft_wide", "draft_narrow_in", "big", "mid")
+    target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir = (
         os.path.join(out, n) for n in names)
-    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir):
+    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
     if not ns.no_tokenizer:
@@ -242,11 +247,12 @@ def main(argv: list[str]) -> int:
         save_config(folder, cfg)
         copy_tokenizer(target_dir, folder)
         save_tensors(folder, drafter_tensors(drafter_seed, hidden, aux))
-    save_config(big_dir, dict(target_cfg, **BIG))
-    write_json(os.path.join(big_dir, "generation_config.json"),
-               {"bos_token_id": BOS, "eos_token_id": EOS})
-    copy_tokenizer(target_dir, big_dir)
-    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir):
+    for folder, shapes in ((big_dir, BIG), (mid_dir, MID)):
+        save_config(folder, dict(target_cfg, **shapes))
+        write_json(os.path.join(folder, "generation_config.json"),
+                   {"bos_token_id": BOS, "eos_token_id": EOS})
+        copy_tokenizer(target_dir, folder)
+    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir):
         print(f"{d}: {sorted(os.listdir(d))}")
     return 0
 
