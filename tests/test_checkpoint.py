@@ -79,8 +79,8 @@ def test_expected_layout_of_kimi_k25() -> None:
     assert layout["layers.0.self_attn.o_proj.weight"].shape == (7168, 8192)
     assert layout["layers.0.mlp.down_proj.weight"].shape == (7168, 18432)
     assert layout["lm_head.weight"].shape == (32000, 7168)
-    assert layout["d2t"] == ((32000,), "I64", False)
-    assert layout["t2d"] == ((163840,), "BOOL", False)
+    assert layout["d2t"][:3] == ((32000,), "I64", False)
+    assert layout["t2d"][:3] == ((163840,), "BOOL", False)
     assert layout["embed_tokens.weight"].optional
     trainable = sum(int(np.prod(t.shape)) * 2 for n, t in layout.items()
                     if n not in ("d2t", "t2d", "embed_tokens.weight"))

@@ -602,3 +602,37 @@ def test_speedup_without_shared_prompts_is_broken_with_the_reason() -> None:
         result = claim(_profile(), _live(base, spec))
         assert result.status is Status.BROKEN, (claim, result.message)
         assert "0 prompt(s) were timed on both servers" in result.message
+
+
+CRASH_LOGS = (Path(__file__).parents[1] / "benchmarks" / "results"
+              / "2026-12-03-h200-tiny-llama-4l-eager" / "faults-kill-stop-refuse-oom" / "logs")
+
+
+@pytest.mark.parametrize(("log", "said"), [
+    ("drafter-wide-speculative-server.log",
+     "RuntimeError: mat1 and mat2 shapes cannot be multiplied (13x768 and 1536x512)"),
+    ("oom-fraction-baseline-server.log",
+     "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+     "--mem-fraction-static=0.05. Raise --mem-fraction-static above 0.095 (minimum viable = 1 - "
+     "available/pre = 0.0950). If using speculative decoding, draft weights are now counted."),
+    ("oom-holder-baseline-server.log",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB."),
+])
+def test_the_error_a_crashed_sglang_printed_is_found_above_its_crash_diagnostics(
+        log: str, said: str) -> None:
+    """Real SGLang 0.5.17 logs of three starts that failed on an H200: the exception line sits
+    above the crash diagnostics and the process-tree kill, out of reach of a short tail."""
+    found = server.server_error(CRASH_LOGS / log)
+    assert found is not None
+    assert found.startswith(said)
+    assert said not in server._tail(CRASH_LOGS / log, 3)
+
+
+def test_a_log_tail_cuts_sglangs_one_line_server_args() -> None:
+    log = CRASH_LOGS / "oom-fraction-baseline-server.log"
+    longest = max(len(line) for line in log.read_text(encoding="utf-8").splitlines())
+    assert longest > 10_000  # SGLang logs its whole ServerArgs on one line
+    tail = server._tail(log, 60)
+    assert "server_args=ServerArgs(model_path=" in tail
+    assert max(len(line) for line in tail.splitlines()) <= server.TAIL_LINE_CHARS + 40
+    assert "more characters)" in tail

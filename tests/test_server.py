@@ -139,6 +139,8 @@ def test_exit_at_start_is_reported_at_once_with_the_log_tail(tmp_path: Path) -> 
         server.launch(spec, tmp_path / "log.txt", startup_timeout_s=60)
     assert time.monotonic() - started < 10
     assert "OutOfMemoryError" in info.value.log_tail
+    # The error the server printed leads the message, before the log tail.
+    assert "s after start): torch.OutOfMemoryError: CUDA out of memory." in str(info.value)
     assert KEY not in info.value.full_message()
     assert not _port_open(spec.port)
 

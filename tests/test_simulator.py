@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -24,6 +25,8 @@ import pytest
 import requests
 from helpers_ckpt import rewrite, tiny_drafter
 
+from specgate.io.safetensors_io import TensorSpec
+from specgate.testing.generate import tiny, write_drafter
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import faults, model
 
@@ -481,6 +484,46 @@ def test_a_drafter_missing_tensors_starts_and_is_never_accepted(
                 "sampling_params": {"max_new_tokens": 48, "temperature": 0}}
         meta = sim.generate(body).json()["meta_info"]
     # The first token comes from prefill; every verify after it yields one token and no draft.
+    assert meta["spec_verify_ct"] == meta["completion_tokens"] - 1
+    assert meta["spec_num_correct_drafts"] == 0
+
+
+def _target_of_width(folder: Path, hidden: int) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "max_position_embeddings": 8192}))
+    return folder
+
+
+def test_a_drafter_for_a_wider_target_stops_at_its_warm_up(tmp_path: Path) -> None:
+    """Its fc reads three 48-wide aux states; the target gives three 32-wide ones. SGLang 0.5.17
+    loads it and dies at the warm-up request with the matmul's shape error."""
+    target = _target_of_width(tmp_path / "target", 32)
+    draft = tiny_drafter(tmp_path / "draft", config_overrides={
+        "max_position_embeddings": 4096, "target_hidden_size": 48})
+    rewrite(draft / "model.safetensors", {"fc.weight": TensorSpec("BF16", (32, 3 * 48))})
+    with running(tmp_path, *spec_flags((target, draft)), wait=False) as sim:
+        assert sim.proc.wait(timeout=30) == 1, sim.log()
+        log = sim.log()
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied (13x96 and 144x32)" in log
+    assert "The server is fired up" not in log
+
+
+def test_a_drafter_of_its_own_width_without_embed_tokens_is_never_accepted(
+        tmp_path: Path) -> None:
+    """48 wide, reading the 32-wide target's aux states: SGLang does not give it the target's
+    embedding (the widths differ), so with no embed_tokens of its own it drafts from memory
+    nothing loaded; it starts and nothing it proposes is accepted."""
+    target = _target_of_width(tmp_path / "target", 32)
+    draft = write_drafter(tmp_path / "draft", dataclasses.replace(tiny(), hidden_size=48),
+                          fill="random", include_embed=False, config_overrides={
+                              "max_position_embeddings": 4096, "target_hidden_size": 32})
+    rewrite(draft / "model.safetensors", {"fc.weight": TensorSpec("BF16", (48, 3 * 32))})
+    with running(tmp_path, *spec_flags((target, draft))) as sim:
+        body = {"text": "Explain speculative decoding.",
+                "sampling_params": {"max_new_tokens": 48, "temperature": 0}}
+        meta = sim.generate(body).json()["meta_info"]
     assert meta["spec_verify_ct"] == meta["completion_tokens"] - 1
     assert meta["spec_num_correct_drafts"] == 0
 

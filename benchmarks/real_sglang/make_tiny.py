@@ -10,6 +10,21 @@ usage: python3 make_tiny.py OUTDIR [--seed N] [--no-tokenizer]
                     (midlayer.*, fc, norm, lm_head, d2t int64 [Vd], t2d bool [V])
   OUTDIR/draft_ref  the same drafter with another seed: specgate's reference drafter
                     (weights.shape_parity, vocab.d2t_match, vocab.t2d_match)
+  OUTDIR/draft_wide a drafter built for a 512-wide target (hidden_size = target_hidden_size =
+                    512), served with the 256-wide one: SGLang gives it the target's embedding
+                    and feeds it the target's aux states, neither of which fits (a fault case)
+  OUTDIR/draft_narrow_in
+                    a drafter of hidden size 512 that reads the 256-wide target's aux states
+                    (target_hidden_size 256) and carries no embed_tokens: SGLang shares the
+                    target's embedding only when the two sizes agree, so this one drafts from
+                    an embedding nobody loaded
+  OUTDIR/big        config.json and tokenizer of a Llama with Llama-3-8B's layer shapes
+                    (hidden 4096, 32 layers, GQA 32/8, MLP 14336; 7.0 B parameters, 13.9 GB in
+                    bf16) and this vocabulary, no weight files: served with
+                    `--load-format dummy`, it needs the memory and the decode time of a real
+                    8B model (fault cases, launch records)
+  OUTDIR/mid        the same for Llama-3.2-1B's layer shapes (hidden 2048, 16 layers, GQA 32/8,
+                    MLP 8192; 0.97 B parameters, 1.9 GB): a decode between host- and GPU-bound
 
 Both served models carry real weight files, so SGLang needs no `--load-format dummy` (which would
 apply to the drafter too) and specgate's offline claims read real files. Needs torch and
@@ -81,6 +96,13 @@ def write_json(path: str, data: dict) -> None:
         fh.write("\n")
 
 
+BIG = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+       "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336}
+MID = {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+       "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192}
+WIDE_HIDDEN = 512
+
+
 def configs() -> tuple[dict, dict]:
     common = {
         "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
@@ -144,7 +166,7 @@ def target_tensors(seed: int) -> dict:
     return out
 
 
-def drafter_tensors(seed: int) -> dict:
+def drafter_tensors(seed: int, hidden: int = HIDDEN, aux_width: int = HIDDEN) -> dict:
     """SpecForge's export names, which SGLang's LlamaForCausalLMEagle3 loader reads. No
     embed_tokens: SGLang gives the drafter the target's embedding."""
     import torch
@@ -160,23 +182,29 @@ def drafter_tensors(seed: int) -> dict:
     q, kv, vd = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, VOCAB
     m = "midlayer."
     return {
-        m + "self_attn.q_proj.weight": rand(q, 2 * HIDDEN),   # input: [embed ; hidden]
-        m + "self_attn.k_proj.weight": rand(kv, 2 * HIDDEN),
-        m + "self_attn.v_proj.weight": rand(kv, 2 * HIDDEN),
-        m + "self_attn.o_proj.weight": rand(HIDDEN, q),
-        m + "mlp.gate_proj.weight": rand(INTERMEDIATE, HIDDEN),
-        m + "mlp.up_proj.weight": rand(INTERMEDIATE, HIDDEN),
-        m + "mlp.down_proj.weight": rand(HIDDEN, INTERMEDIATE),
-        m + "input_layernorm.weight": ones(HIDDEN),
-        m + "hidden_norm.weight": ones(HIDDEN),
-        m + "post_attention_layernorm.weight": ones(HIDDEN),
-        "fc.weight": rand(HIDDEN, len(AUX_LAYERS) * HIDDEN),
-        "norm.weight": ones(HIDDEN),
-        "lm_head.weight": rand(vd, HIDDEN),
+        m + "self_attn.q_proj.weight": rand(q, 2 * hidden),   # input: [embed ; hidden]
+        m + "self_attn.k_proj.weight": rand(kv, 2 * hidden),
+        m + "self_attn.v_proj.weight": rand(kv, 2 * hidden),
+        m + "self_attn.o_proj.weight": rand(hidden, q),
+        m + "mlp.gate_proj.weight": rand(INTERMEDIATE, hidden),
+        m + "mlp.up_proj.weight": rand(INTERMEDIATE, hidden),
+        m + "mlp.down_proj.weight": rand(hidden, INTERMEDIATE),
+        m + "input_layernorm.weight": ones(hidden),
+        m + "hidden_norm.weight": ones(hidden),
+        m + "post_attention_layernorm.weight": ones(hidden),
+        "fc.weight": rand(hidden, len(AUX_LAYERS) * aux_width),   # the target's aux states
+        "norm.weight": ones(hidden),
+        "lm_head.weight": rand(vd, hidden),
         # Draft vocab = target vocab: the identity map (d2t all zeros, every t2d bit set).
         "d2t": torch.zeros(vd, dtype=torch.int64),
         "t2d": torch.ones(VOCAB, dtype=torch.bool),
     }
+
+
+def copy_tokenizer(source: str, folder: str) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(source, name)):
+            shutil.copy(os.path.join(source, name), folder)
 
 
 def save_tensors(folder: str, tensors: dict) -> None:
@@ -196,9 +224,10 @@ def main(argv: list[str]) -> int:
                         help="skip the tokenizer (the simulator's dry run needs none)")
     ns = parser.parse_args(argv)
     out, seed = ns.out, ns.seed
-    target_dir, draft_dir, ref_dir = (os.path.join(out, n) for n in ("target", "draft",
-                                                                      "draft_ref"))
-    for d in (target_dir, draft_dir, ref_dir):
+    names = ("target", "draft", "draft_ref", "draft_wide", "draft_narrow_in", "big", "mid")
+    target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir = (
+        os.path.join(out, n) for n in names)
+    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir):
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
     if not ns.no_tokenizer:
@@ -208,13 +237,22 @@ def main(argv: list[str]) -> int:
     write_json(os.path.join(target_dir, "generation_config.json"),
                {"bos_token_id": BOS, "eos_token_id": EOS})
     save_tensors(target_dir, target_tensors(seed))
-    for folder, drafter_seed in ((draft_dir, seed + 1), (ref_dir, seed + 2)):
-        save_config(folder, draft_cfg)
-        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-            if os.path.exists(os.path.join(target_dir, name)):
-                shutil.copy(os.path.join(target_dir, name), folder)
-        save_tensors(folder, drafter_tensors(drafter_seed))
-    for d in (target_dir, draft_dir, ref_dir):
+    wide_cfg = dict(draft_cfg, hidden_size=WIDE_HIDDEN, target_hidden_size=WIDE_HIDDEN)
+    narrow_cfg = dict(draft_cfg, hidden_size=WIDE_HIDDEN, target_hidden_size=HIDDEN)
+    for folder, drafter_seed, cfg, hidden, aux in (
+            (draft_dir, seed + 1, draft_cfg, HIDDEN, HIDDEN),
+            (ref_dir, seed + 2, draft_cfg, HIDDEN, HIDDEN),
+            (wide_dir, seed + 3, wide_cfg, WIDE_HIDDEN, WIDE_HIDDEN),
+            (narrow_dir, seed + 4, narrow_cfg, WIDE_HIDDEN, HIDDEN)):
+        save_config(folder, cfg)
+        copy_tokenizer(target_dir, folder)
+        save_tensors(folder, drafter_tensors(drafter_seed, hidden, aux))
+    for folder, shapes in ((big_dir, BIG), (mid_dir, MID)):
+        save_config(folder, dict(target_cfg, **shapes))
+        write_json(os.path.join(folder, "generation_config.json"),
+                   {"bos_token_id": BOS, "eos_token_id": EOS})
+        copy_tokenizer(target_dir, folder)
+    for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir):
         print(f"{d}: {sorted(os.listdir(d))}")
     return 0
 

@@ -44,7 +44,7 @@ cd "$ROOT" || exit 4
 export PYTHONUNBUFFERED=1
 
 # The tiny model (kept while the machine stays warm).
-if [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
+if [ ! -e "$WORK/tiny/mid/config.json" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
 echo "setup done in $(( $(date +%s) - T0 )) s"

@@ -145,16 +145,19 @@ def server_flags(sim: bool, cuda_graphs: bool | None = None) -> list[str]:
 
 
 def profile_doc(ctx: Ctx, *, fault: bool = False, port: int = 0,
-                extra_args: list[str] | None = None) -> dict[str, Any]:
+                extra_args: list[str] | None = None, target: str = "target",
+                drafter: str = "draft", mem_fraction: float = 0.3) -> dict[str, Any]:
     tiny = ctx.tiny
+    flags = server_flags(ctx.sim)
+    flags[flags.index("--mem-fraction-static") + 1] = str(mem_fraction)
     return {
         "name": f"real-sglang-{SGLANG_VERSION}-tiny" + ("-sim" if ctx.sim else ""),
         "description": (f"SGLang {SGLANG_VERSION} on one H200: tiny random 4-layer Llama target, "
                         "1-layer EAGLE-3 drafter (steps 3, topk 1, 4 draft tokens)"
                         + (" [dry run on specgate's simulator]" if ctx.sim else "")),
-        "target": {"path": str(tiny / "target")},
+        "target": {"path": str(tiny / target)},
         "drafter": {
-            "path": str(tiny / "draft"),
+            "path": str(tiny / drafter),
             "reference": str(tiny / "draft_ref"),
             "expect": {
                 "architectures": ["LlamaForCausalLMEagle3"],
@@ -169,7 +172,7 @@ def profile_doc(ctx: Ctx, *, fault: bool = False, port: int = 0,
             # The first start compiles kernels (2-3 min); later ones take 46-61 s.
             "startup_timeout_s": 480.0 if not fault else 300.0,
             "stop_timeout_s": 30.0 if not fault else 15.0,
-            "args": server_flags(ctx.sim) + list(extra_args or []),
+            "args": flags + list(extra_args or []),
             "env": dict(SERVER_ENV),
         },
         "speculative": {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
@@ -277,6 +280,22 @@ def gpu_apps() -> list[dict[str, int]] | None:
             rows.append({"pid": int(parts[0]),
                          "used_mib": int(parts[1]) if parts[1].isdigit() else -1})
     return rows
+
+
+def gpu_memory() -> dict[str, Any] | None:
+    """The GPU's memory in use and in all, and its compute processes, as nvidia-smi reports them
+    (None without nvidia-smi)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = (done.stdout.splitlines() or [""])[0].split(",")
+    used, total = ((int(x) if x.strip().isdigit() else None) for x in [*first, "", ""][:2])
+    return {"at": now_iso(), "used_mib": used, "total_mib": total, "apps": gpu_apps()}
 
 
 def leftovers(ctx: Ctx, sampler: Sampler | None, *, wait_s: float = 15.0) -> dict[str, Any]:
@@ -518,11 +537,19 @@ class Injector:
                            at_s=round(time.monotonic() - self._t0, 1))
         try:
             target.send_signal(self.sig)
-            self.record["sent"] = True
+            self.record.update(sent=True, sent_wall=time.time())
             self._target = target
             say(f"fault: {self.record['signal']} -> pid {target.pid} ({why})")
         except psutil.Error as exc:
             self.record["error"] = f"{exc.__class__.__name__}: {exc}"
+
+
+def running_log(reports: Path, config: str) -> Path | None:
+    """The server log of a run in progress: it lives in the run's own folder
+    (reports/runs/<id>/live/) until the run publishes it."""
+    found = sorted(reports.glob(f"runs/*/live/{config}-server.log"),
+                   key=lambda p: p.stat().st_mtime if p.exists() else 0.0)
+    return found[-1] if found else None
 
 
 def launched_server(pytest_pid: int, config: str) -> Callable[[], psutil.Process | None]:
@@ -621,7 +648,9 @@ def run_pytest(ctx: Ctx, name: str, profile: Path, *, urls: dict[str, str] | Non
     for key, url in (urls or {}).items():
         argv.append(f"{OPTIONS[key]}={url}")
     say(f"{name}: {shlex.join(argv)} (timeout {timeout_s:.0f} s)")
+    gpu_before = gpu_memory()
     started = time.monotonic()
+    started_wall = time.time()
     out_path = run_dir / "pytest.txt"
     with out_path.open("wb") as fh:
         proc = subprocess.Popen(argv, cwd=ctx.root, stdout=fh, stderr=subprocess.STDOUT,
@@ -655,9 +684,18 @@ def run_pytest(ctx: Ctx, name: str, profile: Path, *, urls: dict[str, str] | Non
         "name": name, "kind": "pytest", "command": shlex.join(argv), "exit_code": code,
         "timed_out": timed_out, "seconds": seconds, "verdict": read_verdict(reports),
         "live": live_summary(reports), "leftovers": left, "pytest_tail": tail,
+        "gpu_before": gpu_before, "gpu_after": gpu_memory(),
     }
+    # When the published verdict was last written, from pytest's start and from the fault.
+    with contextlib.suppress(OSError):
+        written = (reports / "verdict.json").stat().st_mtime
+        result["verdict_written_s"] = round(written - started_wall, 1)
     if injector is not None:
         result["fault"] = injector.record
+        sent_at = injector.record.get("sent_wall")
+        if sent_at is not None and "verdict_written_s" in result:
+            result["verdict_after_fault_s"] = round(
+                started_wall + result["verdict_written_s"] - sent_at, 1)
     return result
 
 
@@ -855,8 +893,8 @@ def fault_launched(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
     profile = write_profile(ctx, name.replace("_", "-"), fault=True)
 
     def inject(pid: int, reports: Path) -> Injector:
-        log = reports / "live" / "speculative-server.log"
-        return Injector(launched_server(pid, "speculative"), lambda: log, sig, sim=ctx.sim)
+        return Injector(launched_server(pid, "speculative"),
+                        lambda: running_log(reports, "speculative"), sig, sim=ctx.sim)
 
     r = run_pytest(ctx, name, profile, urls={"baseline_url": ctx.attach["baseline"].url},
                    timeout_s=min(ctx.left(), 420), inject=inject)
@@ -907,7 +945,8 @@ class SignalDuringLaunch:
                 continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pytest_pid, self.sig)
-                self.record.update(sent=True, server_pid=server.pid, at_s=round(
+                self.record.update(sent=True, sent_wall=time.time(), server_pid=server.pid,
+                                   at_s=round(
                     time.monotonic() - self._t0, 1), server_age_s=self.after_s)
             return
 
@@ -931,6 +970,28 @@ def signal_during_launch(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
     return r
 
 
+def run_drafter_narrow_in(ctx: Ctx) -> dict[str, Any]:
+    """A drafter of hidden size 512 that reads the 256-wide target's aux states and carries no
+    embed_tokens: SGLang keeps the drafter's own, unloaded embedding (it shares the target's
+    only when the widths agree). weights.layout must say so offline; what SGLang does with it
+    is recorded."""
+    profile = write_profile(ctx, "drafter-narrow-in", fault=True, drafter="draft_narrow_in")
+    r = run_pytest(ctx, "c_drafter_narrow_in", profile,
+                   urls={"baseline_url": ctx.attach["baseline"].url},
+                   timeout_s=min(ctx.left(), 300))
+    claims = claims_by_id(r)
+    r["accept_length"] = claims.get("spec.accept_len", {}).get("observed")
+    check(r, [("weights.layout failed offline, naming embed_tokens",
+               status_of(r, "weights.layout") == "failed"
+               and "embed_tokens" in str(claims.get("weights.layout", {}).get("message"))),
+              ("perf.baseline_tps not broken", status_of(r, "perf.baseline_tps")
+               not in (None, "broken")),
+              ("nothing left behind (besides the suite's own servers)",
+               r["leftovers"]["clean"]),
+              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+    return r
+
+
 GPU_HOLDER = """
 import sys, time, torch
 free, total = torch.cuda.mem_get_info()
@@ -940,36 +1001,110 @@ time.sleep(3600)
 """
 
 
-def run_oom_start(ctx: Ctx) -> dict[str, Any]:
-    """Another process holds all but 1 GiB of the GPU (a stale server, another job): the
-    launches run out of memory while starting. env.gpu_clean must name the holder, the live
-    claims must carry SGLang's own error, and specgate must leave nothing of its own behind."""
+def gpu_released(r: dict[str, Any]) -> bool:
+    """No compute process on the GPU after the run that was not there before it, and the memory
+    in use back within 1 GiB of where it was."""
+    before, after = r.get("gpu_before"), r.get("gpu_after")
+    if not before or not after or before.get("used_mib") is None or after.get("used_mib") is None:
+        return False
+    new_apps = {a["pid"] for a in after.get("apps") or []} - {
+        a["pid"] for a in before.get("apps") or []}
+    return not new_apps and after["used_mib"] <= before["used_mib"] + 1024
+
+
+def log_says(r: dict[str, Any], *words: str) -> bool:
+    """Any of `words` in the live claims' messages or the live session's failure (the server's
+    log tail travels in both)."""
+    text = " ".join(str(c.get("message", "")) for c in claims_by_id(r).values())
+    for run in (r.get("live") or {}).values():
+        text += " " + str((run or {}).get("failure") or "")
+    return any(w.lower() in text.lower() for w in words)
+
+
+def run_drafter_wide(ctx: Ctx) -> dict[str, Any]:
+    """A drafter of hidden size 512 for the 256-wide target (its config and weights agree with
+    each other, not with the target): SGLang gives the drafter the target's embedding, and the
+    speculative server must not come up. Baseline attached, one launch."""
+    profile = write_profile(ctx, "drafter-wide", fault=True, drafter="draft_wide")
+    r = run_pytest(ctx, "c_drafter_wide", profile,
+                   urls={"baseline_url": ctx.attach["baseline"].url},
+                   timeout_s=min(ctx.left(), 300))
+    check(r, [("config.target_compat failed offline",
+               status_of(r, "config.target_compat") == "failed"),
+              ("spec.* broken", spec_broken(r)),
+              ("the speculative server's failure says it did not come up, with SGLang's error",
+               log_says(r, "before it was ready") and log_says(r, "RuntimeError")),
+              ("perf.baseline_tps not broken", status_of(r, "perf.baseline_tps")
+               not in (None, "broken")),
+              ("nothing left behind (besides the suite's own servers)",
+               r["leftovers"]["clean"]),
+              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+    return r
+
+
+GPU_HOLDER = """
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+held = torch.empty(int(free) - int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda")
+print(f"holding {held.numel() / 2**30:.1f} GiB of {total / 2**30:.1f} GiB", flush=True)
+time.sleep(3600)
+"""
+MEMORY_WORDS = ("out of memory", "outofmemory", "not enough memory", "cuda error: out of",
+                "mem-fraction-static", "oom")
+
+
+def run_oom_fraction(ctx: Ctx) -> dict[str, Any]:
+    """The target with Llama-3-8B's shapes (13.9 GB of weights, `--load-format dummy`) launched
+    with `--mem-fraction-static 0.05` (7 GB of the H200): SGLang cannot fit the weights and a KV
+    pool, and refuses to start. Both launches must be broken with SGLang's own memory error, and
+    the GPU left as it was."""
     if ctx.sim:
-        return {"name": "c_oom_start", "skipped": "the simulator holds no GPU memory"}
-    holder = subprocess.Popen([ctx.python, "-c", GPU_HOLDER, "1024"], stdout=subprocess.PIPE,
+        return {"name": "c_oom_fraction", "skipped": "the simulator holds no GPU memory"}
+    profile = write_profile(ctx, "oom-fraction", fault=True, target="big", mem_fraction=0.05,
+                            extra_args=["--load-format", "dummy"])
+    r = run_pytest(ctx, "c_oom_fraction", profile, timeout_s=min(ctx.left(), 300))
+    check(r, [("perf.baseline_tps broken", status_of(r, "perf.baseline_tps") == "broken"),
+              ("spec.* broken", spec_broken(r)),
+              ("SGLang's own memory error reaches the claims", log_says(r, *MEMORY_WORDS)),
+              ("nothing left behind", r["leftovers"]["clean"]),
+              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+    return r
+
+
+def run_oom_holder(ctx: Ctx) -> dict[str, Any]:
+    """Another process holds all but 6 GiB of the GPU (a stale server, another job) and the
+    8B-shaped target (13.9 GB) is launched: it runs out of memory while loading. env.gpu_clean
+    must name the holder, the live claims must carry SGLang's own error, and specgate must
+    leave nothing of its own behind."""
+    if ctx.sim:
+        return {"name": "c_oom_holder", "skipped": "the simulator holds no GPU memory"}
+    holder = subprocess.Popen([ctx.python, "-c", GPU_HOLDER, "6144"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
         first = holder.stdout.readline().strip() if holder.stdout else ""
         ctx.keep.add(holder.pid)
-        profile = write_profile(ctx, "oom-start", fault=True)
-        r = run_pytest(ctx, "c_oom_start", profile, timeout_s=min(ctx.left(), 240))
+        profile = write_profile(ctx, "oom-holder", fault=True, target="big",
+                                extra_args=["--load-format", "dummy"])
+        r = run_pytest(ctx, "c_oom_holder", profile, timeout_s=min(ctx.left(), 300))
     finally:
         holder.kill()
         holder.wait(10)
         ctx.keep.discard(holder.pid)
     r["holder"] = {"pid": holder.pid, "said": first}
+    r["gpu_after_holder"] = gpu_memory()
     claims = claims_by_id(r)
-    causes = " ".join(str(c.get("cause", "")) + " " + str(c.get("message", ""))
-                      for c in claims.values()).lower()
     check(r, [("the holder took the GPU", first.startswith("holding")),
               ("env.gpu_clean failed, naming the holder",
                status_of(r, "env.gpu_clean") == "failed"
                and str(holder.pid) in str(claims.get("env.gpu_clean", {}).get("message"))),
               ("perf.baseline_tps broken", status_of(r, "perf.baseline_tps") == "broken"),
               ("spec.* broken", spec_broken(r)),
-              ("SGLang's own memory error reaches the claims",
-               "memory" in causes or "oom" in causes),
-              ("nothing left behind (besides the holder)", r["leftovers"]["clean"])])
+              ("SGLang's own memory error reaches the claims", log_says(r, *MEMORY_WORDS)),
+              ("nothing left behind (besides the holder)", r["leftovers"]["clean"]),
+              ("no specgate process on the GPU after the run (only the holder)",
+               {a["pid"] for a in (r.get("gpu_after") or {}).get("apps") or []}
+               <= {holder.pid} | {a["pid"] for a in (r.get("gpu_before") or {}).get("apps")
+                                  or []})])
     return r
 
 
@@ -991,7 +1126,10 @@ RUNS: list[tuple[str, float, tuple[str, ...], Callable[[Ctx], dict[str, Any]]]] 
                                                                   signal.SIGINT)),
     ("c_sigterm_launch", 40, NONE, lambda c: signal_during_launch(c, "c_sigterm_launch",
                                                                    signal.SIGTERM)),
-    ("c_oom_start", 90, NONE, run_oom_start),
+    ("c_drafter_wide", 90, BASE, run_drafter_wide),
+    ("c_oom_fraction", 90, NONE, run_oom_fraction),
+    ("c_oom_holder", 90, NONE, run_oom_holder),
+    ("c_drafter_narrow_in", 90, BASE, run_drafter_narrow_in),
 ]
 ATTACH_START_S = 90  # both attach-mode servers, started together, on a warm machine
 
@@ -1006,11 +1144,12 @@ def write_summary(ctx: Ctx, meta: dict[str, Any]) -> None:
              f"- SGLang {meta.get('sglang_version') or '?'} ({meta['launcher']}), "
              f"started {meta['started']}, finished {doc['finished']}",
              f"- runs: {', '.join(meta['selected'])}", "",
-             "| run | exit | s | outcome | ok | left behind | notes |",
-             "|---|---|---|---|---|---|---|"]
+             "| run | exit | s | verdict written at s (after the fault) | outcome | ok | "
+             "left behind | GPU MiB used before → after | notes |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in ctx.runs:
         if r.get("skipped"):
-            lines.append(f"| {r['name']} | — | — | skipped | — | — | {r['skipped']} |")
+            lines.append(f"| {r['name']} | — | — | — | skipped | — | — | — | {r['skipped']} |")
             continue
         verdict = r.get("verdict") or {}
         left = r.get("leftovers") or {}
@@ -1025,9 +1164,15 @@ def write_summary(ctx: Ctx, meta: dict[str, Any]) -> None:
         note = (("timed out: pytest got SIGTERM; " if r.get("timed_out") else "")
                 + ("; ".join(failed) if failed else "")
                 + (f" {r['error']}" if r.get("error") else ""))
-        lines.append(f"| {r['name']} | {r.get('exit_code')} | {r.get('seconds')} | "
+        written = str(r.get("verdict_written_s", "—"))
+        if "verdict_after_fault_s" in r:
+            written += f" ({r['verdict_after_fault_s']})"
+        mem = "—"
+        if r.get("gpu_before") and r.get("gpu_after"):
+            mem = f"{r['gpu_before'].get('used_mib')} → {r['gpu_after'].get('used_mib')}"
+        lines.append(f"| {r['name']} | {r.get('exit_code')} | {r.get('seconds')} | {written} | "
                      f"{verdict.get('outcome')} | {'yes' if r.get('ok') else 'NO'} | {gone} | "
-                     f"{note.strip() or '—'} |")
+                     f"{mem} | {note.strip() or '—'} |")
     lines.append("")
     for r in ctx.runs:
         if r.get("skipped") or not r.get("verdict"):

@@ -37,7 +37,8 @@ def layout_problems(drafter: Drafter) -> tuple[list[str], list[str]]:
         info = present.get(name)
         if info is None:
             if not want.optional:
-                problems.append(f"{name} missing (expected {list(want.shape)})")
+                problems.append(f"{name} missing (expected {list(want.shape)})"
+                                + (f": {want.why}" if want.why else ""))
             continue
         if info.shape != want.shape:
             problems.append(f"{info.name} has shape {list(info.shape)}, config implies "

@@ -57,6 +57,7 @@ class ExpectedTensor(NamedTuple):
     shape: tuple[int, ...]
     dtype: str | None
     optional: bool = False
+    why: str = ""  # what a missing one costs, when the name alone does not say
 
 
 def normalize_name(name: str) -> str:
@@ -311,8 +312,14 @@ def expected_layout(config: dict[str, Any],
         # A full-vocabulary drafter needs no map (d2t would be all zeros).
         "d2t": ExpectedTensor((vd,), "I64", optional=vd == vocab),
         "t2d": ExpectedTensor((vocab,), "BOOL", optional=vd == vocab),
-        # Frozen and replaced by the target's embedding at load time.
-        "embed_tokens.weight": ExpectedTensor((vocab, h), None, optional=True),
+        # Frozen and replaced by the target's embedding at load time, which SGLang does only
+        # when the drafter is as wide as the target (LlamaForCausalLMEagle3.set_embed).
+        "embed_tokens.weight": ExpectedTensor(
+            (vocab, h), None, optional=th == h,
+            why="" if th == h else (
+                f"SGLang gives a drafter the target's embedding only when hidden_size equals "
+                f"target_hidden_size ({h} ≠ {th}); without an embed_tokens of its own this "
+                "drafter drafts from an embedding that nothing loads")),
     }
     if config.get("attention_bias"):
         layout["layers.0.self_attn.q_proj.bias"] = ExpectedTensor((heads * d,), None)

@@ -41,6 +41,11 @@ GPU_RELEASE_TIMEOUT_S = 30.0
 
 # Access-log lines of our own readiness polls: hundreds of them would bury the real tail.
 _POLL_LINE = re.compile(r'"GET /health(?:_generate)? HTTP/[0-9.]+" \d{3}')
+# The line a Python traceback ends with ("torch.OutOfMemoryError: CUDA out of memory. …",
+# "ValueError: Loaded weights leave no GPU memory …"), as a server prints it before it exits.
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\[\d+\])?: \S")
+# Log lines longer than this are cut in a tail (SGLang logs its whole ServerArgs on one line).
+TAIL_LINE_CHARS = 600
 
 ProgressCallback = Callable[[float, str], None]
 Progress = Callable[[str], None]
@@ -141,6 +146,10 @@ class ServerHandle:
     def command(self) -> str:
         """How the server was reached: its launch command (secrets masked), or its URL."""
         return self.spec.display if self.spec is not None else f"attached to {self.url}"
+
+    def redact_text(self, text: str) -> str:
+        """Text from the server (its log) with the secrets this launch knows masked."""
+        return self._redactor.redact(text)
 
     def log_tail(self, n: int = 40) -> str:
         """The last n lines of the server log, secrets redacted, our readiness polls left out."""
@@ -635,9 +644,12 @@ def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: 
                               "started beside it failed", handle.log_tail())
         code = proc.poll()
         if code is not None:
+            said = server_error(handle.log_path) if handle.log_path else None
             raise ServerError(
                 f"the {handle.config} server exited with code {code} before it was ready "
-                f"({time.monotonic() - started:.1f} s after start); the log is {handle.log_path}",
+                f"({time.monotonic() - started:.1f} s after start)"
+                + (f": {handle.redact_text(said)}" if said else "")
+                + f"; the log is {handle.log_path}",
                 handle.log_tail())
         handle.remember_children()
         try:
@@ -778,9 +790,22 @@ def _tail(path: Path, n: int) -> str:
             data = f.read()
     except OSError:
         return ""
-    lines = [ln for ln in data.decode("utf-8", "replace").splitlines()
+    lines = [_cut(ln) for ln in data.decode("utf-8", "replace").splitlines()
              if not _POLL_LINE.search(ln)]
     return "\n".join(lines[-n:])
+
+
+def _cut(line: str) -> str:
+    if len(line) <= TAIL_LINE_CHARS:
+        return line
+    return f"{line[:TAIL_LINE_CHARS]} … ({len(line) - TAIL_LINE_CHARS} more characters)"
+
+
+def server_error(path: Path) -> str | None:
+    """The last exception line in the end of a server's log (the error a crashed SGLang printed
+    above its crash diagnostics), cut to one readable line; None when there is none."""
+    found = [ln.strip() for ln in _tail_raw(path).splitlines() if _ERROR_LINE.match(ln)]
+    return _cut(found[-1]) if found else None
 
 
 def _scrub_log(path: Path, redactor: Redactor) -> None:

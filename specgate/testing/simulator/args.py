@@ -180,8 +180,10 @@ def resolve(ns: argparse.Namespace, env: Mapping[str, str]) -> Resolved:
             # (A draft that is the target's own MTP layers loads with the target, which the
             # simulator does not read.)
             try:
-                unloaded = check_draft_folder(draft_dir,
-                                              str(args["speculative_draft_model_revision"]))
+                hidden = target_cfg.get("hidden_size")
+                unloaded = check_draft_folder(
+                    draft_dir, str(args["speculative_draft_model_revision"]),
+                    target_hidden=hidden if isinstance(hidden, int) else None)
             except DraftLoadError as exc:
                 raise StartupError(str(exc)) from exc
         if steps is None:

@@ -6,7 +6,11 @@ safetensors header and copies every tensor into the parameter of its name, asser
 agree (facts: srt/models/llama_eagle3.py, model_loader/weight_utils.py). Each failure there ends
 start-up with the exception below. A tensor the checkpoint lacks is not checked: the parameter
 keeps whatever memory it was given (d2t missing leaves the draft ids unmapped), the server
-starts, and its drafts are not accepted.
+starts, and its drafts are not accepted. The drafter takes the target's embedding only when its
+hidden_size equals its target_hidden_size (LlamaForCausalLM.set_embed); otherwise its own
+embed_tokens is used, loaded or not. A drafter whose fc reads aux states of another width than
+the target's stops the server at its first forward, the warm-up request (seen on SGLang 0.5.17:
+"RuntimeError: mat1 and mat2 shapes cannot be multiplied (13x768 and 1536x512)").
 """
 
 from __future__ import annotations
@@ -15,7 +19,12 @@ import json
 from pathlib import Path
 
 from specgate.core.errors import CheckpointError
-from specgate.io.checkpoint import PICKLE_SUFFIXES, expected_layout, normalize_name
+from specgate.io.checkpoint import (
+    PICKLE_SUFFIXES,
+    expected_layout,
+    normalize_name,
+    num_aux_states,
+)
 from specgate.io.safetensors_io import TensorInfo, read_header
 
 # Not loaded into a parameter: t2d is skipped, embed_tokens comes from the target.
@@ -26,9 +35,11 @@ class DraftLoadError(Exception):
     """SGLang would stop loading the draft model; the text is the exception line it prints."""
 
 
-def check_draft_folder(folder: Path, revision: str = "main") -> tuple[str, ...]:
-    """Raise DraftLoadError where SGLang's loader stops; otherwise the tensors it would need and
-    not find (sorted), which leave the draft model unable to propose accepted tokens."""
+def check_draft_folder(folder: Path, revision: str = "main",
+                       target_hidden: int | None = None) -> tuple[str, ...]:
+    """Raise DraftLoadError where SGLang stops while loading or warming up the draft model;
+    otherwise the tensors it would need and not find (sorted), which leave the draft model
+    unable to propose accepted tokens. target_hidden: the target's hidden_size, when known."""
     config = _config(folder, revision)
     tensors = _tensors(folder)
     if tensors is None:  # pickled weights only: SGLang loads them, the simulator does not read
@@ -41,12 +52,21 @@ def check_draft_folder(folder: Path, revision: str = "main") -> tuple[str, ...]:
     for name, want in layout.items():
         info = tensors.get(name)
         if info is None:
-            if not want.optional and name not in _NOT_LOADED:
+            # embed_tokens is required only when the target's is not shared (another width).
+            if not want.optional and (name not in _NOT_LOADED or name == "embed_tokens.weight"):
                 missing.append(name)
         elif name not in _NOT_LOADED and name != "d2t" and info.shape != want.shape:
             raise DraftLoadError(
                 f"AssertionError: Attempted to load weight (torch.Size({list(info.shape)})) into "
                 f"parameter (torch.Size({list(want.shape)})) [{info.name} in {info.file}]")
+    fc = layout.get("fc.weight")
+    if target_hidden is not None and fc is not None and len(fc.shape) == 2 and fc.shape[1]:
+        per_aux = fc.shape[1] // max(1, num_aux_states(config))
+        if per_aux != target_hidden:
+            reads = fc.shape[1] // per_aux * target_hidden
+            raise DraftLoadError(
+                f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (13x{reads} and "
+                f"{fc.shape[1]}x{fc.shape[0]})")
     return tuple(sorted(missing))
 
 

@@ -1,0 +1,212 @@
+"""Launch records: how much one server's single-stream decode speed moves from one launch to
+the next, per target, on real SGLang.
+
+Each target is launched N times in turn (target A, B, C, A, B, C, …, so a drift of the machine
+over the run does not fall on one target), each launch measured by the same single-stream greedy
+requests of a fixed length, then stopped. Everything a model of the spread needs is kept: every
+request's completion tokens and the server's own `e2e_latency`, the client's wall time, start to
+ready, the GPU's clocks, power and memory around the measurement, and the weight bytes a decode
+step reads (from the target's config).
+
+    python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION] ... [--launches 5]
+        [--requests 16] [--tokens 128] [--deadline EPOCH] [-- SGLANG FLAGS...]
+
+OUT.json is rewritten after every launch, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROMPTS = [f"Describe, in plain words, how a {thing} works and what it is used for."
+           for thing in ("bicycle", "refrigerator", "rainbow", "compass", "volcano",
+                         "telescope", "battery", "piano")]
+SMI_FIELDS = ("name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,power.draw,"
+              "temperature.gpu,memory.used,memory.total,clocks_throttle_reasons.active")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def smi() -> dict[str, str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={SMI_FIELDS}",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=30, check=False).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if not out:
+        return {}
+    return dict(zip(SMI_FIELDS.split(","), (v.strip() for v in out[0].split(",")), strict=False))
+
+
+def weight_bytes(config: dict[str, Any]) -> int:
+    """Bytes of bf16 weights a Llama decode step reads (every linear layer, the final norm and
+    the lm_head; the embedding is a lookup)."""
+    h = int(config["hidden_size"])
+    layers = int(config["num_hidden_layers"])
+    heads = int(config["num_attention_heads"])
+    kv = int(config.get("num_key_value_heads") or heads)
+    d = int(config.get("head_dim") or h // heads)
+    inter = int(config["intermediate_size"])
+    vocab = int(config["vocab_size"])
+    per_layer = h * heads * d + 2 * h * kv * d + heads * d * h + 3 * h * inter + 2 * h
+    return 2 * (layers * per_layer + h + vocab * h)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, deadline: float) -> None:
+    import requests
+
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode} while starting")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url + "/health_generate", timeout=30).status_code == 200:
+                return
+        if time.time() > deadline:
+            raise RuntimeError("the server was not ready before the deadline")
+        time.sleep(1.0)
+
+
+def measure(url: str, requests_n: int, tokens: int) -> list[dict[str, Any]]:
+    import requests
+
+    session = requests.Session()
+    warm = {"text": "Hello", "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+    session.post(url + "/generate", json=warm, timeout=300).raise_for_status()
+    rows = []
+    for i in range(requests_n):
+        body = {"text": PROMPTS[i % len(PROMPTS)],
+                "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
+                                    "ignore_eos": True}}
+        sent = time.perf_counter()
+        reply = session.post(url + "/generate", json=body, timeout=300)
+        wall = time.perf_counter() - sent
+        reply.raise_for_status()
+        meta = reply.json()["meta_info"]
+        rows.append({"prompt": i % len(PROMPTS), "completion_tokens": meta["completion_tokens"],
+                     "prompt_tokens": meta.get("prompt_tokens"),
+                     "e2e_latency_s": meta.get("e2e_latency"), "client_wall_s": round(wall, 6)})
+    return rows
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
+    rates = [r["completion_tokens"] / r["e2e_latency_s"] for r in rows if r.get("e2e_latency_s")]
+    logs = [math.log(x) for x in rates]
+    return {"median_tok_s": round(statistics.median(rates), 3),
+            "mean_tok_s": round(statistics.fmean(rates), 3),
+            "cv_within": round(statistics.stdev(rates) / statistics.fmean(rates), 5),
+            "sd_ln_within": round(statistics.stdev(logs), 5)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--target", action="append", required=True,
+                        help="NAME=DIR[,MEM_FRACTION] (repeat for several targets)")
+    parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--deadline", type=float, default=math.inf,
+                        help="Unix time after which no new launch starts")
+    parser.add_argument("--python", default=sys.executable)
+    ns = parser.parse_args(argv)
+    targets = []
+    for item in ns.target:
+        name, _, rest = item.partition("=")
+        folder, _, fraction = rest.partition(",")
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        targets.append((name, folder, fraction or "0.3", config))
+    doc: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "method": {"requests_per_launch": ns.requests, "max_new_tokens": ns.tokens,
+                   "temperature": 0, "ignore_eos": True, "single_stream": True,
+                   "rate": "completion_tokens / e2e_latency (the server's own clock)",
+                   "order": "targets in turn, launch by launch", "server_flags": extra},
+        "targets": {name: {"path": folder, "mem_fraction_static": fraction,
+                           "weight_bytes": weight_bytes(config),
+                           "config": {k: config.get(k) for k in (
+                               "hidden_size", "num_hidden_layers", "num_attention_heads",
+                               "num_key_value_heads", "head_dim", "intermediate_size",
+                               "vocab_size")}, "launches": []}
+                    for name, folder, fraction, config in targets},
+    }
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    for launch in range(ns.launches):
+        for name, folder, fraction, _ in targets:
+            if time.time() > ns.deadline:
+                doc["stopped"] = f"deadline reached before launch {launch} of {name}"
+                ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+                print(doc["stopped"], flush=True)
+                return 0
+            port = free_port()
+            log = ns.out.parent / f"{name}-{launch}.log"
+            argv_server = [ns.python, "-m", "sglang.launch_server", "--model-path", folder,
+                           "--host", "127.0.0.1", "--port", str(port),
+                           "--mem-fraction-static", fraction, *extra]
+            started = time.time()
+            with log.open("wb") as fh:
+                proc = subprocess.Popen(argv_server, stdout=fh, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            record: dict[str, Any] = {"launch": launch, "started": started}
+            try:
+                wait_ready(proc, f"http://127.0.0.1:{port}", started + 600)
+                record["ready_s"] = round(time.time() - started, 1)
+                record["smi_before"] = smi()
+                record["requests"] = measure(f"http://127.0.0.1:{port}", ns.requests,
+                                             ns.tokens)
+                record["smi_after"] = smi()
+                record.update(summarize(record["requests"]))
+            except Exception as exc:  # one failed launch is a record too
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                stop(proc)
+            doc["targets"][name]["launches"].append(record)
+            ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+            print(name, launch, {k: record.get(k) for k in (
+                "ready_s", "median_tok_s", "cv_within", "error")}, flush=True)
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for entry in doc["targets"].values():
+        medians = [r["median_tok_s"] for r in entry["launches"] if "median_tok_s" in r]
+        if len(medians) >= 2:
+            entry["spread_sd_ln"] = round(statistics.stdev(math.log(m) for m in medians), 5)
+            entry["read_tb_s"] = round(entry["weight_bytes"] * statistics.median(medians)
+                                       / 1e12, 3)
+    ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
