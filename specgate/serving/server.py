@@ -25,7 +25,7 @@ from specgate.serving import gpu, safety_net
 from specgate.serving.client import NoAnswer, SGLangClient, Unreachable
 from specgate.serving.launch import ATTACH_OPTIONS, Config, LaunchSpec, ServerPlan, free_port
 from specgate.serving.launchers import remote
-from specgate.serving.launchers.base import FarSideStop, StopOrder
+from specgate.serving.launchers.base import FarSideStop, StopOrder, read_head, read_tail
 from specgate.serving.preflight import PreflightResult
 
 READY_PATH = "/health_generate"
@@ -181,7 +181,7 @@ class ServerHandle:
         """Where the wrapper says the server runs on the far side (a remote launch)."""
         if self.remote_tag is None or self.log_path is None:
             return None
-        found = remote.started(_head(self.log_path))
+        found = remote.started(read_head(self.log_path))
         return found if found is not None and found.tag == self.remote_tag else None
 
     def stop(self) -> StopReport:
@@ -767,14 +767,6 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def _head(path: Path, size: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            return f.read(size).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _write_stop_report(log_path: Path, config: Config, report: StopReport) -> None:
     """The stop report beside the log: the verdict names what was stopped and how, also when
     the run was interrupted or the server ran in another xdist worker."""
@@ -782,16 +774,7 @@ def _write_stop_report(log_path: Path, config: Config, report: StopReport) -> No
 
 
 def _tail(path: Path, n: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return ""
-    lines = [_cut(ln) for ln in data.decode("utf-8", "replace").splitlines()
-             if not _POLL_LINE.search(ln)]
+    lines = [_cut(ln) for ln in read_tail(path).splitlines() if not _POLL_LINE.search(ln)]
     return "\n".join(lines[-n:])
 
 
@@ -804,7 +787,7 @@ def _cut(line: str) -> str:
 def server_error(path: Path) -> str | None:
     """The last exception line in the end of a server's log (the error a crashed SGLang printed
     above its crash diagnostics), cut to one readable line; None when there is none."""
-    found = [ln.strip() for ln in _tail_raw(path).splitlines() if _ERROR_LINE.match(ln)]
+    found = [ln.strip() for ln in read_tail(path).splitlines() if _ERROR_LINE.match(ln)]
     return _cut(found[-1]) if found else None
 
 

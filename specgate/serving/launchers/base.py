@@ -195,6 +195,26 @@ def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: boo
     return False
 
 
+def read_head(path: Path, size: int = 64 * 1024) -> str:
+    """The first `size` bytes of a server log as text ("" when it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def read_tail(path: Path, size: int = 64 * 1024) -> str:
+    """The last `size` bytes of a server log as text ("" when it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def popen(argv: Sequence[str], env: Mapping[str, str], log: IO[bytes], *,
           stdin: int) -> subprocess.Popen[bytes]:
     """The server's process in a session of its own (so its whole tree can be signalled),

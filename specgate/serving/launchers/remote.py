@@ -32,6 +32,8 @@ from specgate.serving.launchers.base import (
     StopOrder,
     popen,
     port_in_use,
+    read_head,
+    read_tail,
 )
 from specgate.serving.preflight import PreflightResult
 
@@ -308,10 +310,10 @@ class FarSideLauncher(Launcher):
         # left to the sweep, then to the local teardown of the handle.
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace + _WRAPPER_EXIT_S)
-        head = _head(order.log_path) if order.log_path else ""
+        head = read_head(order.log_path) if order.log_path else ""
         found = started(head)
         found = found if found is not None and found.tag == order.tag else None
-        said = tuple(wrapper_said(_tail(order.log_path))) if order.log_path else ()
+        said = tuple(wrapper_said(read_tail(order.log_path))) if order.log_path else ()
         if order.stop_command:
             second, left = " ".join(_run_stop_command(order.stop_command, order.redactor)), None
         else:
@@ -363,24 +365,6 @@ def _run_stop_command(stop_command: tuple[str, ...], redactor: Redactor) -> list
     said = redactor.redact((done.stdout + done.stderr).strip())[-300:]
     return [f"[server] stop_command exited with code {done.returncode}"
             + (f": {said}" if said else "")]
-
-
-def _head(path: Path, size: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            return f.read(size).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, size: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _unquote(arg: str) -> str:
