@@ -43,8 +43,12 @@ def lenient_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON) of every line of a file appended to by many runs; a torn line
     (not UTF-8, not JSON: a run killed mid-write) is skipped with a SkippedLine warning naming
     the file and line, never an exception."""
+    try:
+        handle = files.open_regular(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     # Read a line at a time, each bounded: the store grows with every run.
-    with files.open_regular(path) as fh:
+    with handle as fh:
         for number, raw in enumerate(iter(lambda: fh.readline(files.LINE_BYTES + 1), b""),
                                      start=1):
             if not raw.strip():
