@@ -55,6 +55,21 @@ class JsonTooDeep(ValueError):
     """JSON nested deeper than MAX_JSON_DEPTH."""
 
 
+def umask() -> int:
+    """The process's file mode creation mask, read without changing it (Linux reports it in
+    /proc/self/status; elsewhere it is set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def kind_of(mode: int) -> str:
     """What a non-regular file is, in words."""
     for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
