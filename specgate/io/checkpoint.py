@@ -84,6 +84,8 @@ def read_config(path: Path | str) -> dict[str, Any]:
         raise CheckpointError(f"{path}: is a file, not a folder; give the model folder that "
                               "holds config.json and the *.safetensors weights")
     if not file.exists():
+        if file is not path and _is_empty(path):
+            raise CheckpointError(empty_folder(path))
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
                               "and its *.safetensors weights")
     try:
@@ -101,6 +103,20 @@ def read_config(path: Path | str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CheckpointError(f"{file}: holds JSON {type(config).__name__}, expected an object")
     return config
+
+
+def empty_folder(folder: Path) -> str:
+    """What an empty model folder is said to be, by every reader of it (one cause, one
+    wording)."""
+    return (f"{folder}: the folder is empty; expected config.json and *.safetensors weights "
+            "(was the download or export finished?)")
+
+
+def _is_empty(folder: Path) -> bool:
+    try:
+        return next(folder.iterdir(), None) is None
+    except OSError:
+        return False
 
 
 def load_target_config(path: Path | str) -> dict[str, Any]:
@@ -162,8 +178,7 @@ def _open(folder: Path) -> Drafter:
         raise CheckpointError(f"{folder}: the drafter folder cannot be listed "
                               f"({exc.strerror or exc}); check its permissions") from None
     if not names:
-        raise CheckpointError(f"{folder}: the drafter folder is empty; expected config.json and "
-                              "model.safetensors (was the download or export finished?)")
+        raise CheckpointError(empty_folder(folder))
     config = read_config(folder)
     files = _weight_files(folder, names)
     tensors: dict[str, TensorInfo] = {}
