@@ -113,7 +113,9 @@ def test_teardown_steps_have_names(run) -> None:
     names = [after["name"]
              for path in (project / "reports" / "allure-results").glob("*-container.json")
              for after in json.loads(path.read_text(encoding="utf-8")).get("afters", [])]
-    assert names, "no fixture teardown was recorded"
+    # pytest 9 ends each fixture's teardown with a finalizer of its own, which allure-pytest
+    # records as a step; pytest 8 calls the same hook directly, and records none.
+    assert names or pytest.version_tuple < (9,), "no fixture teardown was recorded"
     assert not [n for n in names if "<lambda>" in n], names
     # The suite's own fixtures are named after themselves; the harness's (check, profile) are
     # not reported as steps of the claim at all.
@@ -129,7 +131,7 @@ def test_teardown_steps_have_a_status(run) -> None:
              for path in (project / "reports" / "allure-results").glob("*-container.json")
              for kind in ("befores", "afters")
              for step in json.loads(path.read_text(encoding="utf-8")).get(kind, [])]
-    assert [s for kind, s in steps if kind == "afters"], steps
+    assert [s for kind, s in steps if kind == "afters"] or pytest.version_tuple < (9,), steps
     unfinished = [(kind, s["name"]) for kind, s in steps
                   if s.get("status") not in ("passed", "failed", "broken", "skipped")
                   or "stop" not in s]
