@@ -151,3 +151,26 @@ def test_an_empty_api_key_variable_is_named(tmp_path: Path) -> None:
     for cause in causes:
         assert "the environment variable MY_SG_KEY is empty" in cause, cause
     assert "MY_SG_KEY is empty" in out
+
+
+def test_the_readme_names_the_pytest_its_setup_leaves() -> None:
+    """The README's setup commands put only tox in .venv/: the pytest it tells a reader of the
+    checkout to run is the probe environment's, which those commands create (tox -e probe runs
+    pytest from it, with the checkout installed)."""
+    import configparser
+    import re
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(repo / "tox.ini")
+    assert tox["testenv"]["package"] == "editable"
+    assert tox["testenv:probe"]["commands"].strip().startswith("pytest -m probe")
+    setup = re.findall(r"^python3 -m venv \.venv .*$", readme, re.MULTILINE)
+    assert setup and all(".venv/bin/tox -e" in line for line in setup), setup
+    assert any("tox -e probe" in line for line in setup)
+    assert "`.tox/probe/bin/pytest -m probe`" in readme
+    # Nothing in the checkout's part of the README sends a reader to a bare .venv/bin/pytest.
+    assert ".venv/bin/pytest" not in readme
+    ci = (repo / ".ci" / "run").read_text()
+    assert ".tox/probe/bin/pytest -m" in ci  # CI runs the README's line as written
