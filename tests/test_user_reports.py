@@ -167,7 +167,8 @@ def test_the_readme_names_the_pytest_its_setup_leaves() -> None:
     assert tox["testenv"]["package"] == "editable"
     assert tox["testenv:probe"]["commands"].strip().startswith("pytest -m probe")
     setup = re.findall(r"^python3 -m venv \.venv .*$", readme, re.MULTILINE)
-    assert setup and all(".venv/bin/tox -e" in line for line in setup), setup
+    assert setup
+    assert all(".venv/bin/tox -e" in line for line in setup), setup
     assert any("tox -e probe" in line for line in setup)
     assert "`.tox/probe/bin/pytest -m probe`" in readme
     # Nothing in the checkout's part of the README sends a reader to a bare .venv/bin/pytest.
