@@ -85,9 +85,10 @@ def test_every_claim_has_its_description_passed_or_not(run) -> None:
     assert sorted(results) == ["demo.broken", "demo.fail", "demo.live_a", "demo.live_b",
                                "demo.pass", "demo.skip"]
     assert results["demo.pass"]["status"] == "passed"
-    assert results["demo.pass"]["description"] == "fine\n\nObserved 3; expected >= 2."
+    # Observed and expected first: a long message never pushes them below the fold.
+    assert results["demo.pass"]["description"] == "Observed 3; expected >= 2.\n\nfine"
     assert results["demo.fail"]["description"] == (
-        "252 of 32000 positions match\n\nObserved 252 positions; expected >= 31680 positions.")
+        "Observed 252 positions; expected >= 31680 positions.\n\n252 of 32000 positions match")
     assert results["demo.broken"]["description"] == "/x/model.safetensors: header too long"
     assert results["demo.skip"]["description"] == "no reference drafter given"
     for cid in ("demo.live_a", "demo.live_b"):  # broken by a fixture: no check() ran
@@ -112,12 +113,29 @@ def test_teardown_steps_have_names(run) -> None:
     names = [after["name"]
              for path in (project / "reports" / "allure-results").glob("*-container.json")
              for after in json.loads(path.read_text(encoding="utf-8")).get("afters", [])]
-    assert names, "no fixture teardown was recorded"
+    # pytest 9 ends each fixture's teardown with a finalizer of its own, which allure-pytest
+    # records as a step; pytest 8 calls the same hook directly, and records none.
+    assert names or pytest.version_tuple < (9,), "no fixture teardown was recorded"
     assert not [n for n in names if "<lambda>" in n], names
     # The suite's own fixtures are named after themselves; the harness's (check, profile) are
     # not reported as steps of the claim at all.
     assert all(n.endswith("::teardown") for n in names), names
     assert not [n for n in names if n.split("::")[0] in ("check", "profile", "reports_dir")]
+
+
+def test_teardown_steps_have_a_status(run) -> None:
+    """Every fixture step, set-up and teardown, ends with a status (Allure shows a step
+    without one as "?")."""
+    project, _ = run
+    steps = [(kind, step)
+             for path in (project / "reports" / "allure-results").glob("*-container.json")
+             for kind in ("befores", "afters")
+             for step in json.loads(path.read_text(encoding="utf-8")).get(kind, [])]
+    assert [s for kind, s in steps if kind == "afters"] or pytest.version_tuple < (9,), steps
+    unfinished = [(kind, s["name"]) for kind, s in steps
+                  if s.get("status") not in ("passed", "failed", "broken", "skipped")
+                  or "stop" not in s]
+    assert not unfinished, unfinished
 
 
 def test_skips_are_listed_at_the_claim_without_a_config_asking(run) -> None:

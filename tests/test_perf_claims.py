@@ -521,3 +521,32 @@ def test_a_result_without_a_coverage_is_judged_with_the_prior():
     spread = result.details["launch_spread"]
     assert spread["speculative"] == drift.prior("cycle_ms").to_json()
     assert spread["baseline"] == drift.prior("tps").to_json()
+
+
+def test_the_speedup_takes_the_stricter_confidence_of_two_sequential_measurements():
+    """The baseline stopped after its first look (95 %); the speculative server looked up to
+    three times (its intervals judged at 98.33 %). The speed-up's interval, and the claim
+    judged on it, take the stricter level, as wide as the more-looked side requires."""
+    import dataclasses
+
+    factors = [0.8, 1.0, 1.1, 1.3]
+    base = _measurement("baseline", tps_per_repeat=[80.0], prompt_factors=factors)
+    spec = _measurement("speculative", tps_per_repeat=[120.0, 121.0, 119.0],
+                        prompt_factors=[1.3, 1.0, 0.9, 0.8])
+    looked = Sampling(repeats=1, max_repeats=3)
+    strict = bench.judged_confidence(looked)
+    assert strict == pytest.approx(1 - 0.05 / 3)
+    spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
+                             sampling=looked, samples=spec.samples)
+    assert spec.confidence == pytest.approx(strict)
+    assert base.confidence == pytest.approx(0.95)
+    for a, b in ((spec, base), (base, spec)):
+        ratio = bench.speedup(a, b)
+        assert ratio.confidence == pytest.approx(strict)
+    at_95 = bench.speedup(dataclasses.replace(spec, confidence=0.95), base)
+    ratio = bench.speedup(spec, base)
+    assert ratio.mean == pytest.approx(at_95.mean)
+    assert ratio.ci_high - ratio.ci_low > at_95.ci_high - at_95.ci_low
+    result = perf_claims.speedup_claim(_profile(), _live(base, spec), attach=False)
+    assert result.details["speedup_within_launch"]["confidence"] == pytest.approx(strict)
+    assert "98.33 % CI" in result.message

@@ -155,7 +155,9 @@ def test_interrupt_leaves_an_interrupted_verdict(project: Path, tmp_path: Path,
     assert proc.returncode == 2, out
     doc = _verdict(project)
     assert doc["outcome"] == "interrupted"
-    assert doc["complete"] is True
+    # docs/verdict.md: the claim the signal stopped never reported, so the run is not complete.
+    assert doc["complete"] is False
+    assert "demo.slow" in doc["not_reported"]
     assert {c["id"] for c in doc["claims"]} >= {"demo.pass", "demo.fail"}
 
 

@@ -88,3 +88,40 @@ def test_non_finite_figures_become_null_and_the_file_is_strict_json(tmp_path: Pa
     assert data["claims"][0]["observed"] is None
     assert data["claims"][0]["expected"] is None
     assert data["claims"][0]["details"] == {"ci": [None, 1.0]}
+
+
+def test_a_run_explains_its_counts_and_writes_the_verdict_as_its_other_files(
+        tmp_path: Path) -> None:
+    """A real offline probe on the demo profile under umask 027: verdict.json gets the mode
+    junit.xml gets (a CI uploader in the file's group reads both), and the closing block says
+    how pytest's collected / deselected / selected counts come to the claims in the verdict."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGATE_"))}
+    env["SPECGATE_CACHE"] = str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m",
+                           "probe and not live", "--specgate-profile=demo"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300, umask=0o027)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reports = tmp_path / "reports"
+    run_dir = reports / json.loads((reports / "verdict.json").read_text())["run"]["folder"]
+    for folder in (reports, run_dir):
+        modes = {name: (folder / name).stat().st_mode & 0o777
+                 for name in ("verdict.json", "junit.xml")}
+        assert modes == {"verdict.json": 0o640, "junit.xml": 0o640}, (folder, modes)
+    doc = json.loads((reports / "verdict.json").read_text())
+    header = re.search(r"collected (\d+) items / (\d+) deselected / (\d+) selected", proc.stdout)
+    assert header, proc.stdout[:2000]
+    collected, deselected, selected = (int(g) for g in header.groups())
+    assert selected == len(doc["claims"]) == sum(doc["counts"].values())
+    line = re.search(r"^  (\d+) claims of (\d+) tests collected: (\d+) deselected by "
+                     r"-m 'probe and not live', (\d+) at concurrency levels the profile does "
+                     r"not run$", proc.stdout, re.MULTILINE)
+    assert line, proc.stdout[-3000:]
+    claims_n, collected_n, by_marker, levelless = (int(g) for g in line.groups())
+    assert (claims_n, collected_n) == (selected, collected)
+    assert by_marker + levelless == deselected
+    assert levelless == 4  # the demo has one concurrency level: its four @c<level> claims

@@ -52,11 +52,12 @@ def paths(profile: Profile, cid: str, phase: str, *names: str) -> list[Path] | C
 
 def load(cid: str, phase: str, loader: Callable[[], T]) -> T | ClaimResult:
     """loader(), or broken (reason unreadable_input) carrying the error's message, which names
-    the file."""
+    the file. The message is also the result's cause: every claim that reads the same
+    unreadable input breaks for it, and the verdict says it once, with the claims it broke."""
     try:
         return loader()
     except READ_ERRORS as exc:
-        return claims.broken(cid, phase, str(exc))
+        return claims.broken(cid, phase, str(exc), cause=str(exc))
 
 
 def prepare(profile: Profile, cid: str, phase: str, names: Sequence[str],

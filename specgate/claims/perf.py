@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, Concatenate, ParamSpec
 
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
+from specgate.core import files
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
 from specgate.io.jsonl import json_safe
@@ -189,11 +191,11 @@ def _server_log(run: ConfigRun) -> str:
         return ""
     path = Path(run.log_path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        with files.open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
             if size > MAX_LOG_BYTES:
                 fh.seek(size - MAX_LOG_BYTES)
-            text = fh.read().decode("utf-8", errors="replace")
+            text = fh.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
     if size <= MAX_LOG_BYTES:

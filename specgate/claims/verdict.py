@@ -12,6 +12,7 @@ from typing import Any
 
 from specgate.claims.figures import key_figures
 from specgate.claims.result import ClaimResult, Status
+from specgate.core import files
 from specgate.core.redact import redact_urls
 
 SCHEMA = 1
@@ -75,6 +76,9 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; the verdict is read like junit.xml (a CI uploader running
+        # as another user), so it takes the mode any file the run writes gets from the umask.
+        os.fchmod(fd, 0o666 & ~files.umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             # No URL's password (--server-url=http://user:PASSWORD@host) reaches the file.
             fh.write(redact_urls(dumps(doc)))
@@ -100,6 +104,5 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def read(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data: dict[str, Any] = json.load(fh)
+    data: dict[str, Any] = files.read_json(path, limit=files.LOG_BYTES)
     return data

@@ -12,7 +12,7 @@ from typing import Literal
 from specgate.core import profile as profiles
 from specgate.core.errors import SpecgateError
 from specgate.serving.launch import build_command
-from specgate.serving.preflight import launcher_python, preflight
+from specgate.serving.preflight import PreflightResult, launcher_python, preflight
 
 
 def main_preflight(argv: Sequence[str] | None = None) -> int:
@@ -61,13 +61,21 @@ def check_profiles(paths: Sequence[Path], *, python: str | None) -> int:
             interpreter = python or launcher_python(list(spec.argv[:spec.prefix_len]))
             result = preflight(spec.server_args, python=interpreter, redactor=spec.redactor())
             tag = {"ok": "ok  ", "rejected": "FAIL", "unavailable": "n/a "}[result.status]
-            print(f"{tag} {path.name} {config} (sglang {result.version}): {result.message}")
+            print(f"{tag} {path.name} {config}{_version(result)}: {result.message}")
             print(f"     {spec.display}")
             if result.status == "rejected":
                 worst = max(worst, 1)
             elif result.status == "unavailable":
                 return 2
     return worst
+
+
+def _version(result: PreflightResult) -> str:
+    """Which SGLang judged: its version, or nothing where none could be imported (the message
+    says why)."""
+    if result.version:
+        return f" (SGLang {result.version})"
+    return "" if result.status == "unavailable" else " (SGLang of unknown version)"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
 from specgate.core.errors import ProfileError
 from specgate.core.profile import Profile, ServerSection
 
@@ -42,7 +43,10 @@ def load_matrix(path: str | Path) -> Matrix:
     relative paths are relative to the file. One ProfileError naming the file and key."""
     file = Path(path)
     try:
-        doc = tomllib.loads(file.read_text(encoding="utf-8"))
+        doc = tomllib.loads(files.read_text(file, limit=files.PROFILE_BYTES))
+    except RecursionError:
+        raise ProfileError(f"{file}: not valid TOML (arrays or inline tables nested too "
+                           "deeply)") from None
     except OSError as exc:
         raise ProfileError(f"{file}: the checkpoint matrix cannot be read "
                            f"({exc.strerror or exc}); give --specgate-matrix a TOML file") from None

@@ -6,7 +6,6 @@ import difflib
 import os
 import re
 import shlex
-import stat
 import sys
 import tomllib
 import types
@@ -15,12 +14,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specgate.core import files
 from specgate.core.errors import ProfileError
 
 PROFILE_ENV = "SPECGATE_PROFILE"
 CACHE_ENV = "SPECGATE_CACHE"
 # A profile is a few KB; a bound keeps a wrong file (a 34 MB log) from taking a minute to parse.
-MAX_PROFILE_BYTES = 1 << 20
+MAX_PROFILE_BYTES = files.PROFILE_BYTES
 # Each [drafter.expect] key is a claim, and so a test, an Allure result and a junit case: a
 # drafter's config.json has a few dozen fields (a multimodal target's, nested, about 150), and
 # the bound keeps a generated profile from costing a run seconds per hundred keys.
@@ -450,16 +450,14 @@ def load_profile(path: Path | str) -> Profile:
                            f"{PROFILE_ENV}; shipped profiles, by name: "
                            f"{', '.join(shipped_profile_names())})")
     try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise ProfileError(f"{path}: is not a regular file; a profile is a TOML file")
-        if st.st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"{path}: {st.st_size} bytes, over the {MAX_PROFILE_BYTES}-byte "
-                               "limit for a profile (the shipped ones are a few KB); is this "
-                               "the right file?")
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(files.read_text(path, limit=MAX_PROFILE_BYTES))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: not valid TOML: arrays or inline tables nested too deeply "
+                           "for a profile") from None
+    except files.UnreadableFile as exc:
+        raise ProfileError(f"{path}: {exc}; a profile is a TOML file of a few KB") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot be read: {exc}") from None
     return parse_profile(raw, source=path)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from specgate.core import files
 from specgate.core.errors import CheckpointError
 from specgate.io.safetensors_io import TensorInfo, read_array, read_header
 
@@ -83,24 +84,40 @@ def read_config(path: Path | str) -> dict[str, Any]:
         # e.g. model.safetensors given as the drafter: not "config.json is not valid JSON".
         raise CheckpointError(f"{path}: is a file, not a folder; give the model folder that "
                               "holds config.json and the *.safetensors weights")
-    if not file.is_file():
+    if not file.exists():
+        if file is not path and _is_empty(path):
+            raise CheckpointError(empty_folder(path))
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
                               "and its *.safetensors weights")
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
+        config = files.read_json(file, limit=files.CONFIG_BYTES)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{file}: not valid JSON ({exc}); fix or re-download it") from None
+    except files.JsonTooDeep as exc:
+        raise CheckpointError(f"{file}: {exc}; fix or "
+                              "re-download it") from None
     except ValueError as exc:  # an integer longer than Python's 4300-digit limit
         raise CheckpointError(f"{file}: holds a number specgate will not read ({exc}); fix or "
-                              "re-download it") from None
-    except RecursionError:
-        raise CheckpointError(f"{file}: nests JSON too deeply to be a model config; fix or "
                               "re-download it") from None
     except OSError as exc:
         raise CheckpointError(f"{file}: cannot be read: {exc.strerror or exc}") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{file}: holds JSON {type(config).__name__}, expected an object")
     return config
+
+
+def empty_folder(folder: Path) -> str:
+    """What an empty model folder is said to be, by every reader of it (one cause, one
+    wording)."""
+    return (f"{folder}: the folder is empty; expected config.json and *.safetensors weights "
+            "(was the download or export finished?)")
+
+
+def _is_empty(folder: Path) -> bool:
+    try:
+        return next(folder.iterdir(), None) is None
+    except OSError:
+        return False
 
 
 def load_target_config(path: Path | str) -> dict[str, Any]:
@@ -162,8 +179,7 @@ def _open(folder: Path) -> Drafter:
         raise CheckpointError(f"{folder}: the drafter folder cannot be listed "
                               f"({exc.strerror or exc}); check its permissions") from None
     if not names:
-        raise CheckpointError(f"{folder}: the drafter folder is empty; expected config.json and "
-                              "model.safetensors (was the download or export finished?)")
+        raise CheckpointError(empty_folder(folder))
     config = read_config(folder)
     files = _weight_files(folder, names)
     tensors: dict[str, TensorInfo] = {}
@@ -203,8 +219,10 @@ def _weight_files(folder: Path, names: list[str]) -> list[Path]:
 
 def _weight_map(index: Path) -> dict[str, str]:
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = files.read_json(index, limit=files.INDEX_BYTES)
+    except OSError as exc:
+        raise CheckpointError(f"{index}: cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deeply, an overlong number
         raise CheckpointError(f"{index}: not valid JSON ({exc})") from None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:

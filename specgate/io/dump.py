@@ -22,12 +22,12 @@ loss_mask is 1.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specgate.core import files
 from specgate.core.errors import CheckpointError, DataError
 from specgate.io.safetensors_io import DTYPES, TensorInfo, read_array, read_header
 
@@ -66,12 +66,12 @@ def open_dump(path: Path | str) -> HiddenStateDump:
     if not folder.is_dir():
         raise DataError(f"{folder}: hidden-state dump folder not found; check [finetune] "
                         "hidden_states / [data] path")
-    files = sorted(p for p in folder.glob("*.safetensors") if p.name != EMBED_FILE)
-    if not files:
+    sample_files = sorted(p for p in folder.glob("*.safetensors") if p.name != EMBED_FILE)
+    if not sample_files:
         raise DataError(f"{folder}: no sample *.safetensors files; a dump holds one file per "
                         "sample with input_ids, aux_hidden_states and loss_mask")
     samples = []
-    for file in files:
+    for file in sample_files:
         try:
             tensors = read_header(file)
         except CheckpointError as exc:
@@ -85,10 +85,10 @@ def open_dump(path: Path | str) -> HiddenStateDump:
         samples.append(DumpSample(file, ids, aux, tensors.get("loss_mask")))
     metadata: dict[str, Any] = {}
     meta = folder / META_FILE
-    if meta.is_file():
+    if meta.exists():
         try:
-            loaded = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            loaded = files.read_json(meta, limit=files.CONFIG_BYTES)
+        except (OSError, ValueError) as exc:
             raise DataError(f"{meta}: not readable JSON ({exc})") from None
         if not isinstance(loaded, dict):
             raise DataError(f"{meta}: holds JSON {type(loaded).__name__}, expected an object")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from specgate.core import files
 from specgate.io.checkpoint import Drafter, is_trainable, normalize_name
 from specgate.io.safetensors_io import TensorInfo
 
@@ -141,7 +142,8 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, skip_holes: bo
     raw = memoryview(buf.view(np.uint8).data).cast("B")
     nonfinite = 0
     any_nonzero = False
-    fd = os.open(info.file, os.O_RDONLY)
+    handle = files.open_regular(info.file)
+    fd = handle.fileno()
     try:
         ranges = _data_ranges(fd, start, end) if skip_holes else [(start, end)]
         for range_lo, range_hi in ranges:
@@ -160,7 +162,7 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, skip_holes: bo
                     nonfinite += int(np.count_nonzero(view_n >= nan_floor))
                 pos += n
     finally:
-        os.close(fd)
+        handle.close()
     holes = (end - start) - sum(r_hi - r_lo for r_lo, r_hi in ranges)
     return (TensorHealth(info.name, info.dtype, nonfinite, not any_nonzero, checked_zero), holes)
 

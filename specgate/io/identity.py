@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
 from specgate.io.safetensors_io import MAX_HEADER_BYTES
 
 # config.json fields that say what a model is; nested text_config (multimodal) is looked into.
 SHAPE_FIELDS = (("layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
                 ("vocab_size", "vocab_size"), ("draft_vocab_size", "draft_vocab_size"))
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
 def identify(folder: Path | None) -> dict[str, Any] | None:
@@ -25,10 +24,8 @@ def identify(folder: Path | None) -> dict[str, Any] | None:
     found: dict[str, Any] = {"path": str(folder)}
     config_path = folder / "config.json"
     try:
-        if config_path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes")
-        raw = config_path.read_bytes()
-        config = json.loads(raw)
+        raw = files.read_bytes(config_path, limit=files.CONFIG_BYTES)
+        config = files.loads_json(raw)
     except (OSError, ValueError) as exc:
         found["unreadable"] = f"{config_path}: {_reason(exc)}"
         return found
@@ -45,22 +42,22 @@ def identify(folder: Path | None) -> dict[str, Any] | None:
             if isinstance(value, int) and not isinstance(value, bool):
                 found[key] = value
     headers = hashlib.sha256()
-    files = sorted(folder.glob("*.safetensors"))
-    for path in files:
+    weights = sorted(folder.glob("*.safetensors"))
+    for path in weights:
         try:
             headers.update(path.name.encode("utf-8", "surrogateescape") + b"\0")
             headers.update(_header_bytes(path))
         except (OSError, ValueError) as exc:
             found["weights_unreadable"] = f"{path}: {_reason(exc)}"
             break
-    found["weight_files"] = len(files)
-    if files and "weights_unreadable" not in found:
+    found["weight_files"] = len(weights)
+    if weights and "weights_unreadable" not in found:
         found["weights_header_sha256"] = headers.hexdigest()
     return found
 
 
 def _header_bytes(path: Path) -> bytes:
-    with open(path, "rb") as fh:
+    with files.open_regular(path) as fh:
         prefix = fh.read(8)
         if len(prefix) < 8:
             raise ValueError("shorter than a safetensors header")

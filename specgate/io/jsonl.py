@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
 from specgate.core.errors import DataError
 
 
@@ -20,9 +21,9 @@ def objects(text: str, label: str, expected: str) -> Iterator[tuple[int, dict[st
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            record = files.loads_json(line)
+        except (json.JSONDecodeError, files.JsonTooDeep) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise DataError(f"{label}:{number}: not valid JSON ({why}); each line must be "
                             f"{expected}") from None
         except ValueError as exc:  # an integer beyond Python's digit limit
@@ -42,16 +43,29 @@ def lenient_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON) of every line of a file appended to by many runs; a torn line
     (not UTF-8, not JSON: a run killed mid-write) is skipped with a SkippedLine warning naming
     the file and line, never an exception."""
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
+    try:
+        handle = files.open_regular(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    # Read a line at a time, each bounded: the store grows with every run.
+    with handle as fh:
+        for number, raw in enumerate(iter(lambda: fh.readline(files.LINE_BYTES + 1), b""),
+                                     start=1):
             if not raw.strip():
                 continue
+            if len(raw) > files.LINE_BYTES:
+                warnings.warn(SkippedLine(f"{path}:{number}: longer than {files.LINE_BYTES} "
+                                          "bytes; line skipped"), stacklevel=2)
+                for _rest in iter(lambda: fh.readline(files.LINE_BYTES), b""):
+                    if _rest.endswith(b"\n"):
+                        break
+                continue
             try:
-                yield number, json.loads(raw.decode("utf-8"))
+                yield number, files.loads_json(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 warnings.warn(SkippedLine(f"{path}:{number}: not UTF-8 ({exc.reason} at byte "
                                           f"{exc.start}); line skipped"), stacklevel=2)
-            except (ValueError, RecursionError) as exc:
+            except ValueError as exc:
                 warnings.warn(SkippedLine(f"{path}:{number}: not valid JSON "
                                           f"({str(exc)[:80]}); line skipped"), stacklevel=2)
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
 from specgate.core.errors import DataError
 from specgate.io import jsonl
 
@@ -74,10 +75,10 @@ def _width(span: tuple[int, int]) -> int:
 def read_metrics(path: Path | str) -> MetricsLog:
     """Read a JSONL or CSV metrics log, raising DataError naming the file and line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"{path}: metrics log not found; check [finetune] log / reference_log")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = files.read_text(path, limit=files.LOG_BYTES)
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from None
     first = text.lstrip()[:1]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from specgate.core import files
 from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import INDEX_NAME, open_drafter
 from specgate.io.dump import bf16_bits
@@ -123,7 +124,7 @@ def remap_vocab(old_dir: Path | str, map_path: Path | str, out_dir: Path | str, 
 
 def _copy(info: TensorInfo) -> Any:
     def chunks() -> Iterator[bytes]:
-        with info.file.open("rb") as f:
+        with files.open_regular(info.file) as f:
             f.seek(info.start)
             left = info.nbytes
             while left:
@@ -165,9 +166,14 @@ def _fill_row(old: np.ndarray[Any, Any], dtype: str, fill: str) -> np.ndarray[An
 
 def _write_index(src: Path, out: Path, head_file: str, added: list[str]) -> None:
     index = src / INDEX_NAME
-    if not index.is_file():
+    if not index.exists():
         return
-    doc = json.loads(index.read_text(encoding="utf-8"))
+    try:
+        doc = files.read_json(index, limit=files.INDEX_BYTES)
+    except OSError as exc:
+        raise CheckpointError(f"{index}: cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CheckpointError(f"{index}: not valid JSON ({exc})") from None
     for name in added:
         doc["weight_map"][name] = head_file
     total = sum(i.nbytes for f in set(doc["weight_map"].values())

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import stat
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from specgate.core import files
 from specgate.core.errors import CheckpointError
 
 # The safetensors library's own limits (SGLang loads through it): a header of at most 10^8 bytes,
@@ -139,11 +139,7 @@ def read_file_header(path: Path | str) -> SafetensorsHeader:
     """
     path = Path(path)
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{path}: is {_file_kind(st.st_mode)}, not a regular file; "
-                                  "a safetensors file must be a plain file")
-        with path.open("rb") as f:
+        with files.open_regular(path) as f:
             file_size = os.fstat(f.fileno()).st_size
             if file_size < 8:
                 raise CheckpointError(
@@ -161,6 +157,9 @@ def read_file_header(path: Path | str) -> SafetensorsHeader:
                     f"{file_size - 8} after it; the file is truncated or not safetensors: fetch "
                     "it again")
             raw = f.read(header_len)
+    except files.UnreadableFile as exc:
+        raise CheckpointError(f"{path}: {exc}; a safetensors file must be a plain file"
+                              ) from None
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     with cyclic_gc_paused():
@@ -345,15 +344,6 @@ def _json_kind(value: Any) -> str:
             type(None): "null", int: "an integer"}.get(type(value), type(value).__name__)
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a plain file"
-
-
 def read_header(path: Path | str) -> dict[str, TensorInfo]:
     """The tensors of a safetensors file by name (metadata: read_file_header(path).metadata)."""
     return read_file_header(path).tensors
@@ -458,7 +448,11 @@ def read_array(path: Path | str, info: TensorInfo) -> np.ndarray[Any, Any]:
     if info.dtype not in DTYPES:
         raise CheckpointError(f"{path}: tensor {info.name!r} has dtype {info.dtype}, which "
                               "specgate cannot read as numbers")
-    raw = np.fromfile(path, dtype=DTYPES[info.dtype], count=info.numel, offset=info.start)
+    try:
+        with files.open_regular(path) as fh:
+            raw = np.fromfile(fh, dtype=DTYPES[info.dtype], count=info.numel, offset=info.start)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if raw.size != info.numel:
         raise CheckpointError(f"{path}: tensor {info.name!r} is cut short ({raw.size} of "
                               f"{info.numel} elements); fetch the file again")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from specgate.core import files
 from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import Drafter, open_drafter
 from specgate.io.safetensors_io import read_array, read_header
@@ -207,7 +208,7 @@ def load_map(path: Path | str) -> VocabMap:
     path = Path(path)
     if path.is_dir():
         return map_of(open_drafter(path))
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path}: vocab map not found; give a drafter folder, a "
                               ".safetensors file or a SpecForge .pt file holding d2t and t2d")
     if path.suffix == ".safetensors":
@@ -291,7 +292,10 @@ def _load_torch_map(path: Path) -> VocabMap:
         raise CheckpointError(f"{path}: reading a .pt map needs torch (pip install torch, or "
                               "store d2t/t2d in a .safetensors file)") from None
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with files.open_regular(path, limit=files.MAP_BYTES) as fh:
+            obj = torch.load(fh, map_location="cpu", weights_only=True)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except Exception as exc:  # torch raises many kinds for corrupt or unsafe pickles
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"{path}: cannot be read as a weights-only torch file: "

@@ -462,4 +462,6 @@ def speedup(spec: Measurement, base: Measurement, metric: str = "tps") -> Summar
         den = _rate(metric, _pooled([b for _, b in chosen]))
         return _rate(metric, _pooled([a for a, _ in chosen])) / den if den else math.nan
 
-    return jackknife(pairs, ratio, min(spec.confidence, base.confidence))
+    # Each side judged at its own level (more looks, a stricter one): the ratio takes the
+    # stricter, so it keeps the error bound of the side that looked most.
+    return jackknife(pairs, ratio, max(spec.confidence, base.confidence))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specgate.core import files
 from specgate.io import launch_log
 from specgate.io.launch_log import LaunchRecord
 from specgate.measure import drift, reuse
@@ -120,7 +120,7 @@ def _stored_launch(reports_dir: Path, key: str | None) -> LaunchRecord | None:
         return None
     path = reuse.store_dir(reports_dir) / f"{key}.json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = files.read_json(path, limit=files.CONFIG_BYTES)
         stats = doc["run"]["measurement"]["stats"]["tps"]
         summary = Summary.from_json(stats)
         when = str(doc["measured_at"])

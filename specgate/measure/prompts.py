@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specgate.core import files
 from specgate.core.errors import DataError, ProfileError
 from specgate.core.profile import BenchSection
 from specgate.io import jsonl
@@ -98,7 +99,7 @@ def load_builtin() -> list[Prompt]:
 def load_jsonl(path: Path) -> list[Prompt]:
     """Prompts from a JSONL file: `prompt` or `text`, optional `category` and `id` per line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = files.read_text(path, limit=files.PROMPTS_BYTES)
     except FileNotFoundError:
         raise DataError(f"{path}: prompt file not found (set [bench] prompts to a JSONL file "
                         "or to \"builtin\")") from None
@@ -165,7 +166,7 @@ def target_template(target_dir: Path | None) -> ChatTemplate | None:
     jinja_path = target_dir / JINJA_FILE
     source: Path = jinja_path
     try:
-        jinja: str | None = jinja_path.read_text(encoding="utf-8")
+        jinja: str | None = files.read_text(jinja_path, limit=files.TEMPLATE_BYTES)
     except FileNotFoundError:
         jinja, source = _config_template(config), target_dir / TOKENIZER_CONFIG
     except (OSError, UnicodeDecodeError) as exc:
@@ -201,12 +202,12 @@ def choose_template(configured: str | None, target_dir: Path | None) -> ChatTemp
                                    "prompts as users do")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, limit: int = files.CONFIG_BYTES) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = files.read_json(path, limit=limit)
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot read it as JSON: {exc}") from None
     return data if isinstance(data, dict) else {}
 
@@ -233,7 +234,7 @@ def _tokenizer_adds_bos(target_dir: Path, config: dict[str, Any], bos: str) -> b
     puts it first, or tokenizer_config.json says add_bos_token)."""
     if config.get("add_bos_token") is True:
         return True
-    processor = _read_json(target_dir / TOKENIZER_FILE).get("post_processor")
+    processor = _read_json(target_dir / TOKENIZER_FILE, files.TOKENIZER_BYTES).get("post_processor")
     return _processor_adds(processor, bos)
 
 

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specgate.core import files
 from specgate.core.redact import redact_urls
 from specgate.io import runs
 from specgate.io.jsonl import json_safe
@@ -97,7 +98,8 @@ class Stored:
 
 def _file_hash(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:20]
+        return hashlib.sha256(files.read_bytes(path, limit=files.TOKENIZER_BYTES)
+                              ).hexdigest()[:20]
     except OSError:
         return None
 
@@ -111,7 +113,7 @@ def _weights(target: Path | None) -> dict[str, str] | None:
         if path.suffix not in _WEIGHT_SUFFIXES or not path.is_file():
             continue
         try:
-            with path.open("rb") as fh:
+            with files.open_regular(path) as fh:
                 size = fh.seek(0, os.SEEK_END)
                 fh.seek(0)
                 digest = hashlib.sha256(fh.read(_WEIGHT_SAMPLE_BYTES))
@@ -273,7 +275,7 @@ def find(reports_dir: Path, fp: Fingerprint, max_age_h: float, *,
                  "another target, SGLang, launch, GPU, env or prompt set)") if others else ""
         return f"no stored baseline with fingerprint {fp.id}{extra}"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = files.read_json(path, limit=files.CONFIG_BYTES)
         measured = float(doc["measured_unix"])
         run = dict(doc["run"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
