@@ -291,14 +291,16 @@ def test_xdist_worker_dies_with_its_server(tmp_path: Path, assets: Path,
 
 
 @pytest.mark.slow
-def test_an_empty_drafter_folder_stops_the_speculative_server(tmp_path: Path, assets: Path,
-                                                              scan: list[str]) -> None:
+def test_a_drafter_folder_without_config_stops_the_speculative_server(
+        tmp_path: Path, assets: Path, scan: list[str]) -> None:
     """As SGLang does: the speculative server will not start on a folder without config.json,
-    and the claims that need it are broken by that one cause, with the server's log."""
+    and the claims that need it are broken by that one cause, with the server's log. (An empty
+    folder is not launched at all: tests/test_user_reports.py.)"""
     profile, marker = fh.write_profile(tmp_path, assets)
     scan.append(marker)
     empty = tmp_path / "new-drafter"
     empty.mkdir()
+    (empty / "README.md").write_text("export pending\n")
     run = fh.run_probe(profile, tmp_path / "reports", f"--drafter={empty}",
                        timeout_s=BOUND_S + 15)
     _check_clean("empty drafter folder", run, marker)

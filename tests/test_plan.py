@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from specgate.core.profile import parse_profile
+from specgate.io.checkpoint import empty_folder
 from specgate.measure import plan as live_plan
 from specgate.measure import prompts, results, server_session
+from specgate.measure.plan import Blocked
 from specgate.serving import gpu
 from specgate.serving.launch import ServerPlan
 
@@ -19,6 +21,7 @@ from specgate.serving.launch import ServerPlan
 def _profile(tmp_path: Path, **sections: Any) -> Any:
     (tmp_path / "target").mkdir(exist_ok=True)
     (tmp_path / "drafter").mkdir(exist_ok=True)
+    (tmp_path / "drafter" / "config.json").write_text("{}")  # not an empty folder
     (tmp_path / "prompts.jsonl").write_text(
         json.dumps({"id": "a", "category": "chat", "prompt": "Hi"}) + "\n"
         + json.dumps({"id": "b", "category": "code", "prompt": "Sort a list"}) + "\n")
@@ -126,3 +129,16 @@ def test_the_plan_measures_the_gates_level_first_then_the_others_ascending(
                                 tmp_path / "reports")
     assert (planned.levels, planned.gate_level) == ((1, 4, 16), 4)
     assert planned.measured_levels == (4, 1, 16)
+
+
+def test_an_empty_drafter_folder_blocks_the_speculative_launch_with_the_offline_cause(
+        tmp_path: Path) -> None:
+    """SGLang would refuse it after a whole start; the plan says so before, in the words of the
+    offline claims that read the folder, so the two are one cause."""
+    profile = _profile(tmp_path)
+    (tmp_path / "drafter" / "config.json").unlink()
+    planned = live_plan.resolve(profile, tmp_path / "reports")
+    assert isinstance(planned.baseline, ServerPlan)
+    blocked = planned.speculative
+    assert isinstance(blocked, Blocked), blocked
+    assert blocked.cause == blocked.message == empty_folder(tmp_path / "drafter")

@@ -101,7 +101,9 @@ def _need(run: ConfigRun, claim_id: str, live: LiveResults, *,
 def failure_cause(run: ConfigRun) -> str:
     """The whole reason a server run failed, log tail included: the cause every claim that
     needed the run shares (said once per run in the terminal and the verdict)."""
-    return f"{run.config} server, {run.failure.text()}" if run.failure else ""
+    if run.failure is None:
+        return ""
+    return run.failure.cause or f"{run.config} server, {run.failure.text()}"
 
 
 _FAILED_AT = {

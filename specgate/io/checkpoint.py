@@ -85,7 +85,7 @@ def read_config(path: Path | str) -> dict[str, Any]:
         raise CheckpointError(f"{path}: is a file, not a folder; give the model folder that "
                               "holds config.json and the *.safetensors weights")
     if not file.exists():
-        if file is not path and _is_empty(path):
+        if file is not path and is_empty(path):
             raise CheckpointError(empty_folder(path))
         raise CheckpointError(f"{path}: has no config.json; a drafter folder holds config.json "
                               "and its *.safetensors weights")
@@ -113,7 +113,8 @@ def empty_folder(folder: Path) -> str:
             "(was the download or export finished?)")
 
 
-def _is_empty(folder: Path) -> bool:
+def is_empty(folder: Path) -> bool:
+    """A folder that exists and holds nothing."""
     try:
         return next(folder.iterdir(), None) is None
     except OSError:

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from specgate.core.errors import SpecgateError
+from specgate.core.errors import CheckpointError, SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.simulated import SGLANG_VERSION
 from specgate.measure import drift, prompts, reuse
@@ -26,6 +26,9 @@ class Blocked:
     config: Config
     stage: str
     message: str
+    # An unreadable input (an empty drafter folder) in the words every reader of it uses, so the
+    # claims it keeps from running share one cause with the offline claims that read it.
+    cause: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +154,8 @@ def server_plan(settings: launch.LaunchSettings | str, config: Config,
         return Blocked(config, "start", settings)
     try:
         return launch.plan_server(settings, config, log_dir / f"{config}-server.log")
+    except CheckpointError as exc:
+        return Blocked(config, "start", str(exc), cause=str(exc))
     except SpecgateError as exc:
         return Blocked(config, "start", str(exc))
 

@@ -50,7 +50,8 @@ def beside(first: ServerPlan, second: ServerPlan) -> ServerPlan:
 def _not_beside(blocked: Blocked, config: Config) -> ConfigRun:
     """A run of a resident pair that cannot start because one server is blocked."""
     if config == blocked.config:
-        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message))
+        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message,
+                                                        cause=blocked.cause))
     return ConfigRun(config=config, failure=Failure(
         blocked.stage, f"not launched: the {blocked.config} server cannot be run beside it: "
                        f"{blocked.message}"))

@@ -29,6 +29,7 @@ class Failure:
     stage: str
     message: str
     log_tail: str = ""
+    cause: str = ""  # an unreadable input, worded as its offline readers word it (plan.Blocked)
 
     def text(self) -> str:
         out = f"during {self.stage}: {self.message}"

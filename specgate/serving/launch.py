@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from specgate.core.errors import ProfileError
+from specgate.core.errors import CheckpointError, ProfileError
 from specgate.core.profile import Profile, ServerSection, SpeculativeSection
 from specgate.core.redact import Redactor, secrets_from_env, show_command
+from specgate.io import checkpoint
 from specgate.serving import launchers
 from specgate.serving.launchers.base import Launcher
 
@@ -127,6 +128,7 @@ class LaunchSettings:
     target: str | None
     drafter: str | None
     local_target: Path | None  # the target folder as this machine sees it
+    local_drafter: Path | None  # the drafter folder as this machine sees it
     server: ServerSection
     speculative: SpeculativeSection
     env: Mapping[str, str]  # [server] env, with CUDA_VISIBLE_DEVICES from [server] gpus
@@ -155,7 +157,7 @@ class LaunchSettings:
                    target=launcher.server_path(profile.target.path, local_target) or None,
                    drafter=launcher.server_path(profile.drafter.path,
                                                 profile.drafter_path) or None,
-                   local_target=local_target,
+                   local_target=local_target, local_drafter=profile.drafter_path,
                    server=server, speculative=profile.speculative,
                    env=server.server_env("speculative"), gpus=chosen["speculative"],
                    baseline_env=server.server_env("baseline"), baseline_gpus=chosen["baseline"],
@@ -166,6 +168,11 @@ def plan_server(settings: LaunchSettings, config: Config, log_path: Path) -> Ser
     """How the baseline or speculative server is reached: attached at its URL, or launched."""
     server = settings.server
     url = server.baseline_url if config == "baseline" else server.url
+    drafter = settings.local_drafter
+    if (config == "speculative" and not url and drafter is not None
+            and settings.launcher.reads_local_files() and checkpoint.is_empty(drafter)):
+        # What SGLang would refuse after its whole start, said now in the offline claims' words.
+        raise CheckpointError(checkpoint.empty_folder(drafter))
     spec = None if url else command(settings, config)
     return ServerPlan(
         config=config,
