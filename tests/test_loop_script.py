@@ -294,20 +294,24 @@ def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_pa
     assert loop.outcome(tmp_path / "nowhere") is None
 
 
-@pytest.mark.parametrize(("preinstalled", "code", "says"), [
-    ("0", 3, "COLD: /nonexistent lacks SGLang (bundle A)"),
-    # a machine of one's own: nothing installed, the imports checked (here SGLang is missing)
-    ("1", 5, "No module named"),
-    ("yes", 4, "RS_PREINSTALLED=yes: set 1 (SGLang is installed) or 0"),
+@pytest.mark.parametrize(("env", "code", "says"), [
+    # wheels for a box without network: a folder that holds none is named
+    ("RS_WHEELS=/nonexistent", 4, "RS_WHEELS: no wheels in /nonexistent"),
+    # SGLang installed (no RS_WHEELS): nothing installed, the imports checked (here SGLang is
+    # missing), and the message says what to do
+    ("", 5, "No module named"),
+    ("RS_CUDA_GRAPHS=yes", 4, "RS_CUDA_GRAPHS=yes: set 0, 1 or force"),
 ])
-def test_env_installs_bundles_unless_told_sglang_is_there(
-        tmp_path: Path, preinstalled: str, code: int, says: str) -> None:
-    script = (f'ROOT=. WORK={tmp_path} SITE=/nonexistent SIM=0 PY={sys.executable} '
-              f'RS_PREINSTALLED={preinstalled}; . benchmarks/real_sglang/env.sh; echo "rc=$?"')
+def test_env_checks_what_it_is_told_before_anything_runs(
+        tmp_path: Path, env: str, code: int, says: str) -> None:
+    script = (f'{env} OUT={tmp_path}/out RS_WORK={tmp_path}/work RS_PYTHON={sys.executable}; '
+              f'RS_LOG=env.log; . benchmarks/real_sglang/env.sh; echo "rc=$?"')
     done = subprocess.run(["bash", "-c", script], cwd=HERE.parent.parent, capture_output=True,
                           text=True, timeout=120, check=False)
     assert f"rc={code}" in done.stdout, done.stdout + done.stderr
     assert says in done.stdout + done.stderr
+    # everything the harness printed is in its log as well
+    assert says in (tmp_path / "out" / "env.log").read_text()
 
 
 def test_the_loops_concurrency_reaches_the_profile(loop: ModuleType, tmp_path: Path) -> None:
