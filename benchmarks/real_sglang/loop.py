@@ -21,7 +21,8 @@ Called by loop.sh once SGLang and specgate are in place (see README.md):
 4. The predicted accept length is set against the measured one, overall and per category.
 
 Writes OUT/loop.log (via loop.sh), OUT/loop_summary{T}.json, OUT/loop_summary{T}.md,
-OUT/verdict{T}.json (the probe's verdict), OUT/train.log (when it trained), OUT/loop{T}.tar.gz
+OUT/verdict{T}.json (the probe's verdict), OUT/train.log, OUT/summary.json and
+OUT/prediction.json (when it trained), OUT/loop{T}.tar.gz
 (verdicts, live results, stored baselines, history, the run's training and warm-up logs,
 prediction, profile) and OUT/model.tar.gz (drafter and held-out dump, without the target's
 weights).
@@ -549,11 +550,14 @@ def main() -> int:
         lines.append(f"- {name}: measured {g['measured_accept_len']}, predicted "
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
     (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
-    # What a result keeps beside the summary: the probe's verdict and the training log.
+    # What a result keeps beside the summary: the probe's verdict; when it trained, the
+    # training log, the model's summary and the offline prediction.
     if not args.skip_probe and not no_drafter and (reports / "verdict.json").is_file():
         shutil.copyfile(reports / "verdict.json", out / f"verdict{tag}.json")
-    if trained and (work / "train.log").is_file():
-        shutil.copyfile(work / "train.log", out / "train.log")
+    if trained:
+        for path in (work / "train.log", model / "summary.json", model / "prediction.json"):
+            if path.is_file():
+                shutil.copyfile(path, out / path.name)
     with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
         phase1: tuple[Path, ...] = () if args.skip_phase1 or no_drafter else (
             work / "phase1.log", reports1 / "verdict.json")
