@@ -3,16 +3,19 @@
 # benchmarks/results/), RERUN (where the rerun's files go, laid out as the committed folder:
 # $OUT, default reports/rerun/$RESULT), PY (the Python of RS_PYTHON) and RS (the real-SGLang
 # harnesses' folder); exports RS_WORK (the harnesses' working folder: models, reports, run
-# history; default reports/rerun-work/$RESULT); changes to ROOT. The environment of
-# real_sglang/env.sh applies to every harness the rerun calls (RS_PYTHON, RS_WHEELS, ...).
+# history; default reports/rerun-work/$RESULT) and RS_SITE (default reports/rerun-site);
+# changes to ROOT. The environment of real_sglang/env.sh applies to every harness the rerun
+# calls (RS_PYTHON, RS_WHEELS, ...).
 ROOT=${HERE%/benchmarks/results/*}
 RESULT=${HERE#"$ROOT"/benchmarks/results/}
 RERUN=${OUT:-$ROOT/reports/rerun/$RESULT}
 export RS_WORK=${RS_WORK:-$ROOT/reports/rerun-work/$RESULT}
+# with RS_WHEELS, one install folder for every rerun (env.sh installs each wheel folder once)
+export RS_SITE=${RS_SITE:-$ROOT/reports/rerun-site}
 PY=${RS_PYTHON:-python3}
 RS=benchmarks/real_sglang
 if [ -n "${RS_WHEELS:-}" ]; then  # the harnesses install specgate there; steps run here too
-  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}${RS_SITE:-$RS_WORK/site}"
+  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$RS_SITE"
 fi
 mkdir -p "$RERUN" "$RS_WORK"
 RERUN=$(cd "$RERUN" && pwd)

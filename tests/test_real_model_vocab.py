@@ -112,7 +112,8 @@ def test_sizes_sets_our_maps_against_specforges_at_each_draft_vocabulary(
     counts = vocab.count_tokens(data)
     for size in (16, 400):
         row = found[f"tasks-train vd={size}"]
-        assert row["d2t_identical"] and row["t2d_identical"], row
+        assert row["d2t_identical"], row
+        assert row["t2d_identical"], row
         # the least frequent kept token's count, and every counted token that has it
         ranked = sorted(counts.values(), reverse=True)
         least = ranked[size - 1] if size <= len(ranked) else 0

@@ -64,7 +64,8 @@ def test_a_file_outside_every_result_and_a_readme_without_the_command_are_named(
     result.mkdir(parents=True)
     (results / "2026-01-01-gpu-target" / "README.md").write_text("the deployment\n")
     (result / ENTRY).write_text("#!/bin/bash\n")
-    (result / "README.md").write_text("bash benchmarks/results/2026-01-01-gpu-target/probe/rerun.sh\n")
+    named = "bash benchmarks/results/2026-01-01-gpu-target/probe/rerun.sh\n"
+    (result / "README.md").write_text(named)
     (result / "verdict.json").write_text("{}\n")
     assert problems(results) == []
     (results / "2026-01-01-gpu-target" / "loose.json").write_text("{}\n")

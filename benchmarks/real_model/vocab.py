@@ -222,7 +222,8 @@ def checkpoint(drafter: Path, specforge_root: Path) -> dict[str, Any]:
         "specforge_class": "specforge.modeling.draft.llama3_eagle.LlamaForCausalLMEagle3 (0.2.0)",
         "missing_keys": sorted(missing), "unexpected_keys": sorted(unexpected),
         "shapes_match": all(k in own and own[k].shape == v.shape for k, v in state.items()),
-        "dtypes_in_checkpoint": {k: [str(v.dtype), list(v.shape)] for k, v in sorted(state.items())},
+        "dtypes_in_checkpoint": {k: [str(v.dtype), list(v.shape)]
+                                 for k, v in sorted(state.items())},
         "exporter_serving_state_check": served}
 
 
