@@ -35,17 +35,20 @@ print(next(c["message"] for c in json.load(open(sys.argv[1]))["claims"] if c["id
     "$1" "$2"
 }
 
-# attachment NAME DEST: the latest Allure attachment called NAME in $RS_WORK/reports, to DEST.
-attachment() {
-  "$PY" - "$RS_WORK/reports/allure-results" "$1" "$2" <<'PYEOF'
-import json, shutil, sys
-from pathlib import Path
-results, name, dest = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-found = [(doc.get("stop", 0), results / a["source"])
-         for doc in (json.loads(f.read_text()) for f in results.glob("*-result.json"))
-         for a in doc.get("attachments", []) if a.get("name") == name]
-if not found:
-    sys.exit(f"no attachment {name!r} in {results}")
-shutil.copyfile(max(found)[1], dest)
+# per_prompt_csv VERDICT_JSON DEST: eval.live_agreement's per-prompt table (the offline walk
+# against each prompt's measurement) from a verdict, as CSV.
+per_prompt_csv() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import csv, json, sys
+verdict, dest = sys.argv[1], sys.argv[2]
+claim = next((c for c in json.load(open(verdict))["claims"] if c["id"] == "eval.live_agreement"),
+             None)
+rows = ((claim or {}).get("details") or {}).get("per_prompt")
+if not rows:
+    sys.exit(f"{verdict}: eval.live_agreement has no per-prompt table")
+with open(dest, "w", newline="") as fh:
+    out = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    out.writeheader()
+    out.writerows(rows)
 PYEOF
 }

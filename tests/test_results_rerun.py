@@ -3,6 +3,7 @@ named in its README, that parses and calls harnesses that exist."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -98,3 +99,46 @@ def test_the_entry_point_parses_and_calls_harnesses_that_exist(folder: Path) -> 
             done = subprocess.run([sys.executable, str(path), "--help"], capture_output=True,
                                   text=True, timeout=300, check=False, cwd=ROOT)
         assert done.returncode == 0, f"{path.relative_to(ROOT)}: {done.stdout}{done.stderr}"
+
+
+def test_the_reruns_helpers_take_their_figures_from_the_verdict_and_the_log(
+        tmp_path: Path) -> None:
+    here = tmp_path / "benchmarks" / "results" / "2026-01-01-gpu-target" / "drafter"
+    here.mkdir(parents=True)
+    work = tmp_path / "work"
+    (work / "reports" / "live").mkdir(parents=True)
+    (work / "reports" / "live" / "speculative-server.log").write_text(
+        "".join(f"line {i}\n" for i in range(100)) + "x" * 900 + "\n")
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"claims": [
+        {"id": "spec.speedup", "message": "speedup 1.5; not above 1 on chat-2"},
+        {"id": "eval.live_agreement", "details": {"per_prompt": [
+            {"prompt_id": "chat-1", "predicted_per_verify": 2.17, "measured_accept_len": 1.78},
+            {"prompt_id": "chat-2", "predicted_per_verify": 1.0, "measured_accept_len": 1.01}]}},
+        {"id": "spec.accept_len", "details": {}}]}))
+    script = (f'HERE={here}; . {ROOT}/benchmarks/rerun_common.sh; '
+              f'server_log_tail speculative "$RERUN/tail" && '
+              f'claim_message {verdict} spec.speedup > "$RERUN/speedup.txt" && '
+              f'per_prompt_csv {verdict} "$RERUN/per-prompt.csv" && echo done')
+    env = {"OUT": str(tmp_path / "out"), "RS_WORK": str(work), "RS_PYTHON": sys.executable,
+           "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
+    assert done.stdout.strip().endswith("done"), done.stdout + done.stderr
+    out = tmp_path / "out"
+    tail = (out / "tail").read_text().splitlines()
+    assert len(tail) == 60
+    assert tail[0] == "line 41"
+    assert len(tail[-1]) == 600  # a long line cut
+    assert (out / "speedup.txt").read_text() == "speedup 1.5; not above 1 on chat-2\n"
+    assert (out / "per-prompt.csv").read_text().splitlines() == [
+        "prompt_id,predicted_per_verify,measured_accept_len", "chat-1,2.17,1.78",
+        "chat-2,1.0,1.01"]
+    # a verdict without the table is named
+    (work / "v2.json").write_text(json.dumps({"claims": [{"id": "eval.live_agreement",
+                                                         "details": {}}]}))
+    bad = subprocess.run(["bash", "-c", f'HERE={here}; . {ROOT}/benchmarks/rerun_common.sh; '
+                          f'per_prompt_csv {work / "v2.json"} "$RERUN/x.csv"'],
+                         capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert bad.returncode != 0
+    assert f"{work / 'v2.json'}: eval.live_agreement has no per-prompt table" in bad.stderr

@@ -11,7 +11,7 @@ OUT=$RERUN/train bash "$RS/loop.sh" --warm-up --skip-probe --skip-phase1 --tag -
   --freeze-head --fc-init last"
 OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -cover-s10 --skip-phase1 \
   --fresh-baseline
-attachment "predicted vs measured per prompt.csv" "$RERUN/per-prompt-s10.csv"
+per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-cover-s10.json" "$RERUN/per-prompt-s10.csv"
 claim_message "$RERUN/probe-s10-k1-d11/verdict-cover-s10.json" spec.speedup \
   > "$RERUN/speedup-by-prompt-s10.txt"
 # the same files again: regress.* compares with the probe before it

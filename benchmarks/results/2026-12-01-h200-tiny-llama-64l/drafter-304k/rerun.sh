@@ -11,7 +11,7 @@ OUT=$RERUN/probe-s6-k1-d7 bash "$RS/loop.sh" --steps 6 --tag -deep2-s6 --skip-ph
   --fresh-baseline
 OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -deep2-s10 --skip-phase1 \
   --fresh-baseline
-attachment "predicted vs measured per prompt.csv" "$RERUN/per-prompt-s10.csv"
+per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" "$RERUN/per-prompt-s10.csv"
 claim_message "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" spec.speedup \
   > "$RERUN/speedup-by-prompt-s10.txt"
 "$PY" "$RS/walk_vs_live.py" "$RERUN/train/prediction.json" - \
