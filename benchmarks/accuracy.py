@@ -6,7 +6,8 @@ and against real SGLang's own server-side figures (e2e_latency, spec_verify_ct).
 Simulator: each mode runs `passes.measure` over the 42 built-in prompts against a simulator that
 logs every request on its own clock (SPECGATE_SIM_TRUTH); accept length and decode tok/s are
 compared with that log. Real SGLang: the per-request figures of the committed H200 suite run
-(benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/), the client's clock against the server's.
+(benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager/suite-launch-attach-faults/live/), the
+client's clock against the server's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import os
 import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +25,9 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "2026-11-30-h200-tiny-llama-4l-eager"
+# live/<run>.json: each suite run's live/results.json (the per-request figures)
+LIVE = (ROOT / "benchmarks" / "results" / "2026-11-30-h200-tiny-llama-4l-eager"
+        / "suite-launch-attach-faults" / "live")
 MODES = {  # name: extra environment of the simulator
     "merged first message (default)": {},
     "one token per message": {"SPECGATE_SIM_FIRST_MERGE": "0"},
@@ -105,36 +107,27 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
 def real_sglang() -> list[dict[str, Any]]:
     """Client-side figures of the committed real-SGLang runs against the server's own."""
     out = []
-    archive = RESULTS / "suite-launch-attach-faults" / "runs.tar.gz"
-    if not archive.exists():
-        return out
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            if not member.name.endswith("live/results.json"):
+    for path in sorted(LIVE.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for config in ("baseline", "speculative"):
+            m = (doc.get(config) or {}).get("measurement")
+            if not m:
                 continue
-            fh = tar.extractfile(member)
-            if fh is None:
-                continue
-            doc = json.loads(fh.read())
-            for config in ("baseline", "speculative"):
-                m = (doc.get(config) or {}).get("measurement")
-                if not m:
-                    continue
-                samples = m["samples"]
-                served = [s for s in samples if s.get("server_e2e_s")]
-                gap = [1000.0 * (s["e2e_s"] - s["server_e2e_s"]) for s in served]
-                verify = [s["spec_verify_ct"] for s in samples]
-                row: dict[str, Any] = {
-                    "run": member.name.split("/")[1], "config": config,
-                    "requests": len(samples),
-                    "client_minus_server_e2e_ms_mean": sum(gap) / len(gap) if gap else None,
-                    "client_minus_server_e2e_ms_max": max(gap) if gap else None,
-                    "tps": m["stats"]["tps"]["mean"]}
-                if all(v is not None for v in verify) and sum(verify):
-                    row["accept_len"] = m["stats"]["accept_len"]["mean"]
-                    row["server_accept_len"] = (sum(s["completion_tokens"] for s in samples)
-                                                / sum(verify))
-                out.append(row)
+            samples = m["samples"]
+            served = [s for s in samples if s.get("server_e2e_s")]
+            gap = [1000.0 * (s["e2e_s"] - s["server_e2e_s"]) for s in served]
+            verify = [s["spec_verify_ct"] for s in samples]
+            row: dict[str, Any] = {
+                "run": path.stem, "config": config,
+                "requests": len(samples),
+                "client_minus_server_e2e_ms_mean": sum(gap) / len(gap) if gap else None,
+                "client_minus_server_e2e_ms_max": max(gap) if gap else None,
+                "tps": m["stats"]["tps"]["mean"]}
+            if all(v is not None for v in verify) and sum(verify):
+                row["accept_len"] = m["stats"]["accept_len"]["mean"]
+                row["server_accept_len"] = (sum(s["completion_tokens"] for s in samples)
+                                            / sum(verify))
+            out.append(row)
     return out
 
 

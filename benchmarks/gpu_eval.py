@@ -9,8 +9,9 @@ hidden-state dump of a few thousand tokens, then measures:
 - the teacher-forced evaluation (specgate eval's forward: `--steps` chained steps over every
   position, lm_head, argmax, cross-entropy) in tokens per second.
 
-Prints one JSON line. Reference figures: the seeds measured 0.66 ms per draft cycle on their
-TP-8 deployment; gpu-notes.md measured 0.62 ms per draft step (CUDA graph) on one H200.
+Prints one JSON line, with two reference figures beside the measured ones: 0.66 ms per draft
+cycle reported for a TP-8 deployment of this drafter, and 0.62 ms per draft step (CUDA graph)
+measured on one H200.
 Run: `python benchmarks/gpu_eval.py` on a GPU box, `python benchmarks/gpu_eval.py --small` on CPU.
 Only torch and numpy are needed (no pydantic: specgate.model.eagle is imported alone).
 """

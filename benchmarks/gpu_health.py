@@ -4,7 +4,7 @@ Prints one JSON line: the file size, `cat` bandwidth, the CPU scan (1 and N work
 scan (read on the CPU, copy to the GPU, check there) in GB/s, plus the GPU's own check time with
 the data already on it. Run it on a machine with a GPU:
 
-    python benchmarks/gpu_health.py --dir /tmp/gpuhealth [--shape kimi-k25-noembed]
+    python benchmarks/gpu_health.py [--dir FOLDER]
 """
 
 from __future__ import annotations

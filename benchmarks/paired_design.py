@@ -27,7 +27,6 @@ import math
 import random
 import statistics
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 from specgate.measure import bench, stats  # noqa: E402
 from specgate.measure.prompts import template_named  # noqa: E402
 
-ARCHIVE = (ROOT / "benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager"
-           / "suite-launch-attach-faults/runs.tar.gz")
+# The launch-mode run's live/results.json: every request of both servers.
+RUN = (ROOT / "benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager"
+       / "suite-launch-attach-faults/live/a_launch.json")
 PROMPTS, REPEATS, MAX_REPEATS = 14, 2, 6
 TEMPLATE = template_named("plain", "bench")
 
@@ -47,10 +47,8 @@ def fitted_spreads() -> dict[str, float]:
     """Prompt spread and request noise (log sd) of decode tok/s on real SGLang's baseline."""
     default = {"prompt_sd": 0.10, "request_sd": 0.05, "source": "defaults"}
     try:
-        with tarfile.open(ARCHIVE) as tar:
-            fh = tar.extractfile("runs/a_launch/reports/live/results.json")
-            doc = json.loads(fh.read()) if fh else None
-    except (OSError, KeyError, tarfile.TarError):
+        doc = json.loads(RUN.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return default
     if not doc:
         return default
@@ -64,7 +62,7 @@ def fitted_spreads() -> dict[str, float]:
     within = [x - statistics.fmean(v) for v in by.values() if len(v) > 1 for x in v]
     return {"prompt_sd": statistics.stdev(means),
             "request_sd": math.sqrt(2) * statistics.pstdev(within) if within else 0.05,
-            "source": str(ARCHIVE.relative_to(ROOT))}
+            "source": str(RUN.relative_to(ROOT))}
 
 
 def _sample(repeat: int, prompt: int, tokens: int, rate: float) -> bench.RequestSample:

@@ -165,7 +165,7 @@ def _run_loop(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess
 
 def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
     """A training run that ends without a drafter (here: a bad flag) is said as such; the probe
-    is not started against a profile whose drafter is missing, and the call fails."""
+    is not started against a profile whose drafter is missing, and the run fails."""
     pytest.importorskip("torch", reason=TRAINING_NEEDS_TORCH)
     work, out = tmp_path / "work", tmp_path / "out"
     done = _run_loop(work, out, "--skip-phase1", "--train-args=--no-such-flag")
@@ -183,8 +183,8 @@ def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
     assert not (out / "model.tar.gz").exists()
 
 
-def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -> None:
-    """A later call (no training: prediction.json is there) on a model without a drafter: neither
+def test_a_run_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -> None:
+    """A later run (no training: prediction.json is there) on a model without a drafter: neither
     the probe nor the Phase 1/2 claims run, and the exit says so, whatever was skipped."""
     work, out = tmp_path / "work", tmp_path / "out"
     (work / "model").mkdir(parents=True)
@@ -192,7 +192,7 @@ def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -
     for extra in ((), ("--skip-phase1",), ("--skip-probe",)):
         done = _run_loop(work, out, *extra)
         assert done.returncode == 1, (extra, done.stdout + done.stderr)
-        assert "and this call did not train one" in done.stdout
+        assert "and this run did not train one" in done.stdout
         steps = json.loads((out / "loop_summary.json").read_text())["steps"]
         assert "train" not in steps
         expected = {"probe", "phase1"} - {x.removeprefix("--skip-") for x in extra}
@@ -203,8 +203,8 @@ def test_a_call_that_finds_no_drafter_judges_nothing_and_fails(tmp_path: Path) -
 
 
 def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> None:
-    """A call that names --train-args asked for a new drafter: it trains even where an earlier
-    call left a model, rather than serve the old one again."""
+    """A run that names --train-args asked for a new drafter: it trains even where an earlier
+    run left a model, rather than serve the old one again."""
     pytest.importorskip("torch", reason=TRAINING_NEEDS_TORCH)
     work, out = tmp_path / "work", tmp_path / "out"
     (work / "model" / "drafter").mkdir(parents=True)
@@ -217,6 +217,29 @@ def test_training_flags_train_again_over_an_earlier_model(tmp_path: Path) -> Non
     # The refused training left no drafter, and the old one is not probed in its place.
     assert summary["steps"]["probe"]["note"] == f"not run: no drafter in {work / 'model'}"
     assert done.returncode == 1
+
+
+def test_a_run_keeps_its_verdict_and_training_log_beside_the_summary(tmp_path: Path) -> None:
+    """What a result keeps lands in OUT beside loop_summary: the probe's verdict under the run's
+    tag, and after training the training log, the model's summary and the prediction."""
+    pytest.importorskip("transformers")
+    work, out = tmp_path / "work", tmp_path / "out"
+    done = _run_loop(work, out, "--skip-phase1", "--tag=-t", "--train-args=--size tiny "
+                     "--device cpu --threads 1 --train-prompts 6 --train-tokens 16 "
+                     "--heldout-prompts 3 --heldout-tokens 12 --scratch-seconds 0 "
+                     "--finetune-seconds 0 --max-steps 2")
+    assert (out / "loop_summary-t.json").is_file(), done.stdout + done.stderr
+    verdict = json.loads((out / "verdict-t.json").read_text())
+    assert verdict == json.loads((work / "reports" / "verdict.json").read_text())
+    assert verdict["claims"], verdict
+    for name in ("summary.json", "prediction.json"):
+        assert (out / name).read_bytes() == (work / "model" / name).read_bytes()
+    assert (out / "train.log").read_text() == (work / "train.log").read_text()
+    # a later run that only probes leaves the training's files as they were
+    (out / "train.log").write_text("kept")
+    _run_loop(work, out, "--skip-phase1", "--tag=-u", "--steps=2")
+    assert (out / "verdict-u.json").is_file()
+    assert (out / "train.log").read_text() == "kept"
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +286,7 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "these are not the weights the dump was made with" in done.stderr
-    # refused weights are not left where the next call would find and serve them
+    # refused weights are not left where the next run would find and serve them
     assert not (model / "target" / "model.safetensors").exists()
     assert not (model / "target.rebuild").exists()
     # the seed train_drafter.py recorded is the default
@@ -294,20 +317,24 @@ def test_a_probe_killed_at_its_time_limit_is_not_a_pass(loop: ModuleType, tmp_pa
     assert loop.outcome(tmp_path / "nowhere") is None
 
 
-@pytest.mark.parametrize(("preinstalled", "code", "says"), [
-    ("0", 3, "COLD: /nonexistent lacks SGLang (bundle A)"),
-    # a machine of one's own: nothing installed, the imports checked (here SGLang is missing)
-    ("1", 5, "No module named"),
-    ("yes", 4, "RS_PREINSTALLED=yes: set 1 (SGLang is installed) or 0"),
+@pytest.mark.parametrize(("env", "code", "says"), [
+    # wheels for a box without network: a folder that holds none is named
+    ("RS_WHEELS=/nonexistent", 4, "RS_WHEELS: no wheels in /nonexistent"),
+    # SGLang installed (no RS_WHEELS): nothing installed, the imports checked (here SGLang is
+    # missing), and the message says what to do
+    ("", 5, "No module named"),
+    ("RS_CUDA_GRAPHS=yes", 4, "RS_CUDA_GRAPHS=yes: set 0, 1 or force"),
 ])
-def test_env_installs_bundles_unless_told_sglang_is_there(
-        tmp_path: Path, preinstalled: str, code: int, says: str) -> None:
-    script = (f'ROOT=. WORK={tmp_path} SITE=/nonexistent SIM=0 PY={sys.executable} '
-              f'RS_PREINSTALLED={preinstalled}; . benchmarks/real_sglang/env.sh; echo "rc=$?"')
+def test_env_checks_what_it_is_told_before_anything_runs(
+        tmp_path: Path, env: str, code: int, says: str) -> None:
+    script = (f'{env} OUT={tmp_path}/out RS_WORK={tmp_path}/work RS_PYTHON={sys.executable}; '
+              f'RS_LOG=env.log; . benchmarks/real_sglang/env.sh; echo "rc=$?"')
     done = subprocess.run(["bash", "-c", script], cwd=HERE.parent.parent, capture_output=True,
                           text=True, timeout=120, check=False)
     assert f"rc={code}" in done.stdout, done.stdout + done.stderr
     assert says in done.stdout + done.stderr
+    # everything the harness printed is in its log as well
+    assert says in (tmp_path / "out" / "env.log").read_text()
 
 
 def test_the_loops_concurrency_reaches_the_profile(loop: ModuleType, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,28 @@ def test_specforges_draft_model_loads_the_checkpoint(made: dict[str, Any]) -> No
     assert missing == ["embed_tokens.weight"]  # SGLang takes the target's
     own = model.state_dict()
     assert all(own[k].shape == v.shape for k, v in state.items())
+
+
+def test_vocab_checkpoint_reports_what_specforge_makes_of_the_drafter(
+        made: dict[str, Any], tmp_path: Path) -> None:
+    root = os.environ.get("SPECFORGE_ROOT")
+    if not root or not (Path(root) / "specforge" / "export" / "to_sglang.py").is_file():
+        pytest.skip("SpecForge 0.2.0 is not importable here: set SPECFORGE_ROOT to an unpacked "
+                    "specforge-0.2.0 wheel")
+    vocab = load("vocab")
+    found = vocab.checkpoint(made["out"], Path(root))
+    assert found["missing_keys"] == ["embed_tokens.weight"]  # SGLang takes the target's
+    assert found["unexpected_keys"] == []
+    assert found["shapes_match"] is True
+    assert found["exporter_serving_state_check"] == "passed"
+    assert found["dtypes_in_checkpoint"]["d2t"][0] == "torch.int64"
+    # a checkpoint without the maps SGLang's loader needs fails the exporter's check
+    from safetensors.torch import load_file, save_file
+
+    bare = tmp_path / "bare"
+    shutil.copytree(made["out"], bare)
+    state = load_file(str(bare / "model.safetensors"))
+    del state["d2t"]
+    save_file(state, str(bare / "model.safetensors"))
+    assert vocab.checkpoint(bare, Path(root))["exporter_serving_state_check"].startswith(
+        "failed: serving state is missing required keys ['d2t']")

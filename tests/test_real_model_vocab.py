@@ -95,3 +95,35 @@ def test_specforges_own_function_builds_the_same_maps(vocab: ModuleType, tmp_pat
     ours = vocab.mappings(vocab.count_tokens(data), vd, 500)
     assert np.array_equal(theirs[0], ours[0])
     assert np.array_equal(theirs[1], ours[1])
+
+
+def test_sizes_sets_our_maps_against_specforges_at_each_draft_vocabulary(
+        vocab: ModuleType, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    root = specforge_root()
+    if root is None or not (root / "specforge" / "data" / "preprocessing.py").exists():
+        pytest.skip("SpecForge 0.2.0 is not importable here: set SPECFORGE_ROOT to an unpacked "
+                    "specforge-0.2.0 wheel")
+    data = samples(5)
+    path = tmp_path / "tasks-train-tokens.npz"
+    vocab.save_tokens(path, data)
+    found = vocab.sizes([path], 500, [16, 400], root, tmp_path / "cache")
+    assert sorted(found) == ["tasks-train vd=16", "tasks-train vd=400"]
+    counts = vocab.count_tokens(data)
+    for size in (16, 400):
+        row = found[f"tasks-train vd={size}"]
+        assert row["d2t_identical"], row
+        assert row["t2d_identical"], row
+        # the least frequent kept token's count, and every counted token that has it
+        ranked = sorted(counts.values(), reverse=True)
+        least = ranked[size - 1] if size <= len(ranked) else 0
+        assert row["cutoff_count"] == least
+        assert row["tokens_at_cutoff_count"] == sum(1 for c in ranked if c == least)
+
+
+def test_cutoff_counts_the_tokens_tied_with_the_last_one_kept(vocab: ModuleType) -> None:
+    counts = Counter({5: 9, 7: 4, 2: 4, 3: 4, 8: 1})
+    d2t, _ = vocab.mappings(counts, 3, 10)  # keeps 5, then the first two counted of the 4s
+    assert vocab.cutoff(counts, d2t) == (4, 3)
+    d2t, _ = vocab.mappings(counts, 8, 10)  # padded with ids never counted
+    assert vocab.cutoff(counts, d2t) == (0, 0)

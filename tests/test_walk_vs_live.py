@@ -1,4 +1,4 @@
-"""benchmarks/real_sglang/walk_vs_live.py on real-SGLang results (copies in tests/data/)."""
+"""benchmarks/real_sglang/walk_vs_live.py on the committed real-SGLang results."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from types import ModuleType
 import pytest
 from helpers_scripts import load_script
 
-# Copied from benchmarks/results/2026-11-30-h200-tiny-llama-4l/: a 4-layer target on SGLang 0.5.17.
-RESULTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "2026-11-30-h200-tiny-llama-4l"
+# A 4-layer target on SGLang 0.5.17, one H200.
+RESULTS = (Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+           / "2026-11-30-h200-tiny-llama-4l")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Self-distil EAGLE-3 drafters for a real target served by SGLang, and judge the offline claims.
 
-One command, seeded, on one GPU where SGLang 0.5.17 and specgate are installed:
+One command, seeded, on one GPU where SGLang 0.5.17 and specgate are installed (run.sh runs it
+with serve.py after it):
 
     python3 benchmarks/real_model/build.py --target TARGET --work WORK --seed 0
 
@@ -22,7 +23,7 @@ One command, seeded, on one GPU where SGLang 0.5.17 and specgate are installed:
 6. The offline claims: vocab.* of borrowed and remapped against trained (`-m "probe and not
    live"`), finetune.* / eval.teacher_forced of both fine-tunes (`-m phase1`), data.* of the
    three data sizes (`-m phase2`).
-WORK/build.json records every figure and time; WORK/out holds what travels back.
+WORK/build.json records every figure and time; WORK/out holds the files a result keeps.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import train_drafter as td  # noqa: E402
 
 PREDICT_STEPS = 5
-# The hard end (an epoch still running then is cut, logged as partial) counts from the call,
+# The hard end (an epoch still running then is cut, logged as partial) counts from the start,
 # before train_drafter's epoch-0 evaluation of the whole dump, which took about a minute for a
 # 1.26 M-token dump with four trainings sharing one H200: so it leaves room for that.
 HARD_END_S = 90.0

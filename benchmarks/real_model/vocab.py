@@ -15,7 +15,14 @@ reports whether its d2t/t2d equal ours:
         --specforge /path/to/unpacked/wheel [--json OUT]
 
 TOKENS.npz holds, per sample in dataset order, `ids_<k>` and `mask_<k>` (build.py writes it);
-MAP.safetensors the d2t/t2d the drafter was built with.
+MAP.safetensors the d2t/t2d the drafter was built with. `sizes` does the same at other draft
+vocabulary sizes, where more tokens tie at the cutoff count; `checkpoint` loads a drafter with
+SpecForge's own EAGLE-3 draft model and runs its exporter's check of the serving keys:
+
+    python3 benchmarks/real_model/vocab.py sizes TOKENS.npz ... --vocab-size V \
+        --draft-vocab 1024,4096,8192 --specforge /path/to/unpacked/wheel [--json OUT]
+    python3 benchmarks/real_model/vocab.py checkpoint DRAFTER_DIR \
+        --specforge /path/to/unpacked/wheel [--json OUT]
 """
 
 from __future__ import annotations
@@ -163,6 +170,63 @@ def compare(tokens: Path, vmap: Path, specforge_root: Path, cache_dir: Path) -> 
     }
 
 
+def cutoff(counts: Counter[int], d2t: np.ndarray[Any, Any]) -> tuple[int, int]:
+    """The count of the least frequent token kept, and how many counted tokens have it."""
+    kept = np.arange(d2t.shape[0]) + d2t
+    least = min(counts.get(int(t), 0) for t in kept)
+    return least, sum(1 for c in counts.values() if c == least)
+
+
+def sizes(tokens: Sequence[Path], vocab_size: int, draft_sizes: Sequence[int],
+          specforge_root: Path, cache_dir: Path) -> dict[str, Any]:
+    """Our maps against SpecForge's at each draft vocabulary size, per token file."""
+    import shutil
+
+    module = load_specforge(specforge_root)
+    out: dict[str, Any] = {}
+    for path in tokens:
+        samples = load_tokens(path)
+        counts = count_tokens(samples)
+        for size in draft_sizes:
+            shutil.rmtree(cache_dir, ignore_errors=True)  # SpecForge reuses a cached file
+            d2t, t2d = mappings(counts, size, vocab_size)
+            sf_d2t, sf_t2d = specforge_maps(module, samples, size, vocab_size, cache_dir)
+            least, tied = cutoff(counts, d2t)
+            out[f"{path.stem.removesuffix('-tokens')} vd={size}"] = {
+                "d2t_identical": bool(np.array_equal(d2t, sf_d2t)),
+                "t2d_identical": bool(np.array_equal(t2d, sf_t2d)),
+                "cutoff_count": least, "tokens_at_cutoff_count": tied,
+                "coverage": round(coverage(counts, d2t), 6)}
+    return out
+
+
+def checkpoint(drafter: Path, specforge_root: Path) -> dict[str, Any]:
+    """The drafter loaded into SpecForge 0.2.0's LlamaForCausalLMEagle3, and its exporter's check
+    of the keys SGLang's EAGLE-3 loader requires."""
+    load_specforge(specforge_root)
+    from safetensors.torch import load_file
+    from specforge.export.to_sglang import _serving_state
+    from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from transformers import LlamaConfig
+
+    state = load_file(str(drafter / "model.safetensors"))
+    model = LlamaForCausalLMEagle3(LlamaConfig.from_pretrained(str(drafter)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    own = model.state_dict()
+    try:
+        _serving_state(state, {})
+        served = "passed"
+    except ValueError as exc:
+        served = f"failed: {exc}"
+    return {
+        "specforge_class": "specforge.modeling.draft.llama3_eagle.LlamaForCausalLMEagle3 (0.2.0)",
+        "missing_keys": sorted(missing), "unexpected_keys": sorted(unexpected),
+        "shapes_match": all(k in own and own[k].shape == v.shape for k, v in state.items()),
+        "dtypes_in_checkpoint": {k: [str(v.dtype), list(v.shape)]
+                                 for k, v in sorted(state.items())},
+        "exporter_serving_state_check": served}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -173,17 +237,40 @@ def main(argv: list[str] | None = None) -> int:
                    help="an unpacked specforge-0.2.0 wheel (the folder holding specforge/)")
     c.add_argument("--cache-dir", type=Path, default=Path("/tmp/specforge-vocab-cache"))
     c.add_argument("--json", type=Path)
+    z = sub.add_parser("sizes", help="the same at other draft vocabulary sizes")
+    z.add_argument("tokens", type=Path, nargs="+")
+    z.add_argument("--vocab-size", type=int, required=True, help="the target's vocabulary")
+    z.add_argument("--draft-vocab", required=True, help="sizes, e.g. 1024,4096,8192")
+    k = sub.add_parser("checkpoint", help="a drafter loaded by SpecForge's draft model")
+    k.add_argument("drafter", type=Path, help="the drafter's folder")
+    for p in (z, k):
+        p.add_argument("--specforge", type=Path, required=True,
+                       help="an unpacked specforge-0.2.0 wheel (the folder holding specforge/)")
+        p.add_argument("--json", type=Path)
+    z.add_argument("--cache-dir", type=Path, default=Path("/tmp/specforge-vocab-cache"))
     args = ap.parse_args(argv)
     import shutil
 
-    shutil.rmtree(args.cache_dir, ignore_errors=True)  # SpecForge reuses a cached file
-    result = compare(args.tokens, args.map, args.specforge, args.cache_dir)
+    if args.cmd == "compare":
+        shutil.rmtree(args.cache_dir, ignore_errors=True)  # SpecForge reuses a cached file
+        result = compare(args.tokens, args.map, args.specforge, args.cache_dir)
+        ok = result["d2t_identical"] and result["t2d_identical"]
+    elif args.cmd == "sizes":
+        try:
+            draft = [int(n) for n in args.draft_vocab.split(",")]
+        except ValueError:
+            ap.error(f"--draft-vocab {args.draft_vocab!r}: want whole numbers, e.g. 1024,4096")
+        result = sizes(args.tokens, args.vocab_size, draft, args.specforge, args.cache_dir)
+        ok = all(r["d2t_identical"] and r["t2d_identical"] for r in result.values())
+    else:
+        result = checkpoint(args.drafter, args.specforge)
+        ok = (result["unexpected_keys"] == [] and result["shapes_match"]
+              and result["exporter_serving_state_check"] == "passed")
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-    return 0 if result["d2t_identical"] and result["t2d_identical"] else 1
-
+    return 0 if ok else 1
 
 if __name__ == "__main__":
     sys.exit(main())

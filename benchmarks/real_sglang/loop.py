@@ -2,7 +2,7 @@
 
 Called by loop.sh once SGLang and specgate are in place (see README.md):
 
-    python3 loop.py --work /tmp/loop --out $OUT --root ROOT --launcher "python3 -m ..." \
+    python3 loop.py --work WORK --out OUT --root ROOT --launcher "python3 -m ..." \
         --deadline EPOCH [--sim] [--train-args "..."] [--steps N|sN-kK-dD | --from-tune JSON]
         [--skip-probe] [--skip-phase1] [--warm-up] [--tag T]
 
@@ -10,7 +10,8 @@ Called by loop.sh once SGLang and specgate are in place (see README.md):
    1-layer EAGLE-3 drafter with specgate's own forward and predicts its accept length on the
    probe's prompts (WORK/model/prediction.json). Skipped when WORK/model holds a trained model
    and no --train-args are given (with them, the old model is removed and a new one trained).
-   --warm-up starts and stops one SGLang server meanwhile (kernel compilation on a fresh machine).
+   --warm-up starts and stops one SGLang server meanwhile (SGLang compiles its kernels at the
+   first start on a machine).
 2. `pytest -m probe` launches SGLang with that target and drafter (baseline, then EAGLE-3) and
    judges every Phase 0 claim, accept length against break-even (not with --skip-probe). All
    probes share WORK/reports: a stored baseline (tune's or an earlier probe's) is reused, and
@@ -20,8 +21,11 @@ Called by loop.sh once SGLang and specgate are in place (see README.md):
 4. The predicted accept length is set against the measured one, overall and per category.
 
 Writes OUT/loop.log (via loop.sh), OUT/loop_summary{T}.json, OUT/loop_summary{T}.md,
-OUT/loop{T}.tar.gz (verdicts, live results, stored baselines, history, this call's training and
-warm-up logs, prediction, profile) and OUT/model.tar.gz (drafter and held-out dump).
+OUT/verdict{T}.json (the probe's verdict), OUT/train.log, OUT/summary.json and
+OUT/prediction.json (when it trained), OUT/loop{T}.tar.gz
+(verdicts, live results, stored baselines, history, the run's training and warm-up logs,
+prediction, profile) and OUT/model.tar.gz (drafter and held-out dump, without the target's
+weights).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def served_key(steps: int) -> str:
 
 
 # A stored baseline younger than this is reused by a later probe or tune of the same fingerprint
-# (specgate/measure/reuse.py): the loop's calls share one reports folder, so a tune's baseline
+# (specgate/measure/reuse.py): the loop's runs share one reports folder, so a tune's baseline
 # serves the probe after it, and a second probe launches only the speculative server.
 BASELINE_MAX_AGE_H = 2.0
 # train_drafter.py's deadline comes this long before the loop's own time bound on it.
@@ -390,14 +394,14 @@ def main() -> int:
     ap.add_argument("--from-tune", type=Path,
                     help="serve the best configuration of this tune.json instead of --steps")
     ap.add_argument("--skip-phase1", action="store_true",
-                    help="judge only the probe (the Phase 1/2 claims ran in an earlier call)")
+                    help="judge only the probe (the Phase 1/2 claims ran in an earlier run)")
     ap.add_argument("--skip-probe", action="store_true",
                     help="train (if needed) and judge the Phase 1/2 claims only")
     ap.add_argument("--warm-up", action="store_true",
                     help="while training, start and stop one SGLang server of make_tiny.py's "
-                         "model, so SGLang's kernels are compiled before a later call's launches")
+                         "model, so SGLang's kernels are compiled before the probe's launches")
     ap.add_argument("--fresh-baseline", action="store_true",
-                    help="launch the baseline in this call, never reuse a stored one")
+                    help="launch the baseline in this run, never reuse a stored one")
     ap.add_argument("--tag", default="", help="suffix of the summary's file names")
     ap.add_argument("--concurrency", default="",
                     help="[bench] concurrency of the probe, e.g. 1,4,16: each level holds that "
@@ -430,12 +434,12 @@ def main() -> int:
     def left() -> float:
         return args.deadline - time.time()
 
-    # A model from an earlier call is served as it is, unless this call names training flags:
+    # A model from an earlier run is served as it is, unless this run names training flags:
     # then it asked for a new drafter (train_drafter.py clears the old one's files first).
     present = (model / "prediction.json").exists()
     trained = not present or bool(args.train_args.strip())
     if trained and present:
-        log(f"training again in {model}: --train-args was given (a call without it serves "
+        log(f"training again in {model}: --train-args was given (a run without it serves "
             "the model that is there); the old model is removed first")
         # Before train_drafter.py runs: if it refuses its flags, the old drafter must not be
         # left behind to be probed and judged as the new one.
@@ -485,14 +489,14 @@ def main() -> int:
                                        args.max_new_tokens, served=served,
                                        reuse_baseline=not args.fresh_baseline,
                                        concurrency=levels or None)))
-    # One reports folder for every call: the stored baselines (reuse) and the run history
-    # (regress.*) carry from one probe, or tune, to the next; each call's files are packed below.
+    # One reports folder for every run: the stored baselines (reuse) and the run history
+    # (regress.*) carry from one probe, or tune, to the next; each run's files are packed below.
     reports = work / "reports"
-    # No drafter (training did not finish, or never ran): nothing is judged, the call fails.
+    # No drafter (training did not finish, or never ran): nothing is judged, the run fails.
     no_drafter = not (model / "drafter" / "config.json").exists()
     if no_drafter:
         why = (f"training did not finish: see {work / 'train.log'}" if trained
-               else "and this call did not train one")
+               else "and this run did not train one")
         log(f"no drafter in {model} ({why}); nothing to probe or judge")
         for step in ("probe", "phase1"):
             if not getattr(args, f"skip_{step}"):
@@ -512,7 +516,7 @@ def main() -> int:
                                      "outcome": outcome(reports), "claims": claims(reports)}
     reports1 = work / "reports-phase1"
     if not args.skip_phase1 and not no_drafter:
-        (reports1 / "verdict.json").unlink(missing_ok=True)  # never report an earlier call's
+        (reports1 / "verdict.json").unlink(missing_ok=True)  # never report an earlier run's
         code, took = run([py, "-m", "pytest", "-m", "phase1 or phase2", f"--profile={prof}",
                           f"--reports={reports1}", "-p", "no:cacheprovider"],
                          work / "phase1.log", left() - 10, args.root)
@@ -546,6 +550,14 @@ def main() -> int:
         lines.append(f"- {name}: measured {g['measured_accept_len']}, predicted "
                      f"{g['predicted_accept_len']} ({g['requests']} requests)")
     (out / f"loop_summary{tag}.md").write_text("\n".join(lines) + "\n")
+    # What a result keeps beside the summary: the probe's verdict; when it trained, the
+    # training log, the model's summary and the offline prediction.
+    if not args.skip_probe and not no_drafter and (reports / "verdict.json").is_file():
+        shutil.copyfile(reports / "verdict.json", out / f"verdict{tag}.json")
+    if trained:
+        for path in (work / "train.log", model / "summary.json", model / "prediction.json"):
+            if path.is_file():
+                shutil.copyfile(path, out / path.name)
     with tarfile.open(out / f"loop{tag}.tar.gz", "w:gz") as tar:
         phase1: tuple[Path, ...] = () if args.skip_phase1 or no_drafter else (
             work / "phase1.log", reports1 / "verdict.json")
@@ -559,8 +571,8 @@ def main() -> int:
                      model / "drafter" / "config.json"):
             if path.exists():
                 tar.add(path, arcname=str(path.relative_to(work)))
-    # The trained drafter and the held-out dump travel back too (about 15 MB), so the offline
-    # prediction can be re-run off the GPU machine (`specgate eval --served-steps`).
+    # The trained drafter and the held-out dump too (about 15 MB), so the offline prediction can
+    # be re-run on another machine (`specgate eval --served-steps`).
     if not no_drafter and not (out / "model.tar.gz").exists():
         with tarfile.open(out / "model.tar.gz", "w:gz") as tar:
             # Everything but the target's weights (95 MB for 64 layers) and the training dump:
@@ -577,7 +589,7 @@ def main() -> int:
         log(f"no drafter, nothing judged; summary in {out}")
         return 1
     judged = "phase1" if args.skip_probe else "probe"
-    if args.skip_probe and args.skip_phase1:  # a training call: its exit decides
+    if args.skip_probe and args.skip_phase1:  # a training run: its exit decides
         ok = summary["steps"].get("train", {}).get("exit", 0) == 0
         log(f"trained {'ok' if ok else 'with errors'}; nothing judged; summary in {out}")
         return 0 if ok else 1

@@ -1,34 +1,22 @@
 #!/bin/bash
-# Close the loop on real SGLang: train a drafter for the tiny target with specgate's
-# own EAGLE-3 forward, serve it with SGLang, run `pytest -m probe` and the Phase 1/2 claims, and
-# set the predicted accept length against the measured one. See loop.py.
+# Close the loop on real SGLang (loop.py): train a drafter for a random Llama target with
+# specgate's own EAGLE-3 forward, serve it with SGLang, run `pytest -m probe` and the Phase 1/2
+# claims, and set the predicted accept length against the measured one.
 #
-# On the GPU machine, after bundle A is in /tmp/site (see README.md):
 #   bash benchmarks/real_sglang/loop.sh [--budget SECONDS] [--train-args "..."]
 #        [--steps N|sN-kK-dD | --from-tune TUNE_JSON] [--tag T] [--skip-phase1] [--skip-probe]
 #        [--warm-up] [--fresh-baseline] [--concurrency 1,4,16]
-# A second call on the same warm machine without --train-args finds the trained model in
-# $RS_WORK/model and only serves and probes it (e.g. --steps 5 --tag -s5 --skip-phase1); with
-# --train-args it trains a new one there. --skip-probe trains and judges
-# the Phase 1/2 claims only; --warm-up starts and stops one SGLang server while the drafter
-# trains, so a later call's launches find SGLang's kernels compiled. Every call's probe writes to
-# $RS_WORK/reports (stored baselines and history carry over: a second probe, or a probe after
-# tune.sh with TUNE_REPORTS=$RS_WORK/reports, reuses the baseline). RS_CUDA_GRAPHS=1 runs decode
-# in CUDA graphs on both servers (see suite.py).
-# Dry run here, against specgate's simulator:
-#   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/loop.sh --train-args "--size tiny --device cpu"
 #
-# Environment as run_suite.sh (OUT, RS_WORK default /tmp/loop, RS_SITE, RS_SIM, RS_PYTHON).
+# A run without --train-args finds the trained model in $RS_WORK/model and only serves and probes
+# it (e.g. --steps 5 --tag -s5 --skip-phase1); with --train-args it trains a new one there. Every
+# run's probe writes to $RS_WORK/reports, so stored baselines and the run history carry from one
+# run to the next. --budget SECONDS bounds the whole run: training shrinks to leave the probe and
+# the Phase 1/2 claims their time (default: no limit). Flags: README.md.
+# Environment: see env.sh (RS_WORK defaults to /tmp/loop, OUT to /tmp/loop-out here).
+# Dry run against specgate's simulator:
+#   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/loop.sh --train-args "--size tiny --device cpu"
 set -u
-T0=$(date +%s)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-OUT=${OUT:-/tmp/loop-out}
-WORK=${RS_WORK:-/tmp/loop}
-SITE=${RS_SITE:-/tmp/site}
-SIM=${RS_SIM:-0}
-PY=${RS_PYTHON:-python3}
-BUDGET=570
+BUDGET=
 TRAIN_ARGS=
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -40,16 +28,15 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done
-mkdir -p "$OUT" "$WORK"
-exec > >(tee -a "$OUT/loop.log") 2>&1
-cd "$ROOT" || exit 4
-. "$HERE/env.sh" || exit $?
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/loop-out}
+RS_WORK=${RS_WORK:-/tmp/loop}
+RS_LOG=loop.log
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?
 echo "setup done in $(( $(date +%s) - T0 )) s"
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG=--sim
 "$PY" "$HERE/loop.py" --work "$WORK" --out "$OUT" --root "$ROOT" --launcher "$LAUNCHER" \
-  --deadline $(( T0 + BUDGET )) --train-args "$TRAIN_ARGS" $SIMFLAG "${EXTRA[@]}"
+  --deadline $(( T0 + ${BUDGET:-604800} )) --train-args "$TRAIN_ARGS" $SIMFLAG "${EXTRA[@]}"
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, loop exit $RC"
 exit $RC

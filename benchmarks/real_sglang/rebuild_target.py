@@ -3,7 +3,7 @@
 usage: python3 benchmarks/real_sglang/rebuild_target.py MODEL_DIR [--seed N] [--samples 8]
            [--min-agreement 0.95] [--device cuda|cpu]
 
-loop.py sends back OUT/model.tar.gz without the target's weights (95 MB at 64 layers): the rest
+loop.py packs OUT/model.tar.gz without the target's weights (95 MB at 64 layers): the rest
 of MODEL_DIR (drafter, scratch, held-out dump, target config and tokenizer) is there. The target
 is train_drafter.py's seeded random Llama, so its weights are made again from MODEL_DIR/target/
 config.json and the seed (train_drafter.py's --seed, which MODEL_DIR/summary.json records;
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seed = args.seed if args.seed is not None else recorded_seed(args.model / "summary.json")
     # Built beside the target and moved in only once checked: weights that fail the check (or
-    # a run killed half-way) must not be found and served by the next call.
+    # a run killed half-way) must not be found and served by the next run.
     scratch = args.model / "target.rebuild"
     shutil.rmtree(scratch, ignore_errors=True)
     try:

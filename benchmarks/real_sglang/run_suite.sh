@@ -1,30 +1,23 @@
 #!/bin/bash
-# The real-SGLang suite: specgate's probe (launch and attach mode) and fault cases against real
-# SGLang 0.5.17 serving a tiny Llama target with an EAGLE-3 drafter on the GPU machine.
+# The real-SGLang suite (suite.py): specgate's probe in launch and attach mode, then fault cases,
+# against real SGLang 0.5.17 serving make_tiny.py's models on one GPU; each run checked for what
+# it left behind (processes, GPU memory).
 #
-# On the GPU machine (see README.md for the device calls), after bundle A is in /tmp/site:
 #   bash benchmarks/real_sglang/run_suite.sh [--runs a_launch,b_attach,...] [--budget SECONDS]
-# Dry run here, against specgate's simulator (no GPU, no SGLang):
+#
+# --runs: the runs to make, in suite.py's order (default: every one; names in README.md).
+# --budget SECONDS: start no run that would not finish within this many seconds of the start;
+#   the ones left out are listed as skipped (default: no limit).
+# Environment: see env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_CUDA_GRAPHS, RS_SIM, ...).
+# Dry run against specgate's simulator (no GPU, no SGLang):
 #   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/run_suite.sh
 #
-# Environment: OUT (results; default /tmp/rs-out), RS_WORK (default /tmp/rs), RS_SITE (default
-# /tmp/site), RS_SIM=1 (simulator dry run), RS_PYTHON (interpreter; default python3),
-# RS_LAUNCHER (server launcher; default "python3 -m sglang.launch_server", or the simulator).
-# The pytest option names live in one place: OPTIONS at the top of suite.py.
-#
-# Writes OUT/run.log, OUT/summary.json, OUT/summary.md, OUT/runs.tar.gz. Exit codes: 0 every run
-# as expected, 1 some run not as expected, 3 /tmp/site lost (redo call 1), 4-6 setup failed.
+# Writes to $OUT: run.log, summary.json, summary.md, verdicts/<run>.json, live/<run>.json and
+# runs.tar.gz (every run's files). Exit codes: 0 every run as expected, 1 some run not as
+# expected, 2 bad arguments, 4-5 setup failed (env.sh), 6 the models could not be made.
 set -u
-T0=$(date +%s)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-OUT=${OUT:-/tmp/rs-out}
-WORK=${RS_WORK:-/tmp/rs}
-SITE=${RS_SITE:-/tmp/site}
-SIM=${RS_SIM:-0}
-PY=${RS_PYTHON:-python3}
-BUDGET=570          # seconds from the start of this script to the summary (a call has 600)
 RUNS=all
+BUDGET=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
@@ -34,25 +27,17 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done
-mkdir -p "$OUT" "$WORK"
-exec > >(tee -a "$OUT/run.log") 2>&1
-echo "real-sglang suite: root $ROOT, work $WORK, out $OUT, sim $SIM, runs $RUNS, budget $BUDGET s"
-cd "$ROOT" || exit 4
-
-# SGLang, specgate and their environment (also used by loop.sh and tune.sh).
-. "$HERE/env.sh" || exit $?
-export PYTHONUNBUFFERED=1
-
-# The tiny model (kept while the machine stays warm).
+RS_LOG=run.log
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?
+echo "real-sglang suite: root $ROOT, work $WORK, out $OUT, sim $SIM, runs $RUNS, budget ${BUDGET:-none}"
 if [ ! -e "$WORK/tiny/mid/config.json" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
 echo "setup done in $(( $(date +%s) - T0 )) s"
-
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG=--sim
 "$PY" "$HERE/suite.py" --work "$WORK" --out "$OUT" --tiny "$WORK/tiny" --root "$ROOT" \
-  --launcher "$LAUNCHER" --runs "$RUNS" --deadline $(( T0 + BUDGET )) $SIMFLAG
+  --launcher "$LAUNCHER" --runs "$RUNS" --deadline $(( T0 + ${BUDGET:-604800} )) $SIMFLAG
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, suite exit $RC"
 exit $RC

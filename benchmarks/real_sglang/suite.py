@@ -1,15 +1,16 @@
 """The real-SGLang suite's driver: specgate's probe and fault cases against a live SGLang server.
 
-Called by run_suite.sh once SGLang, specgate and the tiny model are in place (see README.md). Each
+Called by run_suite.sh once SGLang, specgate and the tiny models are in place (see README.md). Each
 run is a real `pytest -m probe` session (or a direct use of specgate's launch API) whose exit code,
 verdict and per-claim status are recorded with what it left behind: processes of the server tree
 and GPU memory. Runs go in order of importance and are skipped, with a note, when the deadline
 would not leave them time.
 
-    python3 suite.py --work /tmp/rs --out $OUT --tiny /tmp/rs/tiny --deadline EPOCH [--sim]
+    python3 suite.py --work WORK --out OUT --tiny WORK/tiny --deadline EPOCH [--sim]
 
-Writes OUT/summary.json, OUT/summary.md and OUT/runs.tar.gz (pytest output, verdict.json,
-results.json, server logs and profiles of every run).
+Writes OUT/summary.json, OUT/summary.md, OUT/verdicts/<run>.json and OUT/live/<run>.json (each
+run's verdict and live results), and OUT/runs.tar.gz (pytest output, verdict.json, results.json,
+server logs and profiles of every run).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ SERVER_FLAGS = [
 # number of values each takes: dropped for the dry run.
 SIM_UNKNOWN_FLAGS = {"--grammar-backend": 1, "--cuda-graph-backend-decode": 1,
                      "--cuda-graph-backend-prefill": 1, "--cuda-graph-max-bs-decode": 1}
-# RS_CUDA_GRAPHS=1: decode runs in CUDA graphs (SGLang's default backend) for batch sizes up to
-# this, as a deployment would; prefill stays eager. Both servers of a probe get the same flags.
+# RS_CUDA_GRAPHS=1 (or force, env.sh): decode runs in CUDA graphs (SGLang's default backend) for
+# batch sizes up to this, as a deployment would; prefill stays eager. Both servers of a probe get
+# the same flags.
 CUDA_GRAPH_MAX_BS = "4"
 WRONG_FLAG = ["--speculative-num-stepz", "3"]  # a typo neither SGLang nor its abbreviations know
 SERVER_ENV = {"SPECGATE_SUITE": "real-sglang"}  # exercised by env.server_env
@@ -125,7 +127,7 @@ SUBTABLES = {"expect"}  # written as [drafter.expect]; other dicts (env) are inl
 
 def server_flags(sim: bool, cuda_graphs: bool | None = None) -> list[str]:
     if cuda_graphs is None:
-        cuda_graphs = os.environ.get("RS_CUDA_GRAPHS") == "1"
+        cuda_graphs = os.environ.get("RS_CUDA_GRAPHS") in ("1", "force")
     flags = list(SERVER_FLAGS)
     if cuda_graphs:
         at = flags.index("--cuda-graph-backend-decode")
@@ -1191,7 +1193,18 @@ def write_summary(ctx: Ctx, meta: dict[str, Any]) -> None:
 
 
 def archive(ctx: Ctx) -> None:
-    """Everything per run in one file (the device tool brings back at most 8)."""
+    """What a result keeps of each run beside the summary (OUT/verdicts/<run>.json, its verdict;
+    OUT/live/<run>.json, its live session's per-request figures), and every run's files in
+    OUT/runs.tar.gz."""
+    made = {r["name"] for r in ctx.runs if not r.get("skipped")}
+    for run in sorted((ctx.work / "runs").glob("*")):
+        if run.name not in made:  # an earlier invocation's
+            continue
+        for src, dst in ((run / "reports" / "verdict.json", ctx.out / "verdicts"),
+                         (run / "reports" / "live" / "results.json", ctx.out / "live")):
+            if src.is_file():
+                dst.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst / f"{run.name}.json")
     path = ctx.out / "runs.tar.gz"
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

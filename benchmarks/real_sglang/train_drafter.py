@@ -127,7 +127,7 @@ class Size:
 
 
 SIZES = {
-    # The model of ../shared/tools/real-sglang/make_tiny.py.
+    # The model of make_tiny.py (hidden 256, 4 layers, vocabulary 1024).
     # Full draft vocabulary by default: each prompt of a random target falls into its own short
     # loop, so tokens of the probe's continuations may never occur in training data, and a
     # reduced draft vocabulary (--draft-vocab 512) could not even propose them.
@@ -705,7 +705,7 @@ def save_drafter(folder: Path, size: Size, weights: dict[str, torch.Tensor], d2t
 
     folder.mkdir(parents=True, exist_ok=True)
     cfg = drafter_config(size)
-    try:  # transformers' own serialisation, as ../shared/tools/real-sglang/make_tiny.py does
+    try:  # transformers' own serialisation, as make_tiny.py does
         from transformers import LlamaConfig
 
         kwargs = dict(cfg)

@@ -1,49 +1,34 @@
 #!/bin/bash
-# `specgate tune` on real SGLang 0.5.17: the tiny random Llama target and its EAGLE-3 drafter
-# (make_tiny.py), chains of 1 to 4 steps (topk 1), in the environment run_suite.sh sets up.
+# `specgate tune` on real SGLang 0.5.17: make_tiny.py's target and random EAGLE-3 drafter, or a
+# drafter loop.sh trained (TUNE_MODEL), over chains of TUNE_STEPS steps (topk 1).
 #
-# On the GPU machine (bundle A in /tmp/site, as for run_suite.sh):
 #   bash benchmarks/real_sglang/tune.sh
-# Dry run here, against specgate's simulator (no GPU, no SGLang):
-#   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/tune.sh
 #
-# Every configuration is launched (TUNE_MARGIN=0.99 by default) so the table compares the
-# model's predictions with measurements at all four; the random drafter's acceptance is near 0,
-# so the cycle time is what differs. No baseline launch (--no-baseline) keeps the starts at four:
-# the first ~2-3 min (kernel compilation), the others ~50-60 s; TUNE_BUDGET (default 400 s)
-# bounds `specgate tune` itself.
-# Environment: OUT (default /tmp/rs-out), RS_WORK (/tmp/rs), RS_SITE (/tmp/site), RS_SIM,
-# RS_PYTHON (python3), RS_LAUNCHER, TUNE_MARGIN, TUNE_BUDGET, RS_CUDA_GRAPHS (suite.py), and:
+# Every configuration is launched (TUNE_MARGIN=0.99 by default), so the table sets the model's
+# predictions against measurements at each. Without TUNE_BASELINE=1 no baseline is launched.
+# Environment: see env.sh, and:
 #   TUNE_MODEL=DIR   tune the drafter loop.sh trained (DIR/target, DIR/drafter; the loop's
-#                    profile: its 42 prompts are cut to TUNE_PROMPTS per category) instead of
+#                    profile, its 42 prompts cut to TUNE_PROMPTS per category) instead of
 #                    make_tiny.py's random one
 #   TUNE_STEPS=1,2,3,4  the chains considered; TUNE_LAUNCHES (4) the most launched
 #   TUNE_BASELINE=1  launch the baseline too (speed-ups in the table; one more start)
 #   TUNE_PROMPTS (1) prompts per category, TUNE_TOKENS (48) max_new_tokens, TUNE_MAX_REPEATS (3)
+#   TUNE_MARGIN (0.99); TUNE_BUDGET=SECONDS stops `specgate tune` after this long (default: no
+#                    limit)
 #   TUNE_REPORTS=DIR  the reports folder (default $RS_WORK/tune-reports); with TUNE_MODEL,
-#                    $RS_WORK/reports of loop.sh lets the probe after it reuse the tune's baseline
+#                    loop.sh's $RS_WORK/reports lets a probe after it reuse the tune's baseline
 #                    (same prompts and tokens: TUNE_PROMPTS=6 TUNE_TOKENS=128)
-# Writes OUT/tune-run.log, OUT/tune.md, OUT/tune.png, OUT/recommended.toml, OUT/tune.json,
-# OUT/tune-profile.toml. Exit codes: 0 a recommendation, 1 none, 3-6 setup as run_suite.sh.
+# Dry run against specgate's simulator:
+#   RS_SIM=1 RS_PYTHON=.venv/bin/python bash benchmarks/real_sglang/tune.sh
+# Writes $OUT/tune-run.log, tune.md, tune.png, recommended.toml, tune.json, tune-profile.toml.
+# Exit codes: 0 a recommendation, 1 none, 4-6 setup failed.
 set -u
-T0=$(date +%s)
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-OUT=${OUT:-/tmp/rs-out}
-WORK=${RS_WORK:-/tmp/rs}
-SITE=${RS_SITE:-/tmp/site}
-SIM=${RS_SIM:-0}
-PY=${RS_PYTHON:-python3}
 MARGIN=${TUNE_MARGIN:-0.99}
-BUDGET=${TUNE_BUDGET:-400}
-mkdir -p "$OUT" "$WORK"
-exec > >(tee -a "$OUT/tune-run.log") 2>&1
-echo "tune: root $ROOT, work $WORK, out $OUT, sim $SIM, margin $MARGIN, budget $BUDGET s"
-cd "$ROOT" || exit 4
-
-. "$HERE/env.sh" || exit $?
+BUDGET=${TUNE_BUDGET:-}
+RS_LOG=tune-run.log
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?
+echo "tune: root $ROOT, work $WORK, out $OUT, sim $SIM, margin $MARGIN, budget ${BUDGET:-none}"
 "$PY" -c 'import specgate.measure.tune' || exit 5
-export PYTHONUNBUFFERED=1
 if [ -z "${TUNE_MODEL:-}" ] && [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
@@ -66,7 +51,7 @@ if model:
 else:
     ctx = suite.Ctx(work=Path(work), out=Path(out), tiny=Path(work) / "tiny", root=Path(root),
                     python=py, launcher=shlex.split(launcher), sim=sim == "1",
-                    deadline=time.time() + 600)
+                    deadline=time.time() + 3600)
     doc = suite.profile_doc(ctx)
 doc["name"] += "-tune"
 doc["bench"].update({"prompts_per_category": int(os.environ.get("TUNE_PROMPTS", "1")),
@@ -83,7 +68,7 @@ echo "setup done in $(( $(date +%s) - T0 )) s"
 NOBASE=--no-baseline
 [ "${TUNE_BASELINE:-0}" = 1 ] && NOBASE=
 REPORTS=${TUNE_REPORTS:-$WORK/tune-reports}
-timeout --signal=INT "$BUDGET" "$PY" -m specgate.cli tune --profile "$PROFILE" \
+timeout --signal=INT "${BUDGET:-604800}" "$PY" -m specgate.cli tune --profile "$PROFILE" \
   --reports "$REPORTS" $NOBASE
 RC=$?
 for f in tune.md tune.png recommended.toml tune.json; do

@@ -66,7 +66,7 @@ def rows(prediction: dict[str, Any], tune: dict[str, Any],
         chain = int(served.get("topk", 1)) == 1 and \
             int(served.get("draft_tokens", steps + 1)) == steps + 1
         if not chain or "probe" not in (summary.get("steps") or {}):
-            continue  # a tree (not predicted), or a call that ran no probe
+            continue  # a tree (not predicted), or a run with no probe
         live = (summary.get("predicted_vs_measured") or {}).get("groups", {}).get("all", {})
         out.append({
             "source": f"probe {summary.get('started', '')}", "steps": steps,

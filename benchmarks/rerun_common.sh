@@ -1,0 +1,54 @@
+# Sourced by each result's rerun.sh (benchmarks/results/<deployment>/<result>/rerun.sh), after it
+# has set HERE to its own folder. Sets ROOT (the checkout), RESULT (the result's path under
+# benchmarks/results/), RERUN (where the rerun's files go, laid out as the committed folder:
+# $OUT, default reports/rerun/$RESULT), PY (the Python of RS_PYTHON) and RS (the real-SGLang
+# harnesses' folder); exports RS_WORK (the harnesses' working folder: models, reports, run
+# history; default reports/rerun-work/$RESULT) and RS_SITE (default reports/rerun-site);
+# changes to ROOT. The environment of real_sglang/env.sh applies to every harness the rerun
+# calls (RS_PYTHON, RS_WHEELS, ...).
+ROOT=${HERE%/benchmarks/results/*}
+RESULT=${HERE#"$ROOT"/benchmarks/results/}
+RERUN=${OUT:-$ROOT/reports/rerun/$RESULT}
+export RS_WORK=${RS_WORK:-$ROOT/reports/rerun-work/$RESULT}
+# with RS_WHEELS, one install folder for every rerun (env.sh installs each wheel folder once)
+export RS_SITE=${RS_SITE:-$ROOT/reports/rerun-site}
+PY=${RS_PYTHON:-python3}
+RS=benchmarks/real_sglang
+if [ -n "${RS_WHEELS:-}" ]; then  # the harnesses install specgate there; steps run here too
+  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$RS_SITE"
+fi
+mkdir -p "$RERUN" "$RS_WORK"
+RERUN=$(cd "$RERUN" && pwd)
+cd "$ROOT" || exit 4
+echo "rerun of benchmarks/results/$RESULT: files in $RERUN, models and reports in $RS_WORK"
+
+# server_log_tail CONFIG DEST: the last 60 lines of the latest probe's CONFIG-server.log
+# (baseline or speculative) in $RS_WORK/reports.
+server_log_tail() {
+  tail -n 60 "$RS_WORK/reports/live/$1-server.log" | cut -c1-600 > "$2"
+}
+
+# claim_message VERDICT_JSON CLAIM_ID: the message of one claim of a verdict.
+claim_message() {
+  "$PY" -c 'import json, sys
+print(next(c["message"] for c in json.load(open(sys.argv[1]))["claims"] if c["id"] == sys.argv[2]))' \
+    "$1" "$2"
+}
+
+# per_prompt_csv VERDICT_JSON DEST: eval.live_agreement's per-prompt table (the offline walk
+# against each prompt's measurement) from a verdict, as CSV.
+per_prompt_csv() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import csv, json, sys
+verdict, dest = sys.argv[1], sys.argv[2]
+claim = next((c for c in json.load(open(verdict))["claims"] if c["id"] == "eval.live_agreement"),
+             None)
+rows = ((claim or {}).get("details") or {}).get("per_prompt")
+if not rows:
+    sys.exit(f"{verdict}: eval.live_agreement has no per-prompt table")
+with open(dest, "w", newline="") as fh:
+    out = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    out.writeheader()
+    out.writerows(rows)
+PYEOF
+}

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Reruns this result on one GPU: README.md beside this script says what it needs and makes.
+set -u
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+export RS_CUDA_GRAPHS=${RS_CUDA_GRAPHS:-1}
+OUT=$RERUN/train bash "$RS/loop.sh" --skip-probe --skip-phase1 --tag -deep-train2 \
+  --train-args "--layers 64 --train-prompts 4000 --train-tokens 128 --scratch-seconds 200 \
+  --finetune-seconds 20 --pack-tokens 8192 --gen-batch 512 --max-steps 10"
+OUT=$RERUN/probe-s6-k1-d7 bash "$RS/loop.sh" --steps 6 --tag -deep2-s6 --skip-phase1 \
+  --fresh-baseline
+OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -deep2-s10 --skip-phase1 \
+  --fresh-baseline
+per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" "$RERUN/per-prompt-s10.csv"
+claim_message "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" spec.speedup \
+  > "$RERUN/speedup-by-prompt-s10.txt"
+"$PY" "$RS/walk_vs_live.py" "$RERUN/train/prediction.json" - \
+  "$RERUN/probe-s6-k1-d7/loop_summary-deep2-s6.json" \
+  "$RERUN/probe-s10-k1-d11/loop_summary-deep2-s10.json" --out "$RERUN/walk-vs-live.md"
+"$PY" -m specgate.cli eval --drafter "$RS_WORK/model/drafter" \
+  --hidden-states "$RS_WORK/model/dump/heldout" --served-steps 10 --steps 10 --by-category \
+  --completion-tokens 128 > "$RERUN/offline-eval-cpu.txt"

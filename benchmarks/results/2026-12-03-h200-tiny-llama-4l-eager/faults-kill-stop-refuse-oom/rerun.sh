@@ -1,0 +1,18 @@
+#!/bin/bash
+# Reruns this result on one GPU: README.md beside this script says what it needs and makes.
+set -u
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+nvidia-smi > "$RERUN/nvidia-smi-before.txt"
+RS_CUDA_GRAPHS=0 OUT=$RERUN bash "$RS/run_suite.sh" --runs c_kill_attached,c_kill_launched,\
+c_sigstop_launched,c_drafter_wide,c_oom_fraction,c_oom_holder,c_drafter_narrow_in
+RC=$?
+nvidia-smi > "$RERUN/nvidia-smi-after.txt"
+# the server logs of the three starts that fail
+mkdir -p "$RERUN/logs"
+for run in drafter-wide:speculative oom-fraction:baseline oom-holder:baseline; do
+  name=${run%%:*} config=${run#*:}
+  cp "$RS_WORK/runs/c_${name//-/_}/reports/live/$config-server.log" \
+    "$RERUN/logs/$name-$config-server.log"
+done
+exit $RC
