@@ -25,8 +25,7 @@ import requests
 from helpers_ckpt import tiny_drafter
 
 from specgate.testing.simulator import model
-from tests.test_simulator import (SPEC_FLAGS, Sim, assert_on_one_clock, free_port,
-                                  kill_tree)
+from tests.test_simulator import SPEC_FLAGS, Sim, assert_on_one_clock, free_port, kill_tree
 
 TRANSCRIPTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "transcripts.txt"
 TRUTH_ENV = model.ENV_TRUTH
