@@ -6,8 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 import sshd
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester"]
+
+# The properties these tests state are about values, not speed: no per-example deadline and no
+# health check on how fast examples are made, either of which a busy machine fails.
+settings.register_profile("specgate", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("specgate")
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,10 @@ def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | 
     """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker)."""
     marker = marker or uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
-    env = {MARKER_VAR: marker, **(extra_env or {})}
+    # A quick start and health check (the demo's take 1.5 s a launch): these cases are about
+    # what a fault does, not how long SGLang takes to get ready.
+    env = {MARKER_VAR: marker, "SPECGATE_SIM_START_DELAY_S": "0.1",
+           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05", **(extra_env or {})}
     if fault:
         env["SPECGATE_SIM_FAULT"] = fault
     env_items = ", ".join(f"{k} = {_toml(v)}" for k, v in env.items())
