@@ -323,7 +323,9 @@ def test_the_sweep_stops_what_the_wrapper_could_not(
     """The wrapper itself SIGKILLed on the far side (no handler runs): the second path, a sweep
     through the launcher prefix, stops the server's tree by its tag."""
     marker, tags = _register(markers)
-    profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker)
+    # A short grace: the stop waits that long (and 5 s more) for a launcher that cannot end
+    # while the wrapper is gone, then sweeps; TERM or KILL, the sweep stops the tree.
+    profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker, stop_timeout_s=3)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None
