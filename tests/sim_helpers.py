@@ -52,7 +52,8 @@ def start(argv: list[str], log: Path, truth: Path, env: Mapping[str, str] | None
     proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
                              "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT,
                             env={**os.environ, model.ENV_TRUTH: str(truth),
-                                 "SPECGATE_SIM_START_DELAY_S": "0.1", **(env or {})})
+                                 "SPECGATE_SIM_START_DELAY_S": "0.1",
+                                 "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05", **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

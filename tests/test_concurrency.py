@@ -39,7 +39,8 @@ def _profile(tmp_path, *, fault="", bench_extra=None, thresholds=None):
         tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     (target / model.SIM_FILE).write_text(json.dumps(TIMING))
     (draft / model.SIM_FILE).write_text(json.dumps({"acceptance": ACCEPTANCE}))
-    env = {model.ENV_TRUTH: str(tmp_path / "truth.jsonl"), "SPECGATE_SIM_START_DELAY_S": "0.2"}
+    env = {model.ENV_TRUTH: str(tmp_path / "truth.jsonl"), "SPECGATE_SIM_START_DELAY_S": "0.2",
+           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05"}
     if fault:
         env["SPECGATE_SIM_FAULT"] = fault
     raw = {

@@ -194,7 +194,9 @@ def _profile(folder: Path, launcher: list[str], marker: str, **server_extra: Any
         "name": "remote", "target": {"path": str(folder / "target")},
         "drafter": {"path": str(folder / "drafter")},
         "server": {"launcher": launcher, "port": 0, "tp": 2, "stop_timeout_s": TERM_GRACE_S,
-                   "env": {fh.MARKER_VAR: marker}, **server_extra},
+                   # a quick start: the far side's launch and stop are under test
+                   "env": {fh.MARKER_VAR: marker, "SPECGATE_SIM_START_DELAY_S": "0.1",
+                           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05"}, **server_extra},
         "speculative": {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3},
     })
 
