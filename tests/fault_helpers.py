@@ -121,13 +121,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def as_foreground_job() -> None:
+    """preexec_fn: Ctrl-C's default action, as a terminal's foreground job has it. A shell that
+    runs the suite in the background starts it with SIGINT ignored, and every child inherits
+    that (Python then installs no KeyboardInterrupt handler at all)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_probe(profile: Path, reports: Path, *args: str, timeout_s: float = 60.0,
               env: dict[str, str] | None = None, select: str = "probe") -> ProbeRun:
     """`python -m pytest -m probe --profile P --reports R ARGS` from the repo, bounded in time."""
     started = time.monotonic()
     proc = subprocess.Popen(probe_command(profile, reports, *args, select=select), cwd=REPO,
                             env=env or child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_foreground_job)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -144,7 +152,8 @@ def start_probe(profile: Path, reports: Path, *args: str,
     """The probe in its own process group, like a terminal's foreground job."""
     return subprocess.Popen(probe_command(profile, reports, *args), cwd=REPO,
                             env=env or child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_foreground_job)
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fault_helpers as fh
 import pytest
 
 from specgate.io import runs
@@ -71,7 +72,8 @@ def _start(project: Path, tag: str, *args: str, slow: bool = False,
         env.update(SLOW_MARK=str(project / "slow-started"), SLOW_GO=str(project / "go"))
     with open(out or project / f"{tag}.out", "w") as log:
         return subprocess.Popen(_argv(project, *args), cwd=project, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=fh.as_foreground_job)
 
 
 def _wait(proc: subprocess.Popen[str], timeout_s: float = 180) -> int:
