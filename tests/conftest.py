@@ -17,6 +17,15 @@ settings.register_profile("specgate", deadline=None,
 settings.load_profile("specgate")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # A module whose tests share an expensive fixture (a live session, running servers, a
+    # built report) names one xdist_group: `-n` then keeps its tests on one worker, which sets
+    # the fixture up once, and spreads every other test as `--dist load` does.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
 @pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd.SSHServer]:
     """A real OpenSSH server on a loopback port with throwaway keys (tests/sshd.py); the tests
