@@ -30,13 +30,15 @@ def _toml(value: Any) -> str:
 def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | None = None,
                   port: int = 0, startup_timeout_s: float = 20.0, request_timeout_s: float = 10.0,
                   launcher: list[str] | None = None, api_key_env: str | None = None,
-                  extra_env: dict[str, str] | None = None, max_new_tokens: int = 8,
+                  extra_env: dict[str, str] | None = None, max_new_tokens: int = 32,
                   prompts_per_category: int = 1,
                   host: str = "127.0.0.1", name: str = "profile.toml",
                   target: Path | None = None, server_args: list[str] | None = None,
                   stop_timeout_s: float = 5.0,
                   thresholds: dict[str, float] | None = None) -> tuple[Path, str]:
-    """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker)."""
+    """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker).
+    Answers of 32 tokens: long enough that a busy machine does not make a stream look like one
+    burst (which the timed claims would refuse)."""
     marker = marker or uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
     # A quick start and health check (the demo's take 1.5 s a launch): these cases are about

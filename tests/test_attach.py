@@ -17,7 +17,7 @@ def running(tmp_path_factory: pytest.TempPathFactory):
     """A baseline and a speculative simulator started outside the harness run under test."""
     root = tmp_path_factory.mktemp("attach")
     assets = demo.ensure_assets(root / "assets")
-    profile_path, _marker = fh.write_profile(root, assets, max_new_tokens=16)
+    profile_path, _marker = fh.write_profile(root, assets)
     profile = load_profile(profile_path)
     handles = []
     try:

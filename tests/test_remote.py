@@ -453,8 +453,6 @@ def _probe_profile(folder: Path, assets: Path, prefix: tuple[str, ...] | list[st
                    **options: Any) -> tuple[Path, str]:
     launcher = options.pop("launcher", [*prefix, *SIMULATOR])
     options.setdefault("prompts_per_category", 2)  # the speed-up's interval needs two
-    # Long enough answers that a busy machine does not make a stream look like one burst.
-    options.setdefault("max_new_tokens", 32)
     options.setdefault("stop_timeout_s", TERM_GRACE_S)
     return fh.write_profile(folder, assets, launcher=launcher, **options)
 
