@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sshd
@@ -17,13 +18,24 @@ settings.register_profile("specgate", deadline=None,
 settings.load_profile("specgate")
 
 
+# A module whose tests share a costly fixture (a live session, running servers, a built report)
+# names one xdist_group: `-n` then keeps its tests on one worker, which sets the fixture up
+# once, and spreads every other test as `--dist load` does.
+LOADGROUP_INPUT = "specgate_tests_loadgroup"  # workerinput: the controller schedules by group
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    # A module whose tests share an expensive fixture (a live session, running servers, a
-    # built report) names one xdist_group: `-n` then keeps its tests on one worker, which sets
-    # the fixture up once, and spreads every other test as `--dist load` does.
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get(LOADGROUP_INPUT):
+        # A worker parses the command line again, without the controller's choice.
+        config.option.loadgroup = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[LOADGROUP_INPUT] = node.config.getoption("dist", "no") == "loadgroup"
 
 
 @pytest.fixture(scope="session")

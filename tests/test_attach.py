@@ -11,6 +11,9 @@ from specgate.core.profile import load_profile
 from specgate.serving import launch, server
 from specgate.testing import demo
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_attach")
+
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory):

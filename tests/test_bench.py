@@ -10,6 +10,9 @@ from specgate.measure import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.testing.simulator import model
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_bench")
+
 STEPS = 2
 ACCEPTANCE = [0.8, 0.6]
 

@@ -19,6 +19,9 @@ from specgate.measure import curve as curves
 from specgate.measure.live import LiveResults, run_live
 from specgate.testing.simulator import model
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_concurrency")
+
 STEPS = 2
 ACCEPTANCE = [0.8, 0.6]
 # Each token a forward adds costs the target 0.31 ms and the drafter 0.04 ms a draft step: the

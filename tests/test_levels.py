@@ -14,6 +14,9 @@ from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.live import ConfigRun, Failure, LiveResults
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_levels")
+
 
 @pytest.fixture(scope="module")
 def collect(tmp_path_factory):

@@ -14,6 +14,9 @@ import sim_helpers
 from specgate.measure.live import LiveResults
 from specgate.testing.simulator import model
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_seeds_replay")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

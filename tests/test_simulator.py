@@ -27,6 +27,9 @@ from helpers_ckpt import rewrite, tiny_drafter
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import faults, model
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_simulator")
+
 SPEC_KEYS = {
     "spec_verify_ct",
     "spec_accept_length",

@@ -27,6 +27,9 @@ from helpers_ckpt import tiny_drafter
 from specgate.testing.simulator import model
 from tests.test_simulator import SPEC_FLAGS, Sim, assert_on_one_clock, free_port, kill_tree
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_simulator_real")
+
 TRANSCRIPTS = Path(__file__).parent / "data" / "real-sglang-0.5.17" / "transcripts.txt"
 TRUTH_ENV = model.ENV_TRUTH
 
