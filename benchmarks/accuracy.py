@@ -91,7 +91,10 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
     finally:
         proc.terminate()
         proc.wait(10)
-    truth = [r for r in model.read_truth(truth_file) if r.stream]
+    # The requests measured: a stream read in one burst is sent again, and only the second
+    # reading counts.
+    measured = {s.request_id for s in m.samples}
+    truth = [r for r in model.read_truth(truth_file) if r.rid in measured]
     if keep is not None:
         keep.update(measurement=m, served=truth)
     true_accept = model.accept_length_of(truth)

@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sshd
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester"]
+
+# The properties these tests state are about values, not speed: no per-example deadline and no
+# health check on how fast examples are made, either of which a busy machine fails.
+settings.register_profile("specgate", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("specgate")
+
+
+# A module whose tests share a costly fixture (a live session, running servers, a built report)
+# names one xdist_group: `-n` then keeps its tests on one worker, which sets the fixture up
+# once, and spreads every other test as `--dist load` does.
+LOADGROUP_INPUT = "specgate_tests_loadgroup"  # workerinput: the controller schedules by group
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get(LOADGROUP_INPUT):
+        # A worker parses the command line again, without the controller's choice.
+        config.option.loadgroup = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[LOADGROUP_INPUT] = node.config.getoption("dist", "no") == "loadgroup"
 
 
 @pytest.fixture(scope="session")

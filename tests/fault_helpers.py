@@ -30,16 +30,21 @@ def _toml(value: Any) -> str:
 def write_profile(folder: Path, assets: Path, *, fault: str = "", marker: str | None = None,
                   port: int = 0, startup_timeout_s: float = 20.0, request_timeout_s: float = 10.0,
                   launcher: list[str] | None = None, api_key_env: str | None = None,
-                  extra_env: dict[str, str] | None = None, max_new_tokens: int = 8,
+                  extra_env: dict[str, str] | None = None, max_new_tokens: int = 32,
                   prompts_per_category: int = 1,
                   host: str = "127.0.0.1", name: str = "profile.toml",
                   target: Path | None = None, server_args: list[str] | None = None,
                   stop_timeout_s: float = 5.0,
                   thresholds: dict[str, float] | None = None) -> tuple[Path, str]:
-    """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker)."""
+    """A fast Phase 0 profile on the simulator (with fault) in folder; returns (path, marker).
+    Answers of 32 tokens: long enough that a busy machine does not make a stream look like one
+    burst (which the timed claims would refuse)."""
     marker = marker or uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
-    env = {MARKER_VAR: marker, **(extra_env or {})}
+    # A quick start and health check (the demo's take 1.5 s a launch): these cases are about
+    # what a fault does, not how long SGLang takes to get ready.
+    env = {MARKER_VAR: marker, "SPECGATE_SIM_START_DELAY_S": "0.1",
+           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05", **(extra_env or {})}
     if fault:
         env["SPECGATE_SIM_FAULT"] = fault
     env_items = ", ".join(f"{k} = {_toml(v)}" for k, v in env.items())
@@ -118,13 +123,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def as_foreground_job() -> None:
+    """preexec_fn: Ctrl-C's default action, as a terminal's foreground job has it. A shell that
+    runs the suite in the background starts it with SIGINT ignored, and every child inherits
+    that (Python then installs no KeyboardInterrupt handler at all)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_probe(profile: Path, reports: Path, *args: str, timeout_s: float = 60.0,
               env: dict[str, str] | None = None, select: str = "probe") -> ProbeRun:
     """`python -m pytest -m probe --profile P --reports R ARGS` from the repo, bounded in time."""
     started = time.monotonic()
     proc = subprocess.Popen(probe_command(profile, reports, *args, select=select), cwd=REPO,
                             env=env or child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_foreground_job)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -141,7 +154,8 @@ def start_probe(profile: Path, reports: Path, *args: str,
     """The probe in its own process group, like a terminal's foreground job."""
     return subprocess.Popen(probe_command(profile, reports, *args), cwd=REPO,
                             env=env or child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=as_foreground_job)
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,8 @@ def start(argv: list[str], log: Path, truth: Path, env: Mapping[str, str] | None
     proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
                              "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT,
                             env={**os.environ, model.ENV_TRUTH: str(truth),
-                                 "SPECGATE_SIM_START_DELAY_S": "0.1", **(env or {})})
+                                 "SPECGATE_SIM_START_DELAY_S": "0.1",
+                                 "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05", **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -72,3 +75,99 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def served(truth: Path) -> list[model.RequestTruth]:
     return model.read_truth(truth) if truth.exists() else []
+
+
+# Float rounding of clock readings taken in two processes.
+CLOCK_EPS_S = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """The simulator's own record of the requests a measurement timed, matched by request id:
+    their decode tokens and seconds on its clock, as sent and as scheduled, and the slack the
+    client's side of each request adds.
+
+    The client and the simulator read one clock (CLOCK_MONOTONIC). The client starts timing
+    before the simulator receives a request and sees each message after it was sent, so per
+    request the client's decode window differs from the simulator's by at most what it can
+    see: ttft − (first sent − received) on one side (early), e2e − (final sent − received) on
+    the other (late). However busy the machine, a harness that times decode from the first
+    message to the last lands inside [low, high]; one that timed decode from the request's
+    start, or counted the first message's tokens, lands outside.
+    """
+
+    tokens: int
+    seconds: float  # Σ (t_final_sent − t_first_sent)
+    due_seconds: float  # Σ (t_final_due − t_first_due): the schedule the timing model kept
+    early: float
+    late: float
+    requests: int
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def low(self) -> float:
+        return self.tokens / (self.seconds + self.late + CLOCK_EPS_S)
+
+    @property
+    def high(self) -> float:
+        return self.tokens / (self.seconds - self.early - CLOCK_EPS_S)
+
+    @property
+    def due_tps(self) -> float:
+        return self.tokens / self.due_seconds
+
+    @property
+    def slack(self) -> float:
+        """The client's share of the window: (early + late) / seconds."""
+        return (self.early + self.late) / self.seconds
+
+
+def served_for(samples: Sequence[Any], records: Iterable[model.RequestTruth]) -> Served:
+    """The records of these samples (bench.RequestSample, by request_id), each checked against
+    its sample: the same counts, and the client's times after the server's on either side."""
+    by_rid = {r.rid: r for r in records}
+    tokens, requests = 0, 0
+    seconds = due = early = late = 0.0
+    for sample in samples:
+        record = by_rid[sample.request_id]
+        assert record.outcome == "finished", record
+        assert (sample.completion_tokens, sample.first_tokens, sample.spec_verify_ct or 0) == (
+            record.completion_tokens, record.first_message_tokens, record.verify_ct)
+        assert record.t_first_sent is not None
+        assert record.t_final_sent is not None
+        assert record.due_decode_s is not None
+        # Never early: a message leaves at its step's end or later.
+        assert record.t_first_sent >= (record.t_first_due or math.inf) - CLOCK_EPS_S
+        assert record.t_final_sent >= (record.t_final_due or math.inf) - CLOCK_EPS_S
+        slack_first = sample.ttft_s - (record.t_first_sent - record.t_received)
+        slack_final = sample.e2e_s - (record.t_final_sent - record.t_received)
+        assert slack_first >= -CLOCK_EPS_S, (sample, record)
+        assert slack_final >= -CLOCK_EPS_S, (sample, record)
+        window = sample.e2e_s - sample.ttft_s
+        assert (-slack_first - CLOCK_EPS_S <= window - (record.decode_s or 0.0)
+                <= slack_final + CLOCK_EPS_S), (sample, record)
+        tokens += record.decode_tokens
+        seconds += record.decode_s or 0.0
+        due += record.due_decode_s
+        early += slack_first
+        late += slack_final
+        requests += 1
+    assert sum(s.decode_tokens for s in samples) == tokens
+    return Served(tokens, seconds, due, early, late, requests)
+
+
+def timed_as_served(measurement: Any, records: Iterable[model.RequestTruth]) -> Served:
+    """The harness's decode tok/s for a measurement lies inside what the simulator's clock
+    allows (Served); returns the served figures."""
+    served = served_for(measurement.samples, records)
+    tps = measurement.stats["tps"].mean
+    assert served.low <= tps <= served.high, (tps, served)
+    return served
+
+
+def ratio_bounds(num: Served, den: Served) -> tuple[float, float]:
+    """What the harness can find for num's tok/s over den's, given both sides' slack."""
+    return num.low / den.high, num.high / den.low

@@ -11,13 +11,16 @@ from specgate.core.profile import load_profile
 from specgate.serving import launch, server
 from specgate.testing import demo
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_attach")
+
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory):
     """A baseline and a speculative simulator started outside the harness run under test."""
     root = tmp_path_factory.mktemp("attach")
     assets = demo.ensure_assets(root / "assets")
-    profile_path, _marker = fh.write_profile(root, assets, max_new_tokens=16)
+    profile_path, _marker = fh.write_profile(root, assets)
     profile = load_profile(profile_path)
     handles = []
     try:

@@ -49,10 +49,11 @@ def test_find_is_not_quadratic(tmp_path: Path) -> None:
     info = next(iter(drafter.tensors.values()))
     many = checkpoint.Drafter(drafter.path, drafter.config,
                               {f"model.t{i}": info for i in range(20_000)}, drafter.files)
-    started = time.perf_counter()
+    # CPU time of this process: the work done, which a busy machine does not stretch.
+    started = time.process_time()
     found = sum(many.find(f"t{i}") is not None for i in range(20_000))
     assert found == 20_000
-    assert time.perf_counter() - started < 2.0  # quadratic: ~400 M dict inserts, minutes
+    assert time.process_time() - started < 2.0  # quadratic: ~400 M dict inserts, minutes
 
 
 def _empty_tensors(folder: Path, n: int, name: str = "extra.safetensors") -> None:
@@ -227,9 +228,9 @@ def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
 
     folder = tiny_drafter(tmp_path / "d")
     _config_of(folder, num_aux_hidden_states=10**9, fc_norm=True)
-    started = time.perf_counter()
+    started = time.process_time()
     result = layout_claim(make_profile(folder))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert result.status == "broken"
     assert str(folder / "config.json") in result.message  # the contract: the file is named
 
@@ -275,9 +276,9 @@ def test_a_full_vocab_drafter_of_absurd_size(tmp_path: Path, vocab: int,
     _config_of(folder, vocab_size=vocab, draft_vocab_size=vocab)
     profile = make_profile(folder, reference=folder)
     for claim in (invariants_claim, d2t_match_claim):
-        started = time.perf_counter()
+        started = time.process_time()
         result = claim(profile)
-        assert time.perf_counter() - started < 1.0
+        assert time.process_time() - started < 1.0
         assert result.status == "broken", result
         assert str(folder / "config.json") in result.message
         assert str(vocab) in result.message
@@ -292,10 +293,10 @@ def test_a_profile_over_a_mebibyte_is_refused_at_once(tmp_path: Path) -> None:
     keys = "".join(f"k{i} = {i}\n" for i in range(400_000))
     big.write_text(f'name = "big"\n[drafter.expect]\n{keys}')
     assert big.stat().st_size > MAX_PROFILE_BYTES
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ProfileError) as err:
         load_profile(big)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
     assert str(big) in str(err.value)
     assert str(MAX_PROFILE_BYTES) in str(err.value)
 

@@ -162,8 +162,9 @@ def _broken_folder(tmp_path: Path, case: str) -> Path:
 ])
 def test_bad_folders_give_a_clear_error_fast(tmp_path: Path, case: str, match: str) -> None:
     folder = _broken_folder(tmp_path, case)
-    started = time.perf_counter()
+    # CPU time of this process: the work done, which a busy machine does not stretch.
+    started = time.process_time()
     with pytest.raises(CheckpointError, match=match) as info:
         open_drafter(folder)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert str(folder) in str(info.value)

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_claim_reports")
+
 SUITE = '''
 import pytest
 from specgate.claims import result as claims

@@ -14,34 +14,46 @@ from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.results import ConfigRun, Failure, LiveResults
 
-
-def _collect(tmp_path, profile: str, select: str) -> list[str]:
-    """The claim tests a selection collects, by node id."""
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", select,
-         f"--profile={profile}", f"--reports={tmp_path / 'reports'}"],
-        cwd=fh.REPO, env=fh.child_env(SPECGATE_CACHE=str(tmp_path / "cache")),
-        capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return [line for line in out.stdout.splitlines() if "::" in line]
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_levels")
 
 
-def test_the_gate_selects_no_other_level_and_the_probe_every_one(tmp_path):
-    gate = _collect(tmp_path, "demo-concurrency", "gate")
+@pytest.fixture(scope="module")
+def collect(tmp_path_factory):
+    """The claim tests a selection collects, by node id (each selection collected once)."""
+    root = tmp_path_factory.mktemp("collect")
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def collected(profile: str, select: str) -> list[str]:
+        if (profile, select) not in found:
+            out = subprocess.run(
+                [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", select,
+                 f"--profile={profile}", f"--reports={root / 'reports'}"],
+                cwd=fh.REPO, env=fh.child_env(SPECGATE_CACHE=str(root / "cache")),
+                capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stdout + out.stderr
+            found[profile, select] = [line for line in out.stdout.splitlines() if "::" in line]
+        return found[profile, select]
+
+    return collected
+
+
+def test_the_gate_selects_no_other_level_and_the_probe_every_one(collect):
+    gate = collect("demo-concurrency", "gate")
     assert gate
     assert not [n for n in gate if "test_levels.py" in n]
-    probe = _collect(tmp_path, "demo-concurrency", "probe")
+    probe = collect("demo-concurrency", "probe")
     at_levels = sorted(n.split("::")[1] for n in probe if "test_levels.py" in n)
     assert at_levels == sorted(f"test_{name}_at_level[c{n}]" for n in (4, 16)
                                for name in ("baseline_tps", "accept_len", "breakeven", "speedup"))
     assert [n for n in probe if "test_levels.py" not in n] == [
-        n for n in _collect(tmp_path, "demo", "probe")]  # the rest as without levels
+        n for n in collect("demo", "probe")]  # the rest as without levels
 
 
-def test_one_level_collects_no_claim_per_level_and_skips_nothing(tmp_path):
-    probe = _collect(tmp_path, "demo", "probe")
+def test_one_level_collects_no_claim_per_level_and_skips_nothing(collect):
+    probe = collect("demo", "probe")
     assert not [n for n in probe if "test_levels.py" in n]
-    assert "test_levels" not in " ".join(_collect(tmp_path, "demo", "live"))
+    assert "test_levels" not in " ".join(collect("demo", "live"))
 
 
 def test_ids_and_levels_follow_the_profile():

@@ -24,7 +24,8 @@ def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, benc
     if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
         tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
     (target / "specgate_sim.json").write_text(json.dumps(
-        {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25}))
+        {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25, "start_delay_s": 0.1,
+         "health_generate_s": 0.05}))
     (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": list(acceptance)}))
     raw = {
         "name": "live-test",
@@ -44,7 +45,9 @@ def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, benc
 
 @pytest.mark.slow
 def test_run_live_measures_both_servers_and_claims_follow(tmp_path):
-    profile = _profile(tmp_path)
+    # A drafter that clearly pays (1.31× by the model: τ 2.62 over a 4 ms cycle against 2 ms
+    # decode steps), so its timed claims pass however busy the machine.
+    profile = _profile(tmp_path, acceptance=(0.9, 0.8))
     live = run_live(profile, tmp_path / "reports")
     assert live.simulated
     assert live.baseline.failure is None, live.baseline.failure

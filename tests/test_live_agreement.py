@@ -37,6 +37,9 @@ from specgate.model.evaluate import (
     teacher_forced,
 )
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_live_agreement")
+
 TOKENS, PROMPT_TOKENS = 120, 8  # 112 scored positions per sample at one draft step
 COMPLETION = 1001  # completion tokens of each constructed live request
 # A clean sample (every draft right) served by chains of one step: the first chain is anchored

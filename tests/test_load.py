@@ -15,6 +15,10 @@ STEPS = 2
 TIMING = {"decode_ms": 2.0, "verify_ms": 2.5, "draft_step_ms": 0.25,
           "batch_ms_per_token": 0.4, "draft_batch_ms_per_token": 0.0}
 PARAMS = {"max_new_tokens": 24, "temperature": 0.0}
+# Where how well the load was held is judged: answers long enough that the client's turnaround
+# between one request and its stream's next (the only time a stream is short) is a small part
+# of every decode window, on a busy machine too.
+HELD = {**PARAMS, "max_new_tokens": 64}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,7 @@ def test_sixteen_in_flight_lose_nothing_and_match_the_truth_log(serve):
     log = truth.with_suffix(".log")
     with SGLangClient(url) as client:
         client.flush_cache()
-        loop = load.closed_loop(client, chosen.texts, PARAMS, n,
+        loop = load.closed_loop(client, chosen.texts, HELD, n,
                                 labels=[p.id for p in chosen.prompts])
     assert [s.index for s in loop.served] == list(range(len(chosen.texts)))
     assert {s.stream for s in loop.served} == set(range(n))
@@ -102,7 +106,7 @@ def test_sixteen_in_flight_lose_nothing_and_match_the_truth_log(serve):
     in_flight = sorted(s.in_flight for s in loop.served)
     assert in_flight[len(in_flight) // 2] > n - 0.1, in_flight
     # What the client held, the server batched, less the slots of requests between their
-    # last token and their successor's prefill (a step or two of each request's ~12).
+    # last token and their successor's prefill (a step or two of each request's ~20).
     batches = [by_rid[s.generation.meta_info["id"]].batch or 0.0 for s in loop.served]
     assert min(batches) > n / 2, batches
     assert sum(batches) / len(batches) > 0.75 * n, batches
@@ -113,7 +117,8 @@ def test_a_measurement_at_a_level_says_how_the_load_was_held(serve):
     url, _ = serve()
     chosen = prompts.PromptSet(prompts.load_builtin()[:10], _prompt_set().texts[:10],
                                "builtin", prompts.template_named("chatml", "test"))
-    sampling = bench.Sampling(max_new_tokens=24, warmup=1, repeats=2, max_repeats=2)
+    sampling = bench.Sampling(max_new_tokens=HELD["max_new_tokens"], warmup=1, repeats=2,
+                              max_repeats=2)
     with SGLangClient(url) as client:
         m = passes.measure(client, sampling, chosen, config="speculative", concurrency=4)
     assert m.concurrency == 4

@@ -18,7 +18,8 @@ rows = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 10**6),
 
 
 @given(rows)
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                             HealthCheck.too_slow])
 def test_jsonl_and_csv_read_to_the_same_rows(tmp_path: Path,
                                              records: list[tuple[int, int, float, float]]) -> None:
     jsonl, csv = tmp_path / "m.jsonl", tmp_path / "m.csv"
@@ -91,7 +92,8 @@ def test_an_epoch_is_finished_once_a_later_one_appears_or_it_spans_a_whole_epoch
 
 
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=8), st.integers(0, 30))
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                             HealthCheck.too_slow])
 def test_every_epoch_before_the_last_is_finished(tmp_path: Path, widths: list[int],
                                                  last_width: int) -> None:
     steps, start = {}, 0

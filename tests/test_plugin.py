@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import fault_helpers as fh
 import pytest
 
 SUITE = '''
@@ -145,7 +146,8 @@ def test_interrupt_leaves_an_interrupted_verdict(project: Path, tmp_path: Path,
     env = {**__import__("os").environ, "SLOW_TEST": str(marker)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--profile", "p.toml"],
                             cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=fh.as_foreground_job)
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)

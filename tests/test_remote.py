@@ -64,6 +64,10 @@ LIVE_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.s
 LOG_HEADER = "last lines of the server log"
 BOUND_S = 90.0  # a probe through ssh on 2 busy cores: two launches, two stops, the claims
 GRACE_S = 5.0  # after a stop, for what the kernel has not yet reaped
+# Between TERM and KILL on the far side, where a test expects the tree to end after TERM: the
+# product's default, so a busy machine's slow exit is never read as a server that ignored TERM
+# (the tests of the KILL path give a server that does ignore it 2 s).
+TERM_GRACE_S = 30
 
 # A server that ignores SIGTERM, with a helper that leaves its process group (setsid) and
 # ignores SIGTERM too: only KILL reaches them, and the helper only through its tag.
@@ -192,8 +196,10 @@ def _profile(folder: Path, launcher: list[str], marker: str, **server_extra: Any
     return parse_profile({
         "name": "remote", "target": {"path": str(folder / "target")},
         "drafter": {"path": str(folder / "drafter")},
-        "server": {"launcher": launcher, "port": 0, "tp": 2, "stop_timeout_s": 3,
-                   "env": {fh.MARKER_VAR: marker}, **server_extra},
+        "server": {"launcher": launcher, "port": 0, "tp": 2, "stop_timeout_s": TERM_GRACE_S,
+                   # a quick start: the far side's launch and stop are under test
+                   "env": {fh.MARKER_VAR: marker, "SPECGATE_SIM_START_DELAY_S": "0.1",
+                           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05"}, **server_extra},
         "speculative": {"num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3},
     })
 
@@ -322,7 +328,9 @@ def test_the_sweep_stops_what_the_wrapper_could_not(
     """The wrapper itself SIGKILLed on the far side (no handler runs): the second path, a sweep
     through the launcher prefix, stops the server's tree by its tag."""
     marker, tags = _register(markers)
-    profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker)
+    # A short grace: the stop waits that long (and 5 s more) for a launcher that cannot end
+    # while the wrapper is gone, then sweeps; TERM or KILL, the sweep stops the tree.
+    profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker, stop_timeout_s=3)
     handle = _launch(profile, tmp_path / "server.log")
     started = handle.far_side()
     assert started is not None
@@ -373,7 +381,8 @@ def test_a_failed_start_brings_back_the_log_tail(
     spec = build_command(profile, "speculative")
     with _holding(spec.port if failure == "port taken there" else None), \
             pytest.raises(ServerError) as caught:
-        server.launch(spec, tmp_path / "server.log", startup_timeout_s=60, stop_timeout_s=3)
+        server.launch(spec, tmp_path / "server.log", startup_timeout_s=60,
+                      stop_timeout_s=TERM_GRACE_S)
     tags += tags_in(tmp_path)
     assert f"exited with code {code} before it was ready" in str(caught.value)
     assert said in caught.value.log_tail, caught.value.log_tail
@@ -399,7 +408,7 @@ def test_readiness_polls_the_address_the_profile_names(
     marker, tags = _register(markers)
     profile = _profile(tmp_path, [*sshd_server.prefix(), *SIMULATOR], marker, host="127.0.0.2")
     with server.running(build_command(profile, "baseline"), tmp_path / "server.log",
-                        startup_timeout_s=60, stop_timeout_s=3) as handle:
+                        startup_timeout_s=60, stop_timeout_s=TERM_GRACE_S) as handle:
         started = handle.far_side()
         assert started is not None
         tags.append(started.tag)
@@ -447,8 +456,7 @@ def _probe_profile(folder: Path, assets: Path, prefix: tuple[str, ...] | list[st
                    **options: Any) -> tuple[Path, str]:
     launcher = options.pop("launcher", [*prefix, *SIMULATOR])
     options.setdefault("prompts_per_category", 2)  # the speed-up's interval needs two
-    # Long enough answers that a busy machine does not make a stream look like one burst.
-    options.setdefault("max_new_tokens", 32)
+    options.setdefault("stop_timeout_s", TERM_GRACE_S)
     return fh.write_profile(folder, assets, launcher=launcher, **options)
 
 

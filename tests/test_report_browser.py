@@ -21,6 +21,8 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH") or next(
 
 pytestmark = [
     pytest.mark.slow,
+    # Its tests share the built report: one xdist worker runs them all (tests/conftest.py).
+    pytest.mark.xdist_group("test_report_browser"),
     pytest.mark.skipif(CHROMIUM is None,
                        reason="no chromium on PATH and no CHROMIUM_PATH "
                               "(Debian: apt-get install -y chromium)"),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fault_helpers as fh
 import pytest
 
 from specgate.io import runs
@@ -71,7 +72,8 @@ def _start(project: Path, tag: str, *args: str, slow: bool = False,
         env.update(SLOW_MARK=str(project / "slow-started"), SLOW_GO=str(project / "go"))
     with open(out or project / f"{tag}.out", "w") as log:
         return subprocess.Popen(_argv(project, *args), cwd=project, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=fh.as_foreground_job)
 
 
 def _wait(proc: subprocess.Popen[str], timeout_s: float = 180) -> int:
@@ -113,7 +115,8 @@ class Watcher:
 
     def _loop(self) -> None:
         last = None
-        while not self._stop.is_set():
+        while True:
+            stopping = self._stop.is_set()  # one more look after the stop: the last state
             try:
                 text = (self.reports / "verdict.json").read_text(encoding="utf-8")
             except OSError:
@@ -124,6 +127,8 @@ class Watcher:
             tags = _allure_tags(self.reports / "allure-results")
             if tags is not None:
                 self.allure_tags.append(tags)
+            if stopping:
+                return
             time.sleep(0.05)
 
 
@@ -161,11 +166,23 @@ def test_a_second_run_waits_and_no_verdict_mixes_runs(project: Path) -> None:
             (project / "A.out").read_text()
         second = _start(project, "B")
         said = _until(lambda: "waiting up to" in (project / "B.out").read_text())
-        (project / "go").touch()
-        codes = _wait(first), _wait(second)
+        # B is held still while A ends, so the verdict A publishes last can be read before B
+        # could take the folder; B then goes on as a run that waited.
+        second.send_signal(signal.SIGSTOP)
+        try:
+            (project / "go").touch()
+            code_a = _wait(first)
+            left_by_a = json.loads((reports / "verdict.json").read_text())
+            seen_by_watcher = _until(lambda: bool(watcher.verdicts)
+                                     and watcher.verdicts[-1] == left_by_a)
+        finally:
+            second.send_signal(signal.SIGCONT)
+        codes = code_a, _wait(second)
     out_b = (project / "B.out").read_text()
     assert codes == (0, 0), (project / "A.out").read_text() + out_b
     assert said, out_b
+    assert seen_by_watcher
+    assert (left_by_a["interim"], _tags(left_by_a)) == (False, {"A"})
     finished = dict(_run_ids(project))
     assert len(finished) == 2
     (run_a, doc_a), (run_b, doc_b) = sorted(finished.items(),

@@ -100,9 +100,10 @@ def test_sparse_file_costs_no_disk_and_its_header_reads_fast(tmp_path: Path) -> 
     st_ = file.stat()
     assert st_.st_size > 1 << 30
     assert st_.st_blocks * 512 < 1 << 20
-    started = time.perf_counter()
+    # CPU time of this process: the work done, which a busy machine does not stretch.
+    started = time.process_time()
     assert read_header(file)["w"].nbytes == 32768 * 16384 * 2
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_dtype_code_accepts_torch_names() -> None:

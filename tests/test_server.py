@@ -52,7 +52,11 @@ def _sim_profile(tmp_path: Path, *, fault: str | None = None, **server_extra: An
     draft = tmp_path / "drafter"
     if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
         tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
-    env = {"NCCL_PROTO": "Simple", **({"SPECGATE_SIM_FAULT": fault} if fault else {})}
+    # A quick start and health check: how a launch is stopped is under test, not how long
+    # SGLang takes to get ready.
+    env = {"NCCL_PROTO": "Simple", "SPECGATE_SIM_START_DELAY_S": "0.1",
+           "SPECGATE_SIM_HEALTH_GENERATE_S": "0.05",
+           **({"SPECGATE_SIM_FAULT": fault} if fault else {})}
     return parse_profile({
         "name": "t", "target": {"path": str(tmp_path / "target")},
         "drafter": {"path": str(tmp_path / "drafter")},

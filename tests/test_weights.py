@@ -136,9 +136,10 @@ def test_full_size_k25_and_aq_medai_pair(tmp_path: Path) -> None:
         st = file.stat()
         assert abs(st.st_size - size) < 0.01e9
         assert st.st_blocks * 512 < 8 << 20  # real disk: d2t, t2d, one page per weight
-        started = time.perf_counter()
+        # CPU time of this process: the work done, which a busy machine does not stretch.
+        started = time.process_time()
         read_header(file)
-        assert time.perf_counter() - started < 1.0
+        assert time.process_time() - started < 1.0
     profile = make_profile(k25, aq, target, expect={"max_position_embeddings": 262144})
     assert layout_claim(profile).status is Status.PASSED
     assert layout_claim(make_profile(aq)).status is Status.PASSED

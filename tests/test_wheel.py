@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+# Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_wheel")
+
 REPO = Path(__file__).resolve().parent.parent
 
 FOREIGN = '''

@@ -115,17 +115,14 @@ def start(profile: Any, config: str, log_path: Path, port: int | None = None
 def accept_length(url: str, profile: Any) -> dict[str, Any]:
     """The probe's measurement of a speculative server: accept length overall and per
     category (Σ completion tokens / Σ verify passes)."""
-    from specgate.measure import bench, prompts
+    from specgate.measure import passes, prompts
+    from specgate.measure.bench import Sampling
     from specgate.serving.client import SGLangClient
 
-    chosen = prompts.select(prompts.load_builtin(), profile.bench.categories,
-                            profile.bench.prompts_per_category)
-    template = prompts.choose_template(profile.bench.chat_template,
-                                       profile.resolve(profile.target.path))
     section = profile.bench.model_copy(update={"repeats": 1, "max_repeats": 1})
+    chosen = prompts.load_for(section, source=None, target=profile.target_path)
     with SGLangClient(url, None, timeout_s=section.request_timeout_s) as client:
-        m = bench.measure(client, section, config="speculative", prompts=chosen,
-                          template=template)
+        m = passes.measure(client, Sampling.of(section), chosen, config="speculative")
     acc, tps = m.stat("accept_len"), m.stat("tps")
     return {"accept_len": None if acc is None else round(acc.mean, 4),
             "accept_len_ci": None if acc is None else [round(acc.ci_low, 4),

@@ -54,16 +54,16 @@ def measure(url: str, profile: Any, per_category: int = PER_CATEGORY) -> dict[st
     """The probe's measurement (specgate.measure.bench) of the server at url on a few prompts,
     with nvidia-smi read just before and just after."""
     from specgate.core.profile import BenchSection
-    from specgate.measure import bench, prompts
+    from specgate.measure import passes, prompts
+    from specgate.measure.bench import Sampling
     from specgate.serving.client import SGLangClient
 
     section = BenchSection(**{**profile.bench.model_dump(), "prompts_per_category": per_category,
-                              "repeats": 1, "max_repeats": 1, "warmup": 1})
-    chosen = prompts.select(prompts.load_builtin(), None, per_category)
-    template = prompts.choose_template(section.chat_template, profile.resolve(profile.target.path))
+                              "categories": None, "repeats": 1, "max_repeats": 1, "warmup": 1})
+    chosen = prompts.load_for(section, source=None, target=profile.target_path)
     before = gen.gpu_state()
     with SGLangClient(url, None, timeout_s=section.request_timeout_s) as client:
-        m = bench.measure(client, section, config="baseline", prompts=chosen, template=template)
+        m = passes.measure(client, Sampling.of(section), chosen, config="baseline")
     after = gen.gpu_state()
     tps = m.stat("tps")
     return {"tps": None if tps is None else round(tps.mean, 2),

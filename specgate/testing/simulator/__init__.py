@@ -31,6 +31,10 @@ Truth log. With SPECGATE_SIM_TRUTH=<path> the server appends one JSON object per
     t_final_sent          the same for the final message (null unless finished)
     t_delivered           when the bytes left the process (later than t_final_sent only with
                           buffer_proxy, whose t_*_sent are when the server produced them)
+    t_first_due, t_final_due
+                          when the scheduler's step behind the first / final message ended:
+                          the timing model's schedule, which the messages keep or, on a busy
+                          machine, follow late (null for a message never sent)
     prompt_tokens, completion_tokens
     first_message_tokens  completion_tokens of the first message (all of them when not streamed)
     messages              data messages sent (before a stall or drop: those sent so far)
@@ -54,7 +58,8 @@ Clock: CLOCK_MONOTONIC, which time.monotonic() and time.perf_counter() read in e
 Linux, so a client's arrival times compare with these directly. Truths a harness is held to:
 decode tok/s = Σ decode_tokens / Σ (t_final_sent - t_first_sent) (model.decode_tps_of) and
 accept length = Σ completion_tokens / Σ verify_ct (model.accept_length_of); model.read_truth
-reads the file.
+reads the file. The same rate on the schedule (t_*_due, model.due_decode_tps_of) is the timing
+model's, whatever the load on the machine.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ from specgate.testing.simulator.model import (
     accept_length_of,
     crossover_batch,
     decode_tps_of,
+    due_decode_tps_of,
     launch_speed,
     load_params,
     read_launches,
@@ -89,6 +95,7 @@ __all__ = [
     "accept_length_of",
     "crossover_batch",
     "decode_tps_of",
+    "due_decode_tps_of",
     "launch_speed",
     "load_params",
     "read_launches",

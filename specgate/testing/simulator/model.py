@@ -511,7 +511,9 @@ class RequestTruth:
     Times are time.monotonic() seconds in the simulator process (CLOCK_MONOTONIC, the clock the
     harness's time.monotonic() and time.perf_counter() read on Linux), taken just before the
     message's bytes were written. In buffer_proxy mode t_first_sent/t_final_sent are when the
-    server produced the messages and t_delivered when the proxy let them all go.
+    server produced the messages and t_delivered when the proxy let them all go. t_first_due and
+    t_final_due are when the scheduler's step that released the message ended (the timing model
+    kept exactly); a message goes out then or, on a busy machine, later.
     """
 
     rid: str
@@ -532,6 +534,8 @@ class RequestTruth:
     # Sequences in the running batch, averaged over this request's decode steps (the scheduler's
     # batch, not the client's count); None when it had none.
     batch: float | None = None
+    t_first_due: float | None = None
+    t_final_due: float | None = None
 
     @property
     def decode_tokens(self) -> int:
@@ -550,6 +554,13 @@ class RequestTruth:
         if seconds is None or seconds <= 0 or self.decode_tokens <= 0:
             return None
         return self.decode_tokens / seconds
+
+    @property
+    def due_decode_s(self) -> float | None:
+        """The decode window the scheduler kept: from the first message's step to the final's."""
+        if self.t_first_due is None or self.t_final_due is None:
+            return None
+        return self.t_final_due - self.t_first_due
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "decode_tokens": self.decode_tokens,
@@ -594,6 +605,15 @@ def decode_tps_of(records: Sequence[RequestTruth]) -> float | None:
     """Σ decode tokens / Σ decode seconds over finished streamed requests that have both."""
     usable = [r for r in records if r.outcome == "finished" and r.decode_tps is not None]
     seconds = sum(r.decode_s or 0.0 for r in usable)
+    return sum(r.decode_tokens for r in usable) / seconds if seconds > 0 else None
+
+
+def due_decode_tps_of(records: Sequence[RequestTruth]) -> float | None:
+    """decode_tps_of on the scheduler's schedule (t_*_due): the timing model's own rate, which
+    a busy machine does not move."""
+    usable = [r for r in records if r.outcome == "finished" and r.decode_tokens > 0
+              and (r.due_decode_s or 0.0) > 0]
+    seconds = math.fsum(r.due_decode_s or 0.0 for r in usable)
     return sum(r.decode_tokens for r in usable) / seconds if seconds > 0 else None
 
 

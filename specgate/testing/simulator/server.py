@@ -248,38 +248,41 @@ class Handler(BaseHTTPRequestHandler):
                 results = [self._run(job) for job in jobs]
                 if "stall_mid_stream" in state.faults:
                     self._stall(results, stream=False)
-                for done in results:
-                    state.engine.wait(done.seq, len(done.plan.tokens_per_event))
+                due = [state.engine.wait(done.seq, len(done.plan.tokens_per_event))
+                       for done in results]
                 e2e = time.monotonic() - t0
                 payload = [self._finish(done, e2e) for done in results]
                 self._release()
                 sent = time.monotonic()
-                for done in results:
+                for done, ready in zip(results, due, strict=True):
                     self._truth(done, stream=False, outcome="finished", first=sent,
                                 final=sent, delivered=sent,
-                                first_tokens=done.plan.completion_tokens, messages=1)
+                                first_tokens=done.plan.completion_tokens, messages=1,
+                                first_due=ready, final_due=ready)
                 self._respond_json(payload if batch else payload[0])
         finally:
             self._release()
 
     def _stall(self, dones: list[_Done], *, stream: bool, first: float | None = None,
-               first_tokens: int = 0, messages: int = 0) -> None:
+               first_tokens: int = 0, messages: int = 0,
+               first_due: float | None = None) -> None:
         """Stop for good with the socket open, as behind a hung collective."""
         for done in dones:
             self._truth(done, stream=stream, outcome="stalled",
                         first=first, final=None, delivered=None, first_tokens=first_tokens,
-                        messages=messages)
+                        messages=messages, first_due=first_due)
         self.state.hung.set()
         log("Scheduler watchdog: no progress in the decode loop (simulated fault "
             "stall_mid_stream)")
         threading.Event().wait()
 
     def _stall_one(self, done: _Done, *, first: float | None, first_tokens: int,
-                   messages: int) -> None:
+                   messages: int, first_due: float | None) -> None:
         """Stop this request's stream for good with its socket open; the server carries on
         (the request leaves the batch and stops counting as running)."""
         self._truth(done, stream=True, outcome="stalled", first=first, final=None,
-                    delivered=None, first_tokens=first_tokens, messages=messages)
+                    delivered=None, first_tokens=first_tokens, messages=messages,
+                    first_due=first_due)
         self.state.engine.abort(done.seq)
         self._release()
         log(f"Request {done.rid} stopped streaming (simulated fault stall_request)")
@@ -287,7 +290,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _truth(self, done: _Done, *, stream: bool, outcome: str, first: float | None,
                final: float | None, delivered: float | None, first_tokens: int,
-               messages: int) -> None:
+               messages: int, first_due: float | None = None,
+               final_due: float | None = None) -> None:
         plan = done.plan
         self.state.log_truth(model.RequestTruth(
             rid=done.rid,
@@ -298,6 +302,8 @@ class Handler(BaseHTTPRequestHandler):
             t_first_sent=first,
             t_final_sent=final,
             t_delivered=delivered,
+            t_first_due=first_due,
+            t_final_due=final_due,
             prompt_tokens=plan.prompt_tokens,
             completion_tokens=plan.completion_tokens,
             first_message_tokens=first_tokens,
@@ -415,22 +421,25 @@ class Handler(BaseHTTPRequestHandler):
         self._access_log(200)
         schedule = model.message_events(plan, state.params.timing.first_merge)
         first: float | None = None
+        first_due: float | None = None
         first_tokens = 0
-        final = 0.0
+        final = due = 0.0
         for index, (event, count) in enumerate(schedule):
-            state.engine.wait(done.seq, event)
+            due = state.engine.wait(done.seq, event)
             finished = index == len(schedule) - 1
             if dropped and index == min(_DROP_AFTER_EVENTS, len(schedule) - 1):
                 self._truth(done, stream=True, outcome="dropped", first=first, final=None,
-                            delivered=None, first_tokens=first_tokens, messages=index)
+                            delivered=None, first_tokens=first_tokens, messages=index,
+                            first_due=first_due)
                 self.close_connection = True
                 return  # connection closes without the terminating chunk
             if stalled and index == min(_STALL_AFTER_EVENTS, len(schedule) - 1):
-                self._stall_one(done, first=first, first_tokens=first_tokens, messages=index)
+                self._stall_one(done, first=first, first_tokens=first_tokens, messages=index,
+                                first_due=first_due)
             if "stall_mid_stream" in faults and index == min(_STALL_AFTER_EVENTS,
                                                              len(schedule) - 1):
                 self._stall([done], stream=True, first=first, first_tokens=first_tokens,
-                            messages=index)
+                            messages=index, first_due=first_due)
             if finished:
                 self._log_decode(done)
                 self._release()
@@ -447,14 +456,15 @@ class Handler(BaseHTTPRequestHandler):
                 data = data.replace('"text":', "'text':", 1)
             now = time.monotonic()
             if index == 0:
-                first, first_tokens = now, count
+                first, first_tokens, first_due = now, count, due
             final = now
             self._chunk(f"data: {data}\n\n".encode())
         delivered = final
         if self.wfile is not wire:
             delivered = time.monotonic()
         self._truth(done, stream=True, outcome="finished", first=first, final=final,
-                    delivered=delivered, first_tokens=first_tokens, messages=len(schedule))
+                    delivered=delivered, first_tokens=first_tokens, messages=len(schedule),
+                    first_due=first_due, final_due=due)
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         if self.wfile is not wire:
