@@ -160,3 +160,16 @@ def test_an_offline_probe_loads_no_http_client(tmp_path: Path) -> None:
     loaded = set(json.loads(record.read_text()))
     assert "specgate.claims.perf" in loaded  # the live claims' modules were collected
     assert [m for m in HTTP_MODULES if m in loaded] == []
+
+
+def test_every_package_of_the_library_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages the wheel holds; a package missing there imports in an
+    editable checkout and fails in every installed one (tests/test_wheel.py finds it slowly)."""
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts)
+             for p in (root / "specgate").rglob("__init__.py")}
+    assert found - listed == set(), f"not in [tool.setuptools] packages: {sorted(found - listed)}"
