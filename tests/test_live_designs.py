@@ -231,3 +231,39 @@ def test_the_rule_for_more_passes_stops_when_the_launch_spread_alone_holds_the_i
     asked = gate.keep_going_rule(thresholds, "speculative", base, wide)
     assert asked(noisy) is not None
     assert asked.undecided is None
+
+
+def _emptied(tmp_path):
+    for path in (tmp_path / "draft").iterdir():
+        path.unlink()
+    return tmp_path / "draft"
+
+
+def test_an_empty_drafter_folder_keeps_the_gate_level(tmp_path):
+    """Nothing is launched on the empty folder; the run it stops still stands at the gate's
+    level, so the claims judge the baseline at the level it was measured at."""
+    from specgate.io.checkpoint import empty_folder
+
+    profile = _profile(tmp_path, bench={"concurrency": [1, 2]})
+    profile = profile.model_copy(update={"thresholds": profile.thresholds.model_copy(
+        update={"gate_concurrency": 2})})
+    draft = _emptied(tmp_path)
+    results = live.run_live(profile, tmp_path / "reports")
+    assert results.gate_level == 2
+    assert results.speculative.gate_level == 2
+    assert results.speculative.failure is not None
+    assert results.speculative.failure.cause == empty_folder(draft)
+    assert results.baseline.failure is None  # measured alone before the speculative plan
+
+
+def test_an_empty_drafter_folder_is_the_one_cause_of_both_resident_servers(tmp_path):
+    """design = "interleaved" starts both servers side by side: the baseline left out beside
+    the blocked one is broken by the same cause."""
+    from specgate.io.checkpoint import empty_folder
+
+    profile = _profile(tmp_path, design="interleaved")
+    draft = _emptied(tmp_path)
+    results = live.run_live(profile, tmp_path / "reports")
+    for run in (results.baseline, results.speculative):
+        assert run.failure is not None
+        assert run.failure.cause == empty_folder(draft)

@@ -45,6 +45,7 @@ class Machine:
         (self.target / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
         (self.target / "model.safetensors").write_bytes(bytes(range(256)) * (WEIGHTS_BYTES // 256))
         (root / "drafter").mkdir()
+        (root / "drafter" / "config.json").write_text("{}")  # a folder SGLang would read
         self.prompts = root / "prompts.jsonl"
         self.write_prompts(PROMPTS)
         self.raw: dict[str, Any] = {
@@ -420,6 +421,20 @@ def test_a_speculative_server_that_failed_cannot_vouch_for_a_stored_baseline(
     assert servers.calls == ["speculative", "baseline"]
     assert again.baseline.reuse["reused"] is False
     assert "could not be rechecked" in again.baseline.reuse["why"]
+
+
+def test_a_speculative_server_not_launched_keeps_the_stored_baseline(
+        machine: Machine, servers: FakeServers) -> None:
+    """An empty drafter folder blocks the speculative launch before it starts; relaunching the
+    baseline then would cost a whole target load for a verdict that is already decided."""
+    _live(machine)
+    servers.calls.clear()
+    (machine.root / "drafter" / "config.json").unlink()
+    again = _live(machine)
+    assert "baseline" not in servers.calls
+    assert again.baseline.reuse["reused"] is True
+    assert again.baseline.reuse["rechecked"] == {}
+    assert "not rechecked: no speculative server was launched" in again.baseline.reuse["why_safe"]
 
 
 def test_reuse_off_measures_the_baseline_every_time(machine: Machine,

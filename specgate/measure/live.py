@@ -171,7 +171,7 @@ def _not_run(plan: LivePlan, config: Config, unusable: dict[str, str]) -> Config
         other = next(iter(unusable))
         message = (f"not {'measured' if attached else 'launched'}: the {other} server cannot "
                    f"be used, and one configuration alone gives no verdict: {unusable[other]}")
-    return ConfigRun(config=config, attached=attached,
+    return ConfigRun(config=config, attached=attached, gate_level=plan.gate_level,
                      url=planned.url if isinstance(planned, ServerPlan) and attached else "",
                      failure=Failure("start", message),
                      stop="attached: left running" if attached else "")
@@ -200,6 +200,10 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
             f"(fingerprint {found.fingerprint}); no baseline launch")
         speculative = run_config(plan, "speculative", baseline=stored, progress=say,
                                  coverage=coverage)
+        if isinstance(plan.speculative, Blocked):
+            # Nothing was launched to recheck it against, and a fresh baseline would be a whole
+            # target load for a verdict the blocked server already decides.
+            return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, {})), speculative
         agreed, problems = reuse.recheck(stored.server_info, speculative.server_info)
         if speculative.failure is None and not problems:
             return dataclasses.replace(stored, reuse=found.note(max_age or 0.0, agreed)), \

@@ -47,14 +47,15 @@ def beside(first: ServerPlan, second: ServerPlan) -> ServerPlan:
     return dataclasses.replace(second, spec=moved, url=server_url(moved.host, moved.port))
 
 
-def _not_beside(blocked: Blocked, config: Config) -> ConfigRun:
-    """A run of a resident pair that cannot start because one server is blocked."""
+def _not_beside(blocked: Blocked, config: Config, gate_level: int) -> ConfigRun:
+    """A run of a resident pair that cannot start because one server is blocked (an unreadable
+    input stays the one cause of both)."""
     if config == blocked.config:
-        return ConfigRun(config=config, failure=Failure(blocked.stage, blocked.message,
-                                                        cause=blocked.cause))
-    return ConfigRun(config=config, failure=Failure(
+        return ConfigRun(config=config, gate_level=gate_level, failure=Failure(
+            blocked.stage, blocked.message, cause=blocked.cause))
+    return ConfigRun(config=config, gate_level=gate_level, failure=Failure(
         blocked.stage, f"not launched: the {blocked.config} server cannot be run beside it: "
-                       f"{blocked.message}"))
+                       f"{blocked.message}", cause=blocked.cause))
 
 
 def _shares_gpus(plans: dict[Config, ServerPlan]) -> bool:
@@ -76,7 +77,8 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
     """
     for blocked in (plan.baseline, plan.speculative):
         if isinstance(blocked, Blocked):
-            return _not_beside(blocked, "baseline"), _not_beside(blocked, "speculative")
+            return (_not_beside(blocked, "baseline", plan.gate_level),
+                    _not_beside(blocked, "speculative", plan.gate_level))
     base_plan, spec_plan = plan.baseline, plan.speculative
     if not isinstance(base_plan, ServerPlan) or not isinstance(spec_plan, ServerPlan):
         raise TypeError("both servers are planned here")  # Blocked ones returned above

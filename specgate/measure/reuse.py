@@ -91,9 +91,11 @@ class Stored:
                 "why_safe": (f"same fingerprint {self.fingerprint} (target files and weights, "
                              "SGLang version, baseline launch arguments, GPUs and driver, "
                              "[server] env, prompts as sent and sampling), measured "
-                             f"{self.age_h:.1f} h ago (bound {max_age_h:g} h), and the "
-                             "speculative server's /server_info agrees on "
-                             + ", ".join(f"{k} {v!r}" for k, v in rechecked.items()))}
+                             f"{self.age_h:.1f} h ago (bound {max_age_h:g} h), and "
+                             + ("the speculative server's /server_info agrees on "
+                                + ", ".join(f"{k} {v!r}" for k, v in rechecked.items())
+                                if rechecked else "not rechecked: no speculative server was "
+                                "launched"))}
 
 
 def _file_hash(path: Path) -> str | None:

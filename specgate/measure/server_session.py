@@ -101,8 +101,8 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
     say = progress or (lambda _msg: None)
     planned = plan.server(config)
     if isinstance(planned, Blocked):
-        return ConfigRun(config=config, failure=Failure(planned.stage, planned.message,
-                                                        cause=planned.cause))
+        return ConfigRun(config=config, gate_level=plan.gate_level,
+                         failure=Failure(planned.stage, planned.message, cause=planned.cause))
     attached = planned.spec is None
     fields: dict[str, Any] = {"config": config, "attached": attached,
                               "gate_level": plan.gate_level}
