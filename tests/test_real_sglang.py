@@ -669,3 +669,19 @@ def test_a_log_tail_cuts_sglangs_one_line_server_args() -> None:
     assert "server_args=ServerArgs(model_path=" in tail
     assert max(len(line) for line in tail.splitlines()) <= server.TAIL_LINE_CHARS + 40
     assert "more characters)" in tail
+
+
+def test_a_secret_across_the_cut_of_a_long_line_is_masked_whole(tmp_path: Path) -> None:
+    from specgate.core.redact import Redactor
+
+    secret = "hf_" + "s3cr3tvalue" * 4
+    line = "x" * (server.TAIL_LINE_CHARS - 10) + f" token={secret} " + "y" * 200
+    log = tmp_path / "server.log"
+    log.write_text(f"{line}\nValueError: bad token {secret}\n", encoding="utf-8")
+    redact = Redactor([secret]).redact
+    tail = server._tail(log, 5, redact)
+    assert secret[:8] not in tail, tail
+    said = server.server_error(log, redact)
+    assert said is not None
+    assert said.startswith("ValueError: bad token ")
+    assert secret[:8] not in said

@@ -147,13 +147,13 @@ class ServerHandle:
         """How the server was reached: its launch command (secrets masked), or its URL."""
         return self.spec.display if self.spec is not None else f"attached to {self.url}"
 
-    def redact_text(self, text: str) -> str:
-        """Text from the server (its log) with the secrets this launch knows masked."""
-        return self._redactor.redact(text)
-
     def log_tail(self, n: int = 40) -> str:
         """The last n lines of the server log, secrets redacted, our readiness polls left out."""
-        return self._redactor.redact(_tail(self.log_path, n)) if self.log_path else ""
+        return _tail(self.log_path, n, self._redactor.redact) if self.log_path else ""
+
+    def log_error(self) -> str | None:
+        """The last exception line of the server log, secrets redacted (server_error)."""
+        return server_error(self.log_path, self._redactor.redact) if self.log_path else None
 
     def alive(self) -> bool:
         if self._proc is None:
@@ -644,11 +644,11 @@ def _wait_ready(handle: ServerHandle, proc: subprocess.Popen[bytes], timeout_s: 
                               "started beside it failed", handle.log_tail())
         code = proc.poll()
         if code is not None:
-            said = server_error(handle.log_path) if handle.log_path else None
+            said = handle.log_error()
             raise ServerError(
                 f"the {handle.config} server exited with code {code} before it was ready "
                 f"({time.monotonic() - started:.1f} s after start)"
-                + (f": {handle.redact_text(said)}" if said else "")
+                + (f": {said}" if said else "")
                 + f"; the log is {handle.log_path}",
                 handle.log_tail())
         handle.remember_children()
@@ -773,8 +773,10 @@ def _write_stop_report(log_path: Path, config: Config, report: StopReport) -> No
     stop_reports.write(log_path, config, report.to_json())
 
 
-def _tail(path: Path, n: int) -> str:
-    lines = [_cut(ln) for ln in read_tail(path).splitlines() if not _POLL_LINE.search(ln)]
+def _tail(path: Path, n: int, redact: Callable[[str], str] = str) -> str:
+    """The last n lines of a log, each redacted and then cut (a secret is masked whole before a
+    long line is shortened, never cut in two)."""
+    lines = [_cut(redact(ln)) for ln in read_tail(path).splitlines() if not _POLL_LINE.search(ln)]
     return "\n".join(lines[-n:])
 
 
@@ -784,11 +786,11 @@ def _cut(line: str) -> str:
     return f"{line[:TAIL_LINE_CHARS]} … ({len(line) - TAIL_LINE_CHARS} more characters)"
 
 
-def server_error(path: Path) -> str | None:
+def server_error(path: Path, redact: Callable[[str], str] = str) -> str | None:
     """The last exception line in the end of a server's log (the error a crashed SGLang printed
-    above its crash diagnostics), cut to one readable line; None when there is none."""
+    above its crash diagnostics), redacted, then cut to one readable line; None when none."""
     found = [ln.strip() for ln in read_tail(path).splitlines() if _ERROR_LINE.match(ln)]
-    return _cut(found[-1]) if found else None
+    return _cut(redact(found[-1])) if found else None
 
 
 def _scrub_log(path: Path, redactor: Redactor) -> None:
