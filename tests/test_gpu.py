@@ -95,3 +95,31 @@ def test_failing_nvidia_smi_is_reported(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(gpu.NvidiaSmiError, match="code 9: NVIDIA-SMI has failed"):
         gpu.snapshot()
+
+
+def test_a_far_side_launcher_lists_the_gpu_hosts_gpus(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through `docker exec` (the stand-in of tests/standins/, with the container's PATH its
+    own), nvidia-smi runs where the server will: this machine has none, the GPU host has 8."""
+    from specgate.serving import launchers
+
+    standin = Path(__file__).parent / "standins" / "docker"
+    far, here = tmp_path / "far", tmp_path / "here"
+    gpus_csv, apps_csv = DATA / "gpus-8x-busy.csv", DATA / "apps-8x-stale-sglang.csv"
+    _fake_smi(far, f'case "$1" in --query-gpu=*) cat {gpus_csv};; '
+                   f'--query-compute-apps=*) cat {apps_csv};; esac\n')
+    here.mkdir()
+    docker = here / "docker"
+    docker.write_text(f'#!/bin/sh\nPATH="{far}:$PATH" exec {standin} "$@"\n')
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{here}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    assert gpu.snapshot() is None  # not on this machine
+    launcher = launchers.pick(["docker", "exec", "sglang-box", "python3", "-m",
+                               "sglang.launch_server"])
+    snap = launcher.gpu_snapshot()
+    assert snap is not None
+    assert len(snap.gpus) == 8
+    assert len(snap.processes) == 8
+    assert launcher.gpu_host() == "the GPU host (docker exec sglang-box)"
+    (far / "nvidia-smi").unlink()
+    assert launcher.gpu_snapshot() is None  # 127 from the far side: none there either

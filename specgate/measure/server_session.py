@@ -34,7 +34,8 @@ def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
     are the pids of this run's other server, resident beside it by design."""
     snap = plan.spec.launcher.gpu_snapshot() if plan.spec is not None else gpu.snapshot()
     if snap is None:
-        return GpuCheck(False, "nvidia-smi is not available on this machine, so GPU processes "
+        where = plan.spec.launcher.gpu_host() if plan.spec is not None else "this machine"
+        return GpuCheck(False, f"nvidia-smi is not available on {where}, so GPU processes "
                                "cannot be listed")
     if isinstance(plan.gpus, str):
         return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {plan.gpus!r} names GPUs "

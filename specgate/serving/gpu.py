@@ -23,6 +23,10 @@ class NvidiaSmiError(SpecgateError):
     """nvidia-smi exists but failed or printed something that cannot be parsed."""
 
 
+class NvidiaSmiMissing(NvidiaSmiError):
+    """The machine a launcher reaches has no nvidia-smi."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Gpu:
     index: int
@@ -192,13 +196,18 @@ def parse_apps(text: str, gpus: Iterable[Gpu] = ()) -> list[GpuProcess]:
     return apps
 
 
-def snapshot(nvidia_smi: str = "nvidia-smi", timeout_s: float = 20.0) -> GpuSnapshot | None:
-    """The GPUs and their compute processes now, or None where there is no nvidia-smi."""
-    exe = shutil.which(nvidia_smi)
+def snapshot(nvidia_smi: str = "nvidia-smi", timeout_s: float = 20.0,
+             prefix: Sequence[str] = ()) -> GpuSnapshot | None:
+    """The GPUs and their compute processes now, or None where there is no nvidia-smi. prefix:
+    a launcher's command that reaches another machine (`ssh gpu-box`), whose GPUs are listed."""
+    exe = nvidia_smi if prefix else shutil.which(nvidia_smi)
     if exe is None:
         return None
-    gpus = parse_gpus(_query(exe, f"--query-gpu={GPU_QUERY}", timeout_s))
-    apps = parse_apps(_query(exe, f"--query-compute-apps={APPS_QUERY}", timeout_s), gpus)
+    try:
+        gpus = parse_gpus(_query(exe, f"--query-gpu={GPU_QUERY}", timeout_s, prefix))
+    except NvidiaSmiMissing:
+        return None
+    apps = parse_apps(_query(exe, f"--query-compute-apps={APPS_QUERY}", timeout_s, prefix), gpus)
     return GpuSnapshot(tuple(gpus), tuple(apps), time.time())
 
 
@@ -218,16 +227,18 @@ def memory_held(snap: GpuSnapshot, gpus: Iterable[int] | None = None,
             and g.memory_used_mib is not None and g.memory_used_mib >= min_mib]
 
 
-def _query(exe: str, query: str, timeout_s: float) -> str:
-    argv = [exe, query, "--format=csv,noheader,nounits"]
+def _query(exe: str, query: str, timeout_s: float, prefix: Sequence[str] = ()) -> str:
+    argv = [*prefix, exe, query, "--format=csv,noheader,nounits"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
+                              check=False, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise NvidiaSmiError(f"{' '.join(argv)} did not answer within {timeout_s:.0f} s; "
                              "the driver may be hung (check dmesg)") from None
     except OSError as exc:
         raise NvidiaSmiError(f"{exe} could not be run: {exc}") from None
+    if prefix and done.returncode == 127:  # the shell there found no such command
+        raise NvidiaSmiMissing(f"{exe} is not on the far side's PATH")
     if done.returncode != 0:
         said = (done.stdout + done.stderr).strip().splitlines()
         raise NvidiaSmiError(f"{' '.join(argv)} exited with code {done.returncode}: "

@@ -151,6 +151,10 @@ class Launcher(ABC):
         """The server's GPUs and their compute processes now (None: no nvidia-smi)."""
         return gpu.snapshot()
 
+    def gpu_host(self) -> str:
+        """Where the server's GPUs are, for messages."""
+        return "this machine"
+
     def env_unreadable(self) -> str | None:
         """Why the serving process's environment cannot be read from here; None: it can."""
         return None

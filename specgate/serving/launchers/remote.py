@@ -23,6 +23,7 @@ from typing import IO, ClassVar
 from specgate.core.errors import ProfileError
 from specgate.core.profile import SIMULATOR_MODULE
 from specgate.core.redact import Redactor
+from specgate.serving import gpu
 from specgate.serving.launchers.base import (
     TAG_VAR,
     Command,
@@ -225,6 +226,13 @@ class FarSideLauncher(Launcher):
 
     def reads_local_files(self) -> bool:
         return False
+
+    def gpu_snapshot(self) -> gpu.GpuSnapshot | None:
+        """The far side's GPUs, listed by nvidia-smi run through the launcher's prefix."""
+        return gpu.snapshot(prefix=self.reach())
+
+    def gpu_host(self) -> str:
+        return f"the GPU host ({shlex.join(self.argv[:remote_command_start(list(self.argv))])})"
 
     def reach(self) -> list[str]:
         """The prefix that reaches the far side, standard input kept open through every hop."""
