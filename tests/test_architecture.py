@@ -171,7 +171,7 @@ def _checkpoint_resolves(path: Path) -> list[str]:
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             own = _own_nodes(scope)
             params = _bound_from(own, {a.arg for a in ast.walk(scope.args)
-                                       if isinstance(a, ast.arg)})
+                                       if isinstance(a, ast.arg) and a.arg not in ("self", "cls")})
             if any(_callee(n) == "resolve" and _resolves(n, params) for n in own
                    if isinstance(n, ast.Call)):
                 resolvers.add(scope.name)
@@ -190,6 +190,28 @@ def test_checkpoint_paths_are_resolved_in_one_place() -> None:
     found = [site for root in roots if root.is_dir() for path in sorted(root.rglob("*.py"))
              for site in _checkpoint_resolves(path)]
     assert [site.partition(":")[0] for site in found] == ["profile.py"] * 3, found
+
+
+def test_the_check_finds_a_checkpoint_path_resolved_through_a_name(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "def direct(profile):\n"
+        "    return profile.resolve(profile.drafter.reference)\n"  # line 2
+        "\n"
+        "def looped(profile):\n"
+        "    for key, value in (('d', profile.drafter.path), ('i', profile.finetune.init)):\n"
+        "        path = profile.resolve(value)\n"  # line 6
+        "\n"
+        "def wrapped(profile):\n"
+        "    def from_profile(value):\n"
+        "        return str(profile.resolve(value))\n"
+        "    data = from_profile(profile.data.path)\n"
+        "    return from_profile(profile.target.path), data\n"  # line 12
+        "\n"
+        "def asked(profile, value):\n"
+        "    return profile.drafter_path, profile.resolve(value), profile.target.path\n",
+        encoding="utf-8")
+    assert _checkpoint_resolves(source) == ["reader.py:2", "reader.py:6", "reader.py:12"]
 
 
 # Loaded with -p by the probe below: at the interpreter's exit, after the verdict and every
