@@ -101,20 +101,87 @@ def test_specgate_has_no_import_circle() -> None:
     assert circles(graph) == []
 
 
-def _checkpoint_resolves(path: Path) -> list[str]:
-    """Calls that resolve a checkpoint path of the profile themselves: `.resolve(x.drafter.path)`
-    and the like."""
+# A checkpoint path of the profile as written: `x.drafter.path`, `x.drafter.reference`,
+# `x.target.path`.
+_CHECKPOINT_KEYS = {("drafter", "path"), ("drafter", "reference"), ("target", "path")}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of one function (or of the module), without the bodies of those inside it."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "resolve" and node.args):
-            continue
-        arg = node.args[0]
-        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Attribute) \
-                and (arg.value.attr, arg.attr) in (("drafter", "path"), ("drafter", "reference"),
-                                                   ("target", "path")):
-            found.append(f"{path.name}:{node.lineno}")
+    for child in ast.iter_child_nodes(scope):
+        found.append(child)
+        if not isinstance(child, (*_FUNCTIONS, ast.ClassDef)):
+            found.extend(_own_nodes(child))
     return found
+
+
+def _mentions(expr: ast.AST, names: set[str]) -> bool:
+    """Whether an expression reads a checkpoint path as written, directly or through a name."""
+    return any(
+        (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+         and (node.value.attr, node.attr) in _CHECKPOINT_KEYS)
+        or (isinstance(node, ast.Name) and node.id in names)
+        for node in ast.walk(expr))
+
+
+def _bound_from(nodes: list[ast.AST], names: set[str]) -> set[str]:
+    """The names a scope binds from a checkpoint path or from `names` (`x = p.drafter.path`,
+    `for key, x in (("...", p.target.path), ...)`), followed from name to name."""
+    bound = set(names)
+    while True:
+        before = len(bound)
+        for node in nodes:
+            pairs: list[tuple[ast.AST, ast.AST]] = []
+            if isinstance(node, ast.Assign):
+                pairs = [(target, node.value) for target in node.targets]
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value:
+                pairs = [(node.target, node.value)]
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                pairs = [(node.target, node.iter)]
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                pairs = [(node.optional_vars, node.context_expr)]
+            for target, value in pairs:
+                if _mentions(value, bound):
+                    bound |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if len(bound) == before:
+            return bound
+
+
+def _callee(node: ast.AST) -> str | None:
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def _resolves(call: ast.Call, names: set[str]) -> bool:
+    return any(_mentions(arg, names) for arg in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _checkpoint_resolves(path: Path) -> list[str]:
+    """Calls that resolve a checkpoint path of the profile themselves: `.resolve(x.drafter.path)`,
+    `.resolve(value)` where the function bound `value` from one, or a call of a function of the
+    file that passes its argument on to `.resolve(...)`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    scopes = [tree, *(node for node in ast.walk(tree) if isinstance(node, _FUNCTIONS))]
+    resolvers = {"resolve"}
+    for scope in scopes:
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            own = _own_nodes(scope)
+            params = _bound_from(own, {a.arg for a in ast.walk(scope.args)
+                                       if isinstance(a, ast.arg) and a.arg not in ("self", "cls")})
+            if any(_callee(n) == "resolve" and _resolves(n, params) for n in own
+                   if isinstance(n, ast.Call)):
+                resolvers.add(scope.name)
+    found = set()
+    for scope in scopes:
+        own = _own_nodes(scope)
+        bound = _bound_from(own, set())
+        found |= {node.lineno for node in own if isinstance(node, ast.Call)
+                  and _callee(node) in resolvers and _resolves(node, bound)}
+    return [f"{path.name}:{line}" for line in sorted(found)]
 
 
 def test_checkpoint_paths_are_resolved_in_one_place() -> None:
@@ -123,6 +190,28 @@ def test_checkpoint_paths_are_resolved_in_one_place() -> None:
     found = [site for root in roots if root.is_dir() for path in sorted(root.rglob("*.py"))
              for site in _checkpoint_resolves(path)]
     assert [site.partition(":")[0] for site in found] == ["profile.py"] * 3, found
+
+
+def test_the_check_finds_a_checkpoint_path_resolved_through_a_name(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "def direct(profile):\n"
+        "    return profile.resolve(profile.drafter.reference)\n"  # line 2
+        "\n"
+        "def looped(profile):\n"
+        "    for key, value in (('d', profile.drafter.path), ('i', profile.finetune.init)):\n"
+        "        path = profile.resolve(value)\n"  # line 6
+        "\n"
+        "def wrapped(profile):\n"
+        "    def from_profile(value):\n"
+        "        return str(profile.resolve(value))\n"
+        "    data = from_profile(profile.data.path)\n"
+        "    return from_profile(profile.target.path), data\n"  # line 12
+        "\n"
+        "def asked(profile, value):\n"
+        "    return profile.drafter_path, profile.resolve(value), profile.target.path\n",
+        encoding="utf-8")
+    assert _checkpoint_resolves(source) == ["reader.py:2", "reader.py:6", "reader.py:12"]
 
 
 # Loaded with -p by the probe below: at the interpreter's exit, after the verdict and every

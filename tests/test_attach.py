@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 from specgate.core.profile import load_profile

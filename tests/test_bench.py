@@ -4,7 +4,7 @@ import json
 import math
 
 import pytest
-import sim_helpers
+import sim_support
 
 from specgate.measure import bench, passes, prompts
 from specgate.serving.client import SGLangClient
@@ -20,18 +20,18 @@ ACCEPTANCE = [0.8, 0.6]
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     root = tmp_path_factory.mktemp("sim")
-    target, draft = sim_helpers.model_dirs(
+    target, draft = sim_support.model_dirs(
         root, {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}, ACCEPTANCE)
-    base_proc, base_url = sim_helpers.start(["--model-path", str(target)], root / "base.log",
+    base_proc, base_url = sim_support.start(["--model-path", str(target)], root / "base.log",
                                             root / "base-truth.jsonl")
-    spec_proc, spec_url = sim_helpers.start(sim_helpers.spec_args(target, draft, STEPS),
+    spec_proc, spec_url = sim_support.start(sim_support.spec_args(target, draft, STEPS),
                                             root / "spec.log", root / "spec-truth.jsonl")
     params = model.load_params(target, draft, speculative=True, num_steps=STEPS, eagle_topk=1,
                                num_draft_tokens=STEPS + 1)
     yield {"base": base_url, "spec": spec_url, "truth": model.truth(params),
            "base_log": root / "base-truth.jsonl", "spec_log": root / "spec-truth.jsonl"}
     for proc in (base_proc, spec_proc):
-        sim_helpers.stop(proc)
+        sim_support.stop(proc)
 
 
 def _measure(url, config, **bench_kw):
@@ -48,9 +48,9 @@ def _measure_against_the_log(sim, server, config):
     """A measurement, and the simulator's own record of each request it timed (matched by
     request id: warm-ups and a stream sent again after a burst are in the log too)."""
     log = sim[f"{server}_log"]
-    before = len(sim_helpers.served(log))
+    before = len(sim_support.served(log))
     m = _measure(sim[server], config)
-    records = sim_helpers.served(log)[before:]
+    records = sim_support.served(log)[before:]
     served = [r for r in records if r.rid in {s.request_id for s in m.samples}]
     assert len(served) == len(m.samples)
     return m, served
@@ -76,8 +76,8 @@ def test_measurement_matches_simulator_truth(sim):
     # prompt, as per request it is exact only to within one token per depth.
     assert abs(spec.stats["tau_decode"].mean / sim["truth"].tau - 1) < 0.01
     # Time: the simulator's own clock, whatever speed this machine ran it at.
-    base_time = sim_helpers.timed_as_served(base, base_served)
-    spec_time = sim_helpers.timed_as_served(spec, spec_served)
+    base_time = sim_support.timed_as_served(base, base_served)
+    spec_time = sim_support.timed_as_served(spec, spec_served)
     assert model.decode_tps_of(spec_served) == pytest.approx(spec_time.tps)
     base_tps, spec_tps = base.stats["tps"].mean, spec.stats["tps"].mean
     cycle_ms = 1000.0 * spec.stats["tau_decode"].mean / spec_tps

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.core.errors import CheckpointError
 from specgate.io import checkpoint
@@ -69,7 +69,7 @@ def test_empty_tensors_are_counted_not_scanned(tmp_path: Path) -> None:
     """300,000 zero-size tensors: opened, laid out, compared and health-scanned; the scan keeps a
     finding only for tensors with bytes, and the claims' details list a bounded number of
     names beside the full count."""
-    from helpers_ckpt import make_profile
+    from ckpt_support import make_profile
 
     from specgate.claims.result import DETAILS_LISTED
     from specgate.claims.weights import health_claim, layout_claim, tensor_parity
@@ -222,7 +222,7 @@ def _config_of(folder: Path, **change: object) -> None:
 def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
     """num_aux_hidden_states = 10**9 with fc_norm: refused against the checkpoint's real tensor
     count, at once, without building a billion-entry layout."""
-    from helpers_ckpt import make_profile
+    from ckpt_support import make_profile
 
     from specgate.claims.weights import layout_claim
 
@@ -239,7 +239,7 @@ def test_a_config_implying_a_billion_fc_norm_tensors(tmp_path: Path) -> None:
 def test_aux_layer_ids_that_are_not_integers(tmp_path: Path, ids: list[object]) -> None:
     """A dedicated message naming the key, in both claims that read the ids (not a
     ValueError/TypeError left to the generic guard)."""
-    from helpers_ckpt import make_profile
+    from ckpt_support import make_profile
 
     from specgate.claims.config import target_compat_claim
     from specgate.claims.weights import layout_claim
@@ -265,7 +265,7 @@ def test_a_full_vocab_drafter_of_absurd_size(tmp_path: Path, vocab: int,
                                             keep: tuple[str, ...]) -> None:
     """vocab_size = draft_vocab_size = 1e11 with no maps: a broken claim naming config.json at
     once, no MemoryError from building the implied identity map."""
-    from helpers_ckpt import make_profile, rewrite
+    from ckpt_support import make_profile, rewrite
 
     from specgate.claims.vocab import d2t_match_claim, invariants_claim
 
@@ -317,7 +317,7 @@ def test_a_profile_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) ->
 def test_a_drafter_path_that_is_a_file(tmp_path: Path) -> None:
     """model.safetensors given as the drafter: "is a file, not a folder", in every claim that
     reads the drafter (config.* must not say config.json "is not valid JSON … re-download it")."""
-    from helpers_ckpt import make_profile
+    from ckpt_support import make_profile
 
     from specgate.claims.config import config_field_claim
     from specgate.claims.weights import layout_claim

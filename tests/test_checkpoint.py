@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.core.errors import CheckpointError
 from specgate.io.checkpoint import (

@@ -7,8 +7,8 @@ import math
 import sys
 
 import pytest
-import sim_helpers
-from helpers_ckpt import tiny_drafter
+import sim_support
+from ckpt_support import tiny_drafter
 
 from specgate.claims import levels
 from specgate.claims import perf as perf_claims
@@ -138,12 +138,12 @@ def test_the_crossover_is_found_where_the_drafter_stops_paying(session):
     for point in found.points:
         view = live.at(point.level)
         spec, base = view.speculative.measurement, view.baseline.measurement
-        s_served = sim_helpers.served_for(spec.samples, truth.values())
-        b_served = sim_helpers.served_for(base.samples, truth.values())
+        s_served = sim_support.served_for(spec.samples, truth.values())
+        b_served = sim_support.served_for(base.samples, truth.values())
         served[point.level] = s_served.tps / b_served.tps
         # Every prompt ran on both servers, so the paired ratio of pooled rates is the ratio
         # of the two sides' pooled rates: it lies inside what the slack allows.
-        low, high = sim_helpers.ratio_bounds(s_served, b_served)
+        low, high = sim_support.ratio_bounds(s_served, b_served)
         assert low <= point.decode.mean <= high
         # The schedule each server kept is the model's at the batch it ran: the speed-up on
         # it is the model's to within the prefills of the requests that join a running batch

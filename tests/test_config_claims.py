@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_ckpt import make_profile, tiny_drafter
+from ckpt_support import make_profile, tiny_drafter
 
 from specgate.claims.config import (
     config_field_claim,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 LIVE_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup")
@@ -27,7 +27,7 @@ LOG_HEADER = "last lines of the server log"
 BOUND_S = 45.0
 
 KILLER_PLUGIN = '''
-"""Test helper: the xdist worker that launched a server dies at once, as on a segfault."""
+"""A crashing worker: the xdist worker that launched a server dies at once, as on a segfault."""
 import os
 import threading
 import time
@@ -295,7 +295,7 @@ def test_a_drafter_folder_without_config_stops_the_speculative_server(
         tmp_path: Path, assets: Path, scan: list[str]) -> None:
     """As SGLang does: the speculative server will not start on a folder without config.json,
     and the claims that need it are broken by that one cause, with the server's log. (An empty
-    folder is not launched at all: tests/test_user_reports.py.)"""
+    folder is not launched at all: tests/test_first_run.py.)"""
     profile, marker = fh.write_profile(tmp_path, assets)
     scan.append(marker)
     empty = tmp_path / "new-drafter"

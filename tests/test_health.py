@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

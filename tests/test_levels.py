@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 from specgate.claims import levels

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 from specgate_fixtures.live import shared_live_results
 
 from specgate.claims import perf as perf_claims

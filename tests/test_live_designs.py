@@ -8,8 +8,8 @@ import math
 import sys
 
 import pytest
-import sim_helpers
-from helpers_ckpt import tiny_drafter
+import sim_support
+from ckpt_support import tiny_drafter
 
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
@@ -77,11 +77,11 @@ def test_aba_launches_the_baseline_again_and_pools_its_two_launches(tmp_path):
     # The bracket is what the simulator's two baseline launches ran at, on its own clock (the
     # requests of each launch, by id; the client's slack bounds the harness's reading of them).
     records = model.read_truth(truth)
-    first = sim_helpers.served_for([s for s in pooled.samples if s.repeat <= 2], records)
-    again = sim_helpers.served_for(after.measurement.samples, records)
+    first = sim_support.served_for([s for s in pooled.samples if s.repeat <= 2], records)
+    again = sim_support.served_for(after.measurement.samples, records)
     assert first.low <= coverage.bracket.first_tps <= first.high
     assert again.low <= coverage.bracket.second_tps <= again.high
-    low, high = sim_helpers.ratio_bounds(again, first)
+    low, high = sim_support.ratio_bounds(again, first)
     assert low - 1 <= coverage.bracket.moved <= high - 1, (coverage.bracket, low, high)
     # Each launch kept the schedule of its own speed: the second ran faster by their ratio.
     assert again.due_tps / first.due_tps == pytest.approx(launches[2].speed / launches[0].speed,

@@ -5,7 +5,7 @@ import math
 import re
 
 import pytest
-import sim_helpers as sim
+import sim_support as sim
 
 from specgate.measure import bench, load, passes, prompts
 from specgate.serving.client import SGLangClient

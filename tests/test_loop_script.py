@@ -13,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers_scripts import REAL_SGLANG as HERE
-from helpers_scripts import load_script
+from script_support import REAL_SGLANG as HERE
+from script_support import load_script
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status

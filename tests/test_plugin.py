@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 SUITE = '''

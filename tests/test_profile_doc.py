@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +51,15 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path,
     assert "out of date" in capsys.readouterr().err
     assert main_profile_doc(["--out", str(stale)]) == 0
     assert main_profile_doc(["--out", str(stale), "--check"]) == 0
+
+
+def test_check_mode_names_a_named_pipe_instead_of_waiting_on_it(tmp_path: Path) -> None:
+    # In a process of its own, so a check that blocks on the pipe ends at the ceiling.
+    pipe = tmp_path / "profile.md"
+    os.mkfifo(pipe)
+    done = subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "profile-doc", "--out", str(pipe), "--check"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        f"specgate profile-doc: {pipe}: is a FIFO (named pipe), not a regular file")

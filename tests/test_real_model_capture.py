@@ -7,7 +7,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from helpers_scripts import load_real_model_script
+from script_support import load_real_model_script
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import random
 from types import ModuleType
 
 import pytest
-from helpers_scripts import load_real_model_script
+from script_support import load_real_model_script
 
 from specgate.measure.prompts import load_builtin
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_scripts import load_real_model_script
+from script_support import load_real_model_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from helpers_scripts import load_real_model_script
+from script_support import load_real_model_script
 
 from specgate.io.vocab_maps import VocabMap, check_invariants
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-import sim_helpers
+import sim_support
 
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
@@ -535,7 +535,7 @@ def test_results_of_an_earlier_run_with_the_same_id_are_not_reused(
     assert runs == ["measured", "measured"]  # a later run with the same id: measured again
 
 
-# -- helpers ---------------------------------------------------------------------------------------
+# -- samples, rows, profiles and live results for the tests below ----------------------------------
 
 def _sample(gen: object, prompt: str = "p1") -> RequestSample:
     from specgate.serving.client import Generation
@@ -588,8 +588,8 @@ def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> 
     else:
         assert row["bursts"] == 0
         # Per request within what the client can observe of the simulator's own clock, however
-        # loaded the machine (sim_helpers.Served).
-        served = sim_helpers.timed_as_served(kept["measurement"], kept["served"])
+        # loaded the machine (sim_support.Served).
+        served = sim_support.timed_as_served(kept["measurement"], kept["served"])
         assert (served.requests, served.tps) == (14, pytest.approx(row["true_tps"]))
 
 

@@ -42,11 +42,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fault_helpers as fh
+import fault_support as fh
 import psutil
 import pytest
 import sshd
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
@@ -69,8 +69,8 @@ GRACE_S = 5.0  # after a stop, for what the kernel has not yet reaped
 # (the tests of the KILL path give a server that does ignore it 2 s).
 TERM_GRACE_S = 30
 
-# A server that ignores SIGTERM, with a helper that leaves its process group (setsid) and
-# ignores SIGTERM too: only KILL reaches them, and the helper only through its tag.
+# A server that ignores SIGTERM, with a child process that leaves its process group (setsid)
+# and ignores SIGTERM too: only KILL reaches them, and the child only through its tag.
 IGNORES_TERM = '''
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -281,7 +281,7 @@ def test_a_server_that_ignores_sigterm_is_killed(
     assert started is not None
     tags.append(started.tag)
     escaped = [p.pid for p in tagged(started.tag) if os.getpgid(p.pid) != started.pgid]
-    assert len(escaped) == 1, "the helper left the server's process group"
+    assert len(escaped) == 1, "the child process left the server's process group"
     report = handle.stop()
     assert left_on_far_side(marker, [started.tag]) == []
     far = report.far_side

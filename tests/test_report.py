@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers_allure import CLAIM_IDS, embedded_files, make_results
+from allure_support import CLAIM_IDS, embedded_files, make_results
 
 from specgate.cli.report import main_report
 from specgate.io.runs import PUBLISH_LOCK
@@ -218,7 +221,10 @@ with open(history, "a") as fh:
 out = pathlib.Path(doc["output"])
 out.mkdir(parents=True)
 (out / "index.html").write_text("<html></html>")
-(out / "summary.json").write_text(json.dumps({"stats": {"total": len(run)}}))
+if os.environ.get("FAKE_ALLURE_SUMMARY_FIFO"):
+    os.mkfifo(out / "summary.json")
+else:
+    (out / "summary.json").write_text(json.dumps({"stats": {"total": len(run)}}))
 '''
 
 
@@ -258,3 +264,53 @@ def test_each_report_gets_the_runs_before_it_as_its_trend(tmp_path: Path,
     assert seen == [[], [], [one], [one], [one, two]]
     assert built == [True, False, True, False, True]
     assert history_file.read_text().splitlines() == [one, two, '["run3"]']
+
+
+# `specgate report` with the stand-in Allure, in a process of its own: a build that blocks on a
+# named pipe ends at the ceiling instead of holding the test run.
+BUILD_WITH_FAKE_ALLURE = '''
+import sys
+from pathlib import Path
+from specgate.cli import main
+from specgate.report import build as report
+report.find_node = lambda: (Path(sys.executable), Path("npm"))
+report.ensure_allure = lambda *a, **k: Path(sys.argv[2])
+sys.exit(main(["report", "--reports", sys.argv[1]]))
+'''
+
+
+def _report_in_child(tmp_path: Path, reports: Path,
+                     **env: str) -> subprocess.CompletedProcess[str]:
+    cli = tmp_path / "fake-allure.py"
+    cli.write_text(FAKE_ALLURE, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "-c", BUILD_WITH_FAKE_ALLURE, str(reports), str(cli)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "FAKE_ALLURE_LOG": str(tmp_path / "seen.jsonl"), **env})
+
+
+@pytest.mark.parametrize("where", ["verdict.json", "history/allure-history.jsonl",
+                                   "history/.allure-appended"])
+def test_a_named_pipe_in_the_reports_folder_is_named_not_waited_on(tmp_path: Path,
+                                                                    where: str) -> None:
+    reports = tmp_path / "reports"
+    _results(reports, "run1")
+    assert _report_in_child(tmp_path, reports).returncode == 0  # a history and its mark
+    (reports / where).unlink(missing_ok=True)
+    os.mkfifo(reports / where)
+    done = _report_in_child(tmp_path, reports)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        f"specgate report: {reports / where}: is a FIFO (named pipe), not a regular file; "
+        "move it aside and build the report again"), done.stderr
+
+
+def test_a_named_pipe_for_allures_summary_is_named_not_waited_on(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    _results(reports, "run1")
+    done = _report_in_child(tmp_path, reports, FAKE_ALLURE_SUMMARY_FIFO="1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = reports / "allure-report" / "summary.json"
+    assert done.stderr.strip() == (
+        f"specgate report: {summary}: is a FIFO (named pipe), not a regular file; "
+        "move it aside and build the report again"), done.stderr

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers_allure import make_results
+from allure_support import make_results
 
 from specgate.report import allure_meta
 from specgate.report import build as report

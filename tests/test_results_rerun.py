@@ -101,7 +101,7 @@ def test_the_entry_point_parses_and_calls_harnesses_that_exist(folder: Path) -> 
         assert done.returncode == 0, f"{path.relative_to(ROOT)}: {done.stdout}{done.stderr}"
 
 
-def test_the_reruns_helpers_take_their_figures_from_the_verdict_and_the_log(
+def test_the_rerun_functions_take_their_figures_from_the_verdict_and_the_log(
         tmp_path: Path) -> None:
     here = tmp_path / "benchmarks" / "results" / "2026-01-01-gpu-target" / "drafter"
     here.mkdir(parents=True)

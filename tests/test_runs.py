@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 from specgate.io import runs

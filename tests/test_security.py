@@ -7,7 +7,7 @@ import re
 import uuid
 from pathlib import Path
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 from specgate.claims import vocab, weights

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import sim_helpers
+import sim_support
 
 from specgate.measure.live import LiveResults
 from specgate.testing.simulator import model
@@ -70,12 +70,12 @@ def test_live_claims_tell_the_breakeven_story(seeds_verdict: dict) -> None:
     speedup = by_id["spec.speedup"]
     assert speedup["status"] == "failed"
     # The harness's figures are the simulator's own clock's, read through the client's slack
-    # (sim_helpers.Served): the speed-up is the ratio of the two servers' decode tok/s and
+    # (sim_support.Served): the speed-up is the ratio of the two servers' decode tok/s and
     # break-even the accept length over it.
     live, records = seeds_verdict["_live"], seeds_verdict["_truth"]
-    base = sim_helpers.timed_as_served(live.baseline.measurement, records)
-    spec = sim_helpers.timed_as_served(live.speculative.measurement, records)
-    low, high = sim_helpers.ratio_bounds(spec, base)
+    base = sim_support.timed_as_served(live.baseline.measurement, records)
+    spec = sim_support.timed_as_served(live.speculative.measurement, records)
+    low, high = sim_support.ratio_bounds(spec, base)
     assert low <= speedup["observed"] <= high
     tau = live.speculative.measurement.stats["tau_decode"].mean
     assert tau / high <= breakeven["details"]["breakeven"] <= tau / low

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile

@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 import requests
-from helpers_ckpt import rewrite, tiny_drafter
+from ckpt_support import rewrite, tiny_drafter
 
 from specgate.io.safetensors_io import TensorSpec
 from specgate.testing.generate import tiny, write_drafter

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.testing.simulator import model
 from tests.test_simulator import SPEC_FLAGS, Sim, assert_on_one_clock, free_port, kill_tree

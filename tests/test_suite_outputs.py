@@ -7,7 +7,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from helpers_scripts import load_script
+from script_support import load_script
 
 
 def test_each_run_made_leaves_its_verdict_and_live_results_beside_the_summary(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_scripts import load_script
+from script_support import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import fault_helpers as fh
+import fault_support as fh
 import pytest
 
 from specgate.core.redact import MASK, Redactor, redact_urls

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_ckpt import make_profile, rewrite, tiny_drafter
+from ckpt_support import make_profile, rewrite, tiny_drafter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers_scripts import load_script
+from script_support import load_script
 
 # A 4-layer target on SGLang 0.5.17, one H200.
 RESULTS = (Path(__file__).resolve().parents[1] / "benchmarks" / "results"

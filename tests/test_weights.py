@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_ckpt import make_profile, rewrite, tiny_drafter
+from ckpt_support import make_profile, rewrite, tiny_drafter
 
 from specgate.claims import vocab
 from specgate.claims.result import Status

@@ -104,9 +104,8 @@ def vocab_alignment_claim(profile: Profile) -> ClaimResult:
 
 def draft_vocab_size(profile: Profile) -> tuple[int, str] | None:
     """Vd and where it came from: the drafter's config, the init's, or [drafter.expect]."""
-    for section, value in (("[drafter] path", profile.drafter.path),
-                           ("[finetune] init", profile.finetune.init)):
-        path = profile.resolve(value)
+    for section, path in (("[drafter] path", profile.drafter_path),
+                          ("[finetune] init", profile.resolve(profile.finetune.init))):
         if path is None:
             continue
         try:

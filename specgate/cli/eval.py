@@ -85,7 +85,8 @@ def _plan(args: argparse.Namespace) -> _EvalPlan | str:
         return f"--min-tokens must be at least 1, got {args.min_tokens}"
     min_tokens = args.min_tokens if args.min_tokens is not None else (
         profile.eval.min_tokens if profile else MIN_TOKENS)
-    target = args.target_model or (from_profile(profile.target.path) if profile else None)
+    target_path = profile.target_path if profile is not None else None
+    target = args.target_model or (str(target_path) if target_path is not None else None)
     return _EvalPlan(drafters, hidden, target, served, min_tokens, profile)
 
 

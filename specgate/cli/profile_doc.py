@@ -7,7 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from specgate.core import files
 from specgate.core.profile_doc import render
+
+# The reference is tens of KB; a file far larger is not one.
+REFERENCE_BYTES = files.PROFILE_BYTES
 
 
 def main_profile_doc(argv: Sequence[str] | None = None) -> int:
@@ -21,7 +25,14 @@ def main_profile_doc(argv: Sequence[str] | None = None) -> int:
     if args.out is None:
         sys.stdout.write(text)
     elif args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        try:
+            current = files.read_text(args.out, limit=REFERENCE_BYTES)
+        except FileNotFoundError:
+            current = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            print(f"specgate profile-doc: {args.out}: {reason}", file=sys.stderr)
+            return 2
         if current != text:
             print(f"{args.out} is out of date: run specgate profile-doc --out {args.out}",
                   file=sys.stderr)

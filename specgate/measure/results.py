@@ -1,7 +1,8 @@
 """The live session's results as data: each server configuration's run (launch, checks,
 measurement per concurrency level, stop) and both together, as written to live/results.json, and
-the readers of what a session left behind. The runners (measure/live.py, measure/resident.py,
-`specgate tune`) fill them; claims, curves, the calibration and the verdict read them."""
+the readers of what a session left behind. The runners (measure/live.py,
+measure/server_session.py, measure/resident.py, `specgate tune`) fill them; claims, curves, the
+calibration and the verdict read them."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ class Stored:
     fingerprint: str
     measured_at: str
     age_h: float
-    run: dict[str, Any]  # live.ConfigRun.to_json()
+    run: dict[str, Any]  # results.ConfigRun.to_json()
 
     def note(self, max_age_h: float, rechecked: dict[str, Any]) -> dict[str, Any]:
         """What the verdict and perf.baseline_tps say about a baseline that was reused."""
@@ -250,7 +250,7 @@ def store_dir(reports_dir: Path) -> Path:
 
 def save(reports_dir: Path, fp: Fingerprint, run: dict[str, Any], *,
          now: float | None = None) -> Path:
-    """Store a freshly measured baseline run (live.ConfigRun.to_json()) under its fingerprint."""
+    """Store a freshly measured baseline run (results.ConfigRun.to_json()) under its fingerprint."""
     when = time.time() if now is None else now
     folder = store_dir(reports_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -13,13 +13,16 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from specgate.core import files
 from specgate.core.errors import SpecgateError
 from specgate.io import runs
 from specgate.report import allure_meta
+
+_T = TypeVar("_T")
 
 MIN_NODE_MAJOR = 20
 HISTORY_LIMIT = 100
@@ -201,6 +204,9 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
     history_dir = runs.reports_root(reports_dir) / "history"
     history_dir.mkdir(parents=True, exist_ok=True)
     history = history_dir / ALLURE_HISTORY_FILE
+    if history.exists() or history.is_symlink():
+        # Allure reads it too: a named pipe there would hold its generate step.
+        _checked(history, lambda: files.check_regular(history, limit=files.LOG_BYTES))
     fingerprint = _fingerprint(result_files)
     mark = history_dir / _APPENDED_MARK
     earlier = _appended_before(mark, fingerprint)
@@ -211,7 +217,7 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
         if earlier is not None:
             # Rebuilding the report of a run already in the history: Allure 3.14 ignores
             # appendHistory, so it gets a copy of the lines from before that run instead.
-            lines = history.read_text(encoding="utf-8").splitlines(keepends=True)
+            lines = _read_text(history, files.LOG_BYTES).splitlines(keepends=True)
             history = scratch / ALLURE_HISTORY_FILE
             history.write_text("".join(lines[:earlier]), encoding="utf-8")
         output = scratch / "allure-report"
@@ -242,7 +248,11 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
         # Counted after Allure trimmed the file to HISTORY_LIMIT: this run is its last line.
         mark.write_text(f"{fingerprint} {max(_count_lines(history) - 1, 0)}\n", encoding="utf-8")
     summary_path = final / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    summary: dict[str, Any] = {}
+    if summary_path.exists() or summary_path.is_symlink():
+        found = _checked(summary_path,
+                         lambda: files.read_json(summary_path, limit=files.CONFIG_BYTES))
+        summary = found if isinstance(found, dict) else {}
     return BuiltReport(final / "index.html", summary, install_s, generate_s, append)
 
 
@@ -289,9 +299,10 @@ def _report_name(reports_dir: Path, run_id: str | None = None) -> str:
     verdict = reports_dir / "verdict.json"
     if run_id and (reports_dir / runs.RUNS_DIR / run_id / "verdict.json").is_file():
         verdict = reports_dir / runs.RUNS_DIR / run_id / "verdict.json"
-    with contextlib.suppress(OSError, ValueError):
-        doc: Mapping[str, Any] = json.loads(verdict.read_text(encoding="utf-8"))
-        if doc.get("profile"):
+    text = _read_if_there(verdict, files.LOG_BYTES)
+    with contextlib.suppress(ValueError):
+        doc = files.loads_json(text) if text is not None else None
+        if isinstance(doc, dict) and doc.get("profile"):
             # The title is on the first screen: simulated figures say so there.
             sim = " (simulated server)" if doc.get("simulated") else ""
             return f"specgate — {doc['profile']}{sim}"
@@ -300,8 +311,11 @@ def _report_name(reports_dir: Path, run_id: str | None = None) -> str:
 
 def _appended_before(mark: Path, fingerprint: str) -> int | None:
     """History lines from before this run, if this run's results were appended already."""
-    with contextlib.suppress(OSError, ValueError):
-        seen, before = mark.read_text(encoding="utf-8").split()
+    text = _read_if_there(mark, files.CONFIG_BYTES)
+    if text is None:
+        return None
+    with contextlib.suppress(ValueError):
+        seen, before = text.split()
         if seen == fingerprint:
             return int(before)
     return None
@@ -310,8 +324,43 @@ def _appended_before(mark: Path, fingerprint: str) -> int | None:
 def _count_lines(path: Path) -> int:
     if not path.exists():
         return 0
-    with open(path, "rb") as fh:
-        return sum(1 for _ in fh)
+
+    def count() -> int:
+        with files.open_regular(path, limit=files.LOG_BYTES) as fh:
+            return sum(1 for _ in fh)
+
+    return _checked(path, count)
+
+
+def _checked(path: Path, read: Callable[[], _T]) -> _T:
+    """read() of a file in the reports folder; ReportError naming the file when it is not a
+    regular file within its bound (a named pipe, a folder), cannot be read, or does not hold
+    what it should."""
+    try:
+        return read()
+    except OSError as exc:
+        raise ReportError(_unreadable(path, exc)) from exc
+    except ValueError as exc:  # not UTF-8, not JSON, JSON nested too deeply
+        raise ReportError(f"{path}: not readable as specgate writes it ({exc})") from exc
+
+
+def _read_text(path: Path, limit: int) -> str:
+    return _checked(path, lambda: files.read_text(path, limit=limit))
+
+
+def _read_if_there(path: Path, limit: int) -> str | None:
+    """The text of a file the report can do without: None when there is none or it is not
+    UTF-8; ReportError naming it when something other than a regular file is in its place."""
+    try:
+        return files.read_text(path, limit=limit)
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    except OSError as exc:
+        raise ReportError(_unreadable(path, exc)) from exc
+
+
+def _unreadable(path: Path, exc: OSError) -> str:
+    return f"{path}: {exc.strerror or exc}; move it aside and build the report again"
 
 
 def _fingerprint(result_files: list[Path]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from specgate.core.redact import Redactor, secrets_from_env, show_command
 from specgate.io import checkpoint
 from specgate.serving import launchers
 from specgate.serving.launchers.base import Launcher
+from specgate.serving.launchers.remote import _unquote
 
 Config = Literal["baseline", "speculative"]
 # Where an attached server's URL comes from, by configuration, for messages that say what to fix.
@@ -171,7 +171,8 @@ def plan_server(settings: LaunchSettings, config: Config, log_path: Path) -> Ser
     drafter = settings.local_drafter
     if (config == "speculative" and not url and drafter is not None
             and settings.launcher.reads_local_files() and checkpoint.is_empty(drafter)):
-        # What SGLang would refuse after its whole start, said now in the offline claims' words.
+        # What SGLang would refuse after its whole start, said before any launch, in the offline
+        # claims' words.
         raise CheckpointError(checkpoint.empty_folder(drafter))
     spec = None if url else command(settings, config)
     return ServerPlan(
@@ -301,8 +302,3 @@ def _check_no_managed(args: list[str], key: str) -> None:
                 "[speculative]); remove it from {key} and set the profile key instead"
                 .replace("{key}", key)
             )
-
-
-def _unquote(arg: str) -> str:
-    parts = shlex.split(arg)
-    return parts[0] if len(parts) == 1 else arg

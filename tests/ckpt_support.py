@@ -1,4 +1,4 @@
-"""Shared helpers for the checkpoint tests: tiny drafters, profiles, and tensor surgery."""
+"""Tiny drafters, profiles, and tensor surgery for the checkpoint tests."""
 
 from __future__ import annotations
 

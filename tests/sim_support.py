@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from helpers_ckpt import tiny_drafter
+from ckpt_support import tiny_drafter
 
 from specgate.testing.simulator import model
 

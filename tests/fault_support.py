@@ -1,4 +1,4 @@
-"""Fault-matrix helpers: tmp profiles on the simulator, probe runs, process counts."""
+"""For the fault matrix: tmp profiles on the simulator, probe runs, process counts."""
 
 from __future__ import annotations
 
