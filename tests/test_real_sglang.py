@@ -75,19 +75,46 @@ def _transcripts() -> dict[str, Transcript]:
 RECORDED = _transcripts()
 
 
+class Lockstep:
+    """A client clock a replay can wait on: with it the server sends a message only after the
+    client has timed the one before, so each stamp lies between its own message's send and the
+    next one's however busy the machine is. A client that waits for more bytes before timing a
+    message (512-byte blocks, the whole body) stalls the replay instead, which the replay notes."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []  # every reading of the client's clock, in order
+        self.stalled: list[int] = []  # pieces after which the client never read its clock
+        self._cond = threading.Condition()
+
+    def clock(self) -> float:
+        with self._cond:
+            self.stamps.append(time.perf_counter())
+            self._cond.notify_all()
+            return self.stamps[-1]
+
+    def wait_for_readings(self, n: int, piece: int) -> None:
+        with self._cond:  # the timeout only ends a stall the test then reports
+            if not self._cond.wait_for(lambda: len(self.stamps) >= n, timeout=5.0):
+                self.stalled.append(piece)
+
+
 class Replay:
     """A loopback server that answers every request with a transcript's bytes on its clock,
-    and keeps when it read each request and sent each piece (time.perf_counter, the client's
-    clock): what a client's timing is held to."""
+    and keeps when it read each request and began to send each piece (time.perf_counter, the
+    client's clock): what a client's timing is held to. With a Lockstep, every piece between
+    the headers and the last goes out only once the client has read its clock for the one
+    before (the request's start is the first reading)."""
 
     def __init__(self, pieces: list[tuple[float, bytes]], *, hold_open_s: float = 0.0,
-                 first: list[tuple[float, bytes]] | None = None) -> None:
+                 first: list[tuple[float, bytes]] | None = None,
+                 lockstep: Lockstep | None = None) -> None:
         self.pieces = pieces
         self.hold_open_s = hold_open_s
         self.first = first  # what the first /generate gets instead, when given
+        self.lockstep = lockstep
         self.connections = 0
         self.generates = 0
-        # per answered request: (when it was read, when each piece had been sent)
+        # per answered request: (when it was read, when each piece began to be sent)
         self.served: list[tuple[float, list[float]]] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -132,10 +159,12 @@ class Replay:
                     t0 = time.perf_counter()
                     sent: list[float] = []
                     self.served.append((t0, sent))
-                    for t, piece in pieces:
+                    for i, (t, piece) in enumerate(pieces):
                         time.sleep(max(0.0, t0 + t - time.perf_counter()))
-                        conn.sendall(piece)
                         sent.append(time.perf_counter())
+                        conn.sendall(piece)
+                        if self.lockstep is not None and 0 < i < len(pieces) - 1:
+                            self.lockstep.wait_for_readings(1 + i, i)
                     if self.hold_open_s:
                         time.sleep(self.hold_open_s)
                         return
@@ -170,21 +199,30 @@ def _generate(url: str, *, timeout_s: float = 10.0) -> object:
 
 def test_recorded_stream_is_read_as_real_sglang_sent_it(replay: type[Replay]) -> None:
     rec = RECORDED["stream"]
-    gen = _generate(replay(rec.pieces()).url)
+    lockstep = Lockstep()
+    server_ = replay(rec.pieces(), lockstep=lockstep)
+    with SGLangClient(server_.url, timeout_s=10.0, clock=lockstep.clock) as client:
+        gen = client.generate("Hello world number", {"max_new_tokens": 24, "temperature": 0})
     assert gen.completion_tokens == 24
     assert gen.spec_verify_ct == 23
     assert gen.chunks == 24  # one streamed message per token: the drafter (random) never hit
     assert gen.first_tokens == 1
     assert gen.finish_reason == "length"
     assert gen.server_e2e_s == pytest.approx(0.23023245400000292)
-    # The first message arrived in the 2nd recv (the 1st was the headers), the final one in
-    # the 25th: the client's clock must land on those, not on 512-byte block boundaries. The
-    # decode window is timed on the server's clock alone; TTFT also holds the request's own
-    # trip (a few ms on a busy 2-core box).
-    assert gen.e2e_s - gen.ttft_s == pytest.approx(rec.stamps[-2][0] - rec.stamps[1][0],
-                                                   abs=0.003)
-    assert rec.stamps[1][0] <= gen.ttft_s < rec.stamps[1][0] + 0.02
-    assert len(gen.arrivals_s) == 24
+    # Real SGLang sent the first message in the 2nd piece (the 1st was the headers) and the
+    # final one in the 25th, one chunk each (the 25th also holds [DONE]'s chunk): the client
+    # times each message by the read that carried it, after its piece began to go out and
+    # before the next one did (the replay waits for that reading), not on 512-byte block
+    # boundaries or at the end of the body.
+    assert lockstep.stalled == []
+    ((_, sent),) = server_.served
+    start, *reads = lockstep.stamps
+    assert len(reads) == 25  # 24 messages, then [DONE]
+    messages = reads[:24]
+    assert gen.arrivals_s == tuple(r - start for r in messages)
+    assert (gen.ttft_s, gen.e2e_s) == (messages[0] - start, messages[-1] - start)
+    for piece, read in enumerate(messages, start=1):
+        assert sent[piece] <= read < sent[piece + 1]
     assert gen.meta_info["spec_correct_drafts_histogram"] == [23]
     # every message carries the whole answer so far: the last one has all 24 ids
     assert gen.output_ids == (877, 813) * 12

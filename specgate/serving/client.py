@@ -86,9 +86,11 @@ class SGLangClient:
     """Talks to one SGLang server; every failure becomes a ServerError that says what happened."""
 
     def __init__(self, base_url: str, api_key: str | None = None,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, *,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.clock = clock  # what requests and streamed messages are timed by
         self._session = requests.Session()
         self._api_key = api_key
         self._keyed = bool(api_key)
@@ -101,7 +103,7 @@ class SGLangClient:
     def clone(self) -> SGLangClient:
         """Another client of the same server with its own session, so its own connection: one
         per stream when several requests are in flight at once."""
-        return SGLangClient(self.base_url, self._api_key, self.timeout_s)
+        return SGLangClient(self.base_url, self._api_key, self.timeout_s, clock=self.clock)
 
     def __enter__(self) -> SGLangClient:
         return self
@@ -171,18 +173,18 @@ class SGLangClient:
         """POST /generate; streamed calls time the first chunk (TTFT) and the final message."""
         payload = {"text": text, "sampling_params": sampling_params, "stream": stream}
         url = self._url("/generate")
-        start = time.perf_counter()
+        start = self.clock()
         resp = self._request("POST", "/generate", json=payload, stream=stream)
         try:
             _raise_for_status("POST", url, resp)
             if not stream:
                 body = _object(resp, url)
                 _raise_embedded_error(url, body)
-                end = time.perf_counter()
+                end = self.clock()
                 meta = _meta(url, body)
                 return Generation(str(body.get("text", "")), meta, end - start, end - start, 1,
                                   output_ids=_output_ids(body.get("output_ids"), meta))
-            return _read_stream(url, resp, start)
+            return _read_stream(url, resp, start, self.clock)
         finally:
             resp.close()
 
