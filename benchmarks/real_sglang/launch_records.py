@@ -8,8 +8,12 @@ request's completion tokens and the server's own `e2e_latency`, the client's wal
 ready, the GPU's clocks, power and memory around the measurement, and the weight bytes a decode
 step reads (from the target's config).
 
-    python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION] ... [--launches 5]
-        [--requests 16] [--tokens 128] [--deadline EPOCH] [-- SGLANG FLAGS...]
+    python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT]] ...
+        [--launches 5] [--requests 16] [--tokens 128] [--deadline EPOCH]
+        [--launcher "PYTHON -m sglang.launch_server"] [-- SGLANG FLAGS...]
+
+LOAD_FORMAT (e.g. dummy) is passed as --load-format for that target alone, so a real checkpoint
+and generated configs can be launched in turn in one run.
 
 OUT.json is rewritten after every launch, so a run cut short keeps what it measured.
 """
@@ -135,20 +139,26 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--target", action="append", required=True,
-                        help="NAME=DIR[,MEM_FRACTION] (repeat for several targets)")
+                        help="NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT]] (repeat for several "
+                             "targets)")
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--deadline", type=float, default=math.inf,
                         help="Unix time after which no new launch starts")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--launcher", default=None,
+                        help="the server command before its flags (default: PYTHON -m "
+                             "sglang.launch_server, PYTHON from --python)")
     ns = parser.parse_args(argv)
+    launcher = (ns.launcher.split() if ns.launcher
+                else [ns.python, "-m", "sglang.launch_server"])
     targets = []
     for item in ns.target:
         name, _, rest = item.partition("=")
-        folder, _, fraction = rest.partition(",")
+        folder, fraction, load_format = [*rest.split(","), "", ""][:3]
         config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-        targets.append((name, folder, fraction or "0.3", config))
+        targets.append((name, folder, fraction or "0.3", load_format, config))
     doc: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "method": {"requests_per_launch": ns.requests, "max_new_tokens": ns.tokens,
@@ -156,16 +166,17 @@ def main(argv: list[str] | None = None) -> int:
                    "rate": "completion_tokens / e2e_latency (the server's own clock)",
                    "order": "targets in turn, launch by launch", "server_flags": extra},
         "targets": {name: {"path": folder, "mem_fraction_static": fraction,
+                           "load_format": load_format or "auto",
                            "weight_bytes": weight_bytes(config),
                            "config": {k: config.get(k) for k in (
                                "hidden_size", "num_hidden_layers", "num_attention_heads",
                                "num_key_value_heads", "head_dim", "intermediate_size",
                                "vocab_size")}, "launches": []}
-                    for name, folder, fraction, config in targets},
+                    for name, folder, fraction, load_format, config in targets},
     }
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     for launch in range(ns.launches):
-        for name, folder, fraction, _ in targets:
+        for name, folder, fraction, load_format, _ in targets:
             if time.time() > ns.deadline:
                 doc["stopped"] = f"deadline reached before launch {launch} of {name}"
                 ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -173,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             port = free_port()
             log = ns.out.parent / f"{name}-{launch}.log"
-            argv_server = [ns.python, "-m", "sglang.launch_server", "--model-path", folder,
+            argv_server = [*launcher, "--model-path", folder,
                            "--host", "127.0.0.1", "--port", str(port),
-                           "--mem-fraction-static", fraction, *extra]
+                           "--mem-fraction-static", fraction,
+                           *(["--load-format", load_format] if load_format else []), *extra]
             started = time.time()
             with log.open("wb") as fh:
                 proc = subprocess.Popen(argv_server, stdout=fh, stderr=subprocess.STDOUT,

@@ -1,16 +1,19 @@
 #!/bin/bash
 # Launch records on real SGLang 0.5.17 (launch_records.py): each target launched LAUNCHES times in
-# turn and every launch measured by the same single-stream requests, first the 8B-shaped target,
-# then the 1B-shaped one. Targets from make_tiny.py, served with `--load-format dummy` (a decode
-# step reads as many bytes as real weights would), decode CUDA graphs to batch 4.
+# turn (8B-shaped, 1B-shaped, SmolLM2-135M-Instruct, then again) and every launch measured by the
+# same single-stream requests. The 8B- and 1B-shaped targets come from make_tiny.py and are served
+# with `--load-format dummy` (a decode step reads as many bytes as real weights would); SmolLM2 is
+# the real checkpoint. Decode CUDA graphs to batch 4.
 #
-#   bash benchmarks/real_sglang/launch_records.sh [--launches N] [--budget SECONDS]
+#   SMOLLM2_DIR=DIR bash benchmarks/real_sglang/launch_records.sh [--launches N] [--budget SECONDS]
 #
+# SMOLLM2_DIR: a Hugging Face folder of SmolLM2-135M-Instruct (config.json, safetensors,
+#   tokenizer); unset: the two generated targets alone.
 # --launches N: launches per target (default 5).
 # --budget SECONDS: start no launch within 75 s of this many seconds from the start (a launch and
 #   its measurement take 60-80 s on an H200); default: no limit.
-# Environment: see env.sh. Writes $OUT/launch-records-<target>.json (rewritten after every
-# launch) and $OUT/launch-records.log.
+# Environment: see env.sh. Writes $OUT/launch-records.json (rewritten after every launch), one
+# server log per launch and $OUT/launch-records.log.
 set -u
 BUDGET=
 LAUNCHES=5
@@ -27,14 +30,18 @@ RS_SIM=0
 if [ ! -e "$WORK/tiny/mid/config.json" ]; then
   "$PY" "$HERE/make_tiny.py" "$WORK/tiny" || exit 6
 fi
-FLAGS=(--load-format dummy --attention-backend triton --sampling-backend pytorch
+FLAGS=(--attention-backend triton --sampling-backend pytorch
        --grammar-backend none --cuda-graph-max-bs-decode 4 --cuda-graph-backend-prefill disabled
        --dtype bfloat16 --context-length 2048 --max-total-tokens 65536)
+TARGETS=(--target "llama8b-shapes=$WORK/tiny/big,0.5,dummy"
+         --target "llama1b-shapes=$WORK/tiny/mid,0.3,dummy")
+if [ -n "${SMOLLM2_DIR:-}" ]; then
+  [ -e "$SMOLLM2_DIR/config.json" ] || { echo "SMOLLM2_DIR=$SMOLLM2_DIR: no config.json there"; exit 2; }
+  TARGETS+=(--target "smollm2-135m-instruct=$SMOLLM2_DIR,0.3")
+else
+  echo "SMOLLM2_DIR is not set: launching the two generated targets alone"
+fi
 DEADLINE=$(( T0 + ${BUDGET:-604800} - 75 ))
-"$PY" "$HERE/launch_records.py" "$OUT/launch-records-llama8b-shapes.json" \
-  --target "llama8b-shapes=$WORK/tiny/big,0.5" --launches "$LAUNCHES" --deadline "$DEADLINE" \
-  --python "$PY" -- "${FLAGS[@]}"
-"$PY" "$HERE/launch_records.py" "$OUT/launch-records-llama1b-shapes.json" \
-  --target "llama1b-shapes=$WORK/tiny/mid,0.3" --launches "$LAUNCHES" --deadline "$DEADLINE" \
-  --python "$PY" -- "${FLAGS[@]}"
+"$PY" "$HERE/launch_records.py" "$OUT/launch-records.json" "${TARGETS[@]}" \
+  --launches "$LAUNCHES" --deadline "$DEADLINE" --python "$PY" -- "${FLAGS[@]}"
 echo "total $(( $(date +%s) - T0 )) s"
