@@ -103,7 +103,9 @@ def test_the_demo_at_three_levels_plots_the_curve_and_gates_at_one(tmp_path):
     curve = claims["spec.speedup"]["details"]["curve"]
     assert curve["crossover"]["pays_up_to"] == 4
     assert curve["crossover"]["stops_at"] == 16
-    assert [level["verdict"] for level in curve["levels"]] == ["pays", "pays", "costs"]
+    assert [level["verdict"] for level in curve["levels"]] == ["pays", "pays", "costs"], [
+        (level["concurrency"], level["speedup"], level["speedup_within_launch"])
+        for level in curve["levels"]]
     results = tmp_path / "reports" / "allure-results"
     speedup = next(json.loads(p.read_text()) for p in results.glob("*-result.json")
                    if json.loads(p.read_text())["name"] == "spec.speedup")
