@@ -5,14 +5,17 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import fault_support as fh
 import pytest
+import sim_support
 
 from specgate.claims import levels
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.results import ConfigRun, Failure, LiveResults
+from specgate.testing.simulator import model
 
 # Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_levels")
@@ -88,9 +91,14 @@ def test_a_server_that_did_not_start_breaks_every_level_with_its_reason():
 def test_the_demo_at_three_levels_plots_the_curve_and_gates_at_one(tmp_path):
     """pytest -m probe --profile demo-concurrency: the gate's claims pass at one stream, the
     drafter pays at 4 and stops paying by 16, and the verdict and the report say so."""
-    run = fh.run_probe(fh.REPO / "specgate" / "profiles" / "demo-concurrency.toml",
-                       tmp_path / "reports", timeout_s=300,
-                       env=fh.child_env(SPECGATE_CACHE=str(tmp_path / "cache")))
+    def probe(reports: Path, truth: Path) -> fh.ProbeRun:
+        return fh.run_probe(fh.REPO / "specgate" / "profiles" / "demo-concurrency.toml",
+                            reports, timeout_s=300,
+                            env=fh.child_env(SPECGATE_CACHE=str(tmp_path / "cache"),
+                                             **{model.ENV_TRUTH: str(truth)}))
+
+    # The curve's verdicts are the simulator's only when the machine kept its schedule.
+    run, reports, _ = sim_support.on_schedule(probe, tmp_path)
     assert not run.timed_out, run.output[-3000:]
     claims = run.claims()
     assert claims["spec.speedup"]["status"] == "passed"
@@ -106,11 +114,11 @@ def test_the_demo_at_three_levels_plots_the_curve_and_gates_at_one(tmp_path):
     assert [level["verdict"] for level in curve["levels"]] == ["pays", "pays", "costs"], [
         (level["concurrency"], level["speedup"], level["speedup_within_launch"])
         for level in curve["levels"]]
-    results = tmp_path / "reports" / "allure-results"
+    results = reports / "allure-results"
     speedup = next(json.loads(p.read_text()) for p in results.glob("*-result.json")
                    if json.loads(p.read_text())["name"] == "spec.speedup")
     assert "speed-up against concurrency" in {a["name"] for a in speedup["attachments"]}
-    live = json.loads((tmp_path / "reports" / "live" / "results.json").read_text())
+    live = json.loads((reports / "live" / "results.json").read_text())
     assert sorted(live["speculative"]["levels"]) == ["16", "4"]
     assert re.search(r"spec\.speedup@c16: \[simulated server\] at 16 in flight: ", run.output)
 
@@ -119,14 +127,18 @@ def test_the_demo_at_three_levels_plots_the_curve_and_gates_at_one(tmp_path):
 def test_the_gate_measures_and_judges_the_gates_level_only(tmp_path):
     """pytest -m gate --profile demo-concurrency: no claim of another level is selected, so no
     other level is measured, and the gate passes at one stream."""
-    run = fh.run_probe(fh.REPO / "specgate" / "profiles" / "demo-concurrency.toml",
-                       tmp_path / "reports", timeout_s=300, select="gate",
-                       env=fh.child_env(SPECGATE_CACHE=str(tmp_path / "cache")))
+    def probe(reports: Path, truth: Path) -> fh.ProbeRun:
+        return fh.run_probe(fh.REPO / "specgate" / "profiles" / "demo-concurrency.toml",
+                            reports, timeout_s=300, select="gate",
+                            env=fh.child_env(SPECGATE_CACHE=str(tmp_path / "cache"),
+                                             **{model.ENV_TRUTH: str(truth)}))
+
+    run, reports, _ = sim_support.on_schedule(probe, tmp_path)
     assert not run.timed_out, run.output[-3000:]
     assert run.verdict["outcome"] == "passed", run.output[-3000:]
     assert run.returncode == 0
     assert not [cid for cid in run.claims() if "@c" in cid]
-    live = json.loads((tmp_path / "reports" / "live" / "results.json").read_text())
+    live = json.loads((reports / "live" / "results.json").read_text())
     for config in ("baseline", "speculative"):
         assert live[config]["levels"] == {}
         assert live[config]["measurement"]["concurrency"] == 1

@@ -22,14 +22,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def seeds_verdict(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    reports = tmp_path_factory.mktemp("seeds-reports")
-    truth = reports.parent / f"{reports.name}-truth.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "probe", "--profile",
-         str(ROOT / "specgate" / "profiles" / "seeds-replay.toml"), f"--reports={reports}", "-q",
-         "-p", "no:cacheprovider"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, model.ENV_TRUTH: str(truth)})
+    def probe(reports: Path, truth: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "probe", "--profile",
+             str(ROOT / "specgate" / "profiles" / "seeds-replay.toml"), f"--reports={reports}",
+             "-q", "-p", "no:cacheprovider"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env={**os.environ, model.ENV_TRUTH: str(truth)})
+
+    # The story's timed figures are the simulator's only when the machine kept its schedule.
+    proc, reports, truth = sim_support.on_schedule(probe, tmp_path_factory.mktemp("seeds"))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((reports / "verdict.json").read_text())
     doc["_stdout"] = proc.stdout
