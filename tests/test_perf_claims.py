@@ -504,7 +504,7 @@ def test_a_margin_within_the_launch_spread_fails_as_inconclusive_and_says_so():
         assert result.reason == "within_launch_spread"
         assert "lies within the launch-to-launch spread it leaves out" in result.message
         assert "not a confident pass" in result.message
-        assert "the prior (" in result.message
+        assert "the prior of host-bound targets (" in result.message
         low, high = result.details["launch_spread"]["within_launch_ci"]
         assert low <= high
     speedup = next(r for r in first if r.id == "spec.speedup")
