@@ -365,6 +365,10 @@ def test_a_measured_baseline_on_named_gpus_classes_the_deployment(machine: Path,
     found = live.classify(planned, _run(212.0))
     assert found.kind == "GPU-bound", found.line()
     assert found.line().startswith("GPU-bound: 62 % of the H200's memory bandwidth")
+    coverage = launches.coverage(drift.Settings(), [], launches.Keys(None, None),
+                                 deployment=found)
+    assert (coverage.baseline.prior, coverage.speculative.prior) == ("GPU-bound", "host-bound")
+    assert coverage.deployment == found
     assert live.classify(planned, _run(20.0)).kind == "host-bound"
     # The simulator's tok/s are no GPU's.
     assert live.classify(dataclasses.replace(planned, simulated=True), _run()).line() == \
