@@ -306,18 +306,22 @@ def test_a_coverage_names_the_class_and_round_trips_through_json(llama8b: Path) 
 
 # -- the first probe: where the class is taken ----------------------------------------------------
 
-def _measured(tps: float) -> Measurement:
-    """Single-stream requests that decode at exactly `tps`."""
-    samples = [RequestSample(repeat, f"p{i}", "chat", 10, 83, None, 0.05, 0.05 + 82 / tps, None,
-                             "stop", 10) for repeat in (1, 2) for i in range(3)]
+def _measured(tps: float, *, burst: bool = False) -> Measurement:
+    """Single-stream requests that decode at exactly `tps` (burst: their messages all arrive
+    at the end, as through a buffering proxy)."""
+    ttft, gap = (5.0, 1e-5) if burst else (0.05, None)
+    samples = [RequestSample(repeat, f"p{i}", "chat", 10, 83, None, ttft, ttft + 82 / tps, None,
+                             "stop", 10, median_gap_s=gap)
+               for repeat in (1, 2) for i in range(3)]
     return build_measurement(config="baseline", url="http://x",
                              template=template_named("plain", "test"),
                              sampling=Sampling(max_repeats=2), samples=samples)
 
 
 def _run(tps: float | None = 212.0, *, names: tuple[str, ...] = (H200,),
-         failure: Failure | None = None, attached: bool = False) -> ConfigRun:
-    measured = None if tps is None else _measured(tps)
+         failure: Failure | None = None, attached: bool = False,
+         burst: bool = False) -> ConfigRun:
+    measured = None if tps is None else _measured(tps, burst=burst)
     check = None if attached else GpuCheck(True, "GPUs [0] checked", gpus=(0,), names=names)
     return ConfigRun("baseline", measurement=measured, failure=failure, gpu=check,
                      attached=attached)
@@ -388,6 +392,14 @@ def test_a_failed_baseline_keeps_the_host_bound_prior_and_says_why(machine: Path
     assert coverage.baseline.prior == coverage.speculative.prior == "host-bound"
     assert "this deployment: unknown (the baseline gave no single-stream tok/s" in \
         coverage.describe("speedup")
+    # A baseline measured but failed afterwards (its stop) is broken in its claims: not used.
+    stopped = live.classify(planned, _run(212.0, failure=Failure("stop", "did not exit")))
+    assert stopped.line() == ("unknown: the baseline gave no single-stream tok/s (failed during "
+                              "stop: did not exit)")
+    # Buffered streams time the buffer, not the server (perf.baseline_tps is broken then too).
+    bursty = live.classify(planned, _run(28_000.0, burst=True))
+    assert bursty.line() == ("unknown: the baseline's streams arrived in bursts, so its tok/s is "
+                             "not the server's")
     attached = live.classify(planned, _run(212.0, attached=True))
     assert attached.line() == ("unknown: no GPU name (the baseline server is attached, not "
                                "launched here)")

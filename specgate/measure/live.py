@@ -155,11 +155,16 @@ def classify(plan: LivePlan, baseline: ConfigRun) -> deployment.Deployment:
     if plan.simulated or baseline.simulated:
         return deployment.unknown("no GPU name (simulated server)")
     single = baseline.at(1)
-    stat = single.measurement.stat("tps") if single.measurement is not None else None
-    if stat is None or single.failure is not None:
+    measured = single.measurement
+    stat = measured.stat("tps") if measured is not None else None
+    if stat is None or single.failure is not None or measured is None:
+        # A failure at any stage makes the baseline's claims broken: its figure is not used.
         why = (f"failed during {single.failure.stage}: {single.failure.message}"
                if single.failure is not None else "no decode tokens timed")
         return deployment.unknown(f"the baseline gave no single-stream tok/s ({why})")
+    if measured.bursts * 2 >= len(measured.samples):
+        return deployment.unknown("the baseline's streams arrived in bursts, so its tok/s is "
+                                  "not the server's")
     check = baseline.gpu
     if check is None or not check.names:
         why = ("the baseline server is attached, not launched here" if baseline.attached
