@@ -504,13 +504,48 @@ def test_a_margin_within_the_launch_spread_fails_as_inconclusive_and_says_so():
         assert result.reason == "within_launch_spread"
         assert "lies within the launch-to-launch spread it leaves out" in result.message
         assert "not a confident pass" in result.message
-        assert "the prior (" in result.message
+        assert "the prior of host-bound targets (" in result.message
         low, high = result.details["launch_spread"]["within_launch_ci"]
         assert low <= high
     speedup = next(r for r in first if r.id == "spec.speedup")
     judged, within = speedup.details["speedup"], speedup.details["speedup_within_launch"]
     assert judged["ci_low"] < 1.0 < within["ci_low"]
     assert speedup.details["launch_spread"]["baseline"]["source"] == "prior"
+
+
+def test_a_gpu_bound_deployment_is_judged_with_the_narrow_prior_and_says_its_class():
+    """The case above on a deployment classed GPU-bound: the prior of GPU-bound launches (under
+    1 %) leaves the baseline's margin over its minimum clear, where the host-bound prior made
+    it inconclusive."""
+    from specgate.measure import deployment
+
+    base, spec = _faster(1.12)
+    profile = _profile(baseline_tps_min=82.0, accept_len_min="breakeven")
+    found = deployment.classify(tps=100.0, gpu_names=["NVIDIA H200"],
+                                step=deployment.StepBytes(30e9))
+    assert found.kind == "GPU-bound"
+    coverage = drift.prior_coverage("ab", found)
+    with _no_plots():
+        results = {claim.__name__: claim(profile, _live(base, spec, coverage=coverage))
+                   for claim in TIMED}
+    baseline = results["baseline_tps_claim"]
+    assert baseline.status is Status.PASSED, baseline.message
+    assert "the prior of GPU-bound targets (9 launches" in baseline.message
+    assert baseline.message.endswith(
+        ". Deployment: GPU-bound: 62 % of the H200's memory bandwidth (30.00 GB a step × "
+        "100 tok/s, against 4.8 TB/s)")
+    assert baseline.details["deployment"]["class"] == "GPU-bound"
+    # The speculative server's cycle has no GPU-bound launches yet: its prior stays the
+    # host-bound one, and the speed-up's launch term is that and the baseline's narrow one.
+    speedup = results["speedup_claim"]
+    assert "the prior of host-bound targets (" in speedup.message
+    assert "no speculative cycle of a GPU-bound target measured over launches yet" in \
+        speedup.message
+    assert "this deployment: GPU-bound, 62 % of memory bandwidth" in speedup.message
+    cycle, tps = drift.prior("cycle_ms"), drift.prior("tps", "GPU-bound")
+    assert speedup.details["launch_spread"]["sd"] == pytest.approx(
+        math.hypot(cycle.sd, tps.sd), rel=1e-4)
+    assert speedup.details["launch_spread"]["sd"] < math.hypot(cycle.sd, drift.prior("tps").sd)
 
 
 def test_a_result_without_a_coverage_is_judged_with_the_prior():

@@ -165,6 +165,12 @@ def _covers(covered: drift.Covered) -> str:
     return f"; the interval includes the {covered.describe()}"
 
 
+def _deployment_text(live: LiveResults) -> str:
+    """The sentence perf.baseline_tps ends with: the deployment's class from this baseline
+    (measure/deployment.py), which picked the prior of the launch-to-launch spread."""
+    return f". Deployment: {live.deployment.line()}"
+
+
 def _attachments(live: LiveResults, *runs: ConfigRun) -> tuple[Attachment, ...]:
     out = []
     for run in runs:
@@ -402,8 +408,10 @@ def baseline_tps_claim(profile: Profile, live: LiveResults, *,
                f"{tps.cv * 100:.1f} %, n = {tps.n}), {passes}" if tps.has_interval else
                f"baseline {tps.describe('tok/s', 1)}, {passes}")
     threshold = profile.thresholds.baseline_tps_min
+    found = live.deployment
     details: dict[str, Any] = {"tps": covered.judged.to_json(), "tps_within_launch": tps.to_json(),
-                               "launch_spread": covered.details(), "template": got.template}
+                               "launch_spread": covered.details(), "template": got.template,
+                               "deployment": found.to_json()}
     total = got.stat("total_tps")
     if got.concurrency > 1 and total is not None:
         figures += (f"; per request, with {got.load_text()}; the server's total output "
@@ -420,19 +428,21 @@ def baseline_tps_claim(profile: Profile, live: LiveResults, *,
         details["baseline_reuse"] = dict(reuse)
     if not thresholded:
         return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; reported, not judged: "
-                              "[thresholds] baseline_tps_min applies at the gate's concurrency",
+                              "[thresholds] baseline_tps_min applies at the gate's concurrency"
+                              + _deployment_text(live),
                               observed=round(tps.mean, 2), unit="tok/s", details=details,
                               attachments=attachments, reason="reported")
     if threshold is None:
         return claims.skipped(cid, PHASE, _sim(live) + f"{figures}; no [thresholds] "
                               "baseline_tps_min is set, so there is nothing to judge"
-                              + _covers(covered),
+                              + _covers(covered) + _deployment_text(live),
                               observed=round(tps.mean, 2), unit="tok/s", details=details,
                               attachments=attachments)
     ok, how, fail_reason = _judge_covered(covered, threshold)
     word = "meets" if ok else "does not meet"
     return claims.judged(ok, cid, PHASE, _sim(live) + f"{figures}: {word} the minimum "
-                         f"{threshold:g} tok/s — {how}{_covers(covered)}",
+                         f"{threshold:g} tok/s — {how}{_covers(covered)}"
+                         + _deployment_text(live),
                          observed=round(tps.mean, 2), expected=f">= {threshold:g}", unit="tok/s",
                          details=details, attachments=attachments, fail_reason=fail_reason)
 

@@ -106,8 +106,9 @@ DESCRIPTIONS: dict[str, str] = {
     "bench.launch_spread": ("the launch-to-launch spread the timed claims' intervals add "
                             "(docs/claims.md): `learned` from this deployment's earlier "
                             "launches in REPORTS/history/launches.jsonl and its stored "
-                            "baselines, the prior from real SGLang (11 % for baseline tok/s, "
-                            "12 % for the verify cycle) until there are enough; or a fraction "
+                            "baselines, the prior from real SGLang of the deployment's class "
+                            "until there are enough (baseline tok/s 0.6 % on a GPU-bound "
+                            "deployment, 11 % otherwise; 12 % for the verify cycle); or a fraction "
                             "you know for this deployment (the standard deviation of ln tok/s "
                             "between launches, e.g. 0.05)"),
     "bench.launch_spread_min_launches": ("launches of one configuration (or as many degrees "

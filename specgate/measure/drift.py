@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
 from specgate.io.launch_log import LaunchRecord
+from specgate.measure.deployment import Deployment, Kind, kind_of
 from specgate.measure.stats import Summary, percent, t_quantile
 
 Source = Literal["learned", "updated", "prior", "profile"]
@@ -39,10 +40,15 @@ DESIGN_SPOKEN: dict[str, str] = {"ab": "A–B (baseline, then speculative)",
                                  "interleaved": "interleaved (both servers resident, their "
                                                 "requests alternating)"}
 
-# The prior: launches of one configuration each on real SGLang 0.5.17, one H200, decode tok/s of
-# the baseline and verify cycle (ms) of the speculative server, as committed under
+# The priors: launches of one configuration each on real SGLang 0.5.17, one H200, decode tok/s
+# of the baseline and verify cycle (ms) of the speculative server, as committed under
 # benchmarks/results/ (the folder named in each key). A group is one configuration launched
-# several times; the prior is the pooled standard deviation of ln(figure) within groups.
+# several times; a prior is the pooled standard deviation of ln(figure) within groups. There is
+# one prior per class of deployment (measure/deployment.py): the class says how much of the
+# GPU's memory bandwidth the single-stream decode uses, and a decode bound by the GPU's memory
+# moves far less between launches than one bound by the host.
+#
+# Host-bound targets (each used 4 % of the H200's memory bandwidth or less).
 PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     "tps": {
         # 2026-11-30-h200-tiny-llama-4l: probes of drafters 129k (twice), 507k-b, the tune of
@@ -70,7 +76,36 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         "SmolLM2-135M-Instruct, trained drafter, s3-k1-d4": (4.1208, 4.2827),
     },
 }
+# GPU-bound targets: Llama-3-8B layer shapes, single-stream decode reading about 3.0 TB/s of
+# weights, 62 % of the H200's 4.8 TB/s, each launch measured by the same 16 greedy requests of
+# 128 tokens. No verify cycle of a GPU-bound target has been measured over launches yet: its
+# prior stays the host-bound one (the wider, the safe side).
+GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
+    "tps": {
+        # 2026-12-03-h200-llama-shapes-dummy/launch-records: dummy bf16 weights (13.97 GB a
+        # step), 5 launches, median tok/s per launch
+        "Llama-3-8B shapes, dummy weights": (212.05, 211.91, 210.42, 212.51, 212.04),
+        # 2026-12-03, the same H200 and SGLang: random real bf16 weights of Llama-3-8B's shapes
+        # (14 GB), 4 launches, median tok/s per launch
+        "Llama-3-8B shapes, random weights": (207.0, 209.6, 206.8, 210.4),
+    },
+    "cycle_ms": {},
+}
 PRIOR_SOURCE = "real SGLang on an H200, docs/claims.md"
+# The prior each class of deployment takes, by figure. Between the classes there is one launch
+# of data (a target at 36 % of the memory bandwidth) and no spread: it keeps the host-bound
+# prior, as an unknown class does; the wide prior is the safe side.
+Prior = Literal["GPU-bound", "host-bound"]
+PRIORS: dict[Prior, dict[str, dict[str, tuple[float, ...]]]] = {
+    "GPU-bound": GPU_BOUND_LAUNCHES, "host-bound": PRIOR_LAUNCHES}
+
+
+def prior_of(figure: str, kind: Kind) -> Prior:
+    """The prior a class of deployment takes for a figure: the GPU-bound one only where there
+    are GPU-bound launches of that figure."""
+    if kind == "GPU-bound" and GPU_BOUND_LAUNCHES.get(figure):
+        return "GPU-bound"
+    return "host-bound"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,19 +136,27 @@ class Spread:
     launches: int = 0  # this deployment's launches it was learned from
     configurations: int = 0  # the configurations (groups) those launches were of
     prior_launches: int = 0  # launches behind the prior, where the prior takes part
+    prior: Prior = "host-bound"  # whose launches the prior is pooled from
+    # The class of deployment the prior was chosen for (a GPU-bound deployment's verify cycle
+    # takes the host-bound prior: no GPU-bound launches of it yet).
+    kind: Kind = "unknown"
 
     def describe(self) -> str:
         value = f"{SPOKEN.get(self.figure, self.figure)} {self.sd * 100:.1f} %"
         of = (f"{self.launches} launches of {self.configurations} configurations"
               if self.configurations > 1 else f"{self.launches} launches")
-        prior_of = f"{self.prior_launches} launches of {PRIOR_SOURCE}"
+        prior_of = f"the prior of {self.prior} targets ({self.prior_launches} launches of " \
+                   f"{PRIOR_SOURCE}"
+        if self.kind == "GPU-bound" and self.prior != "GPU-bound":
+            prior_of += f"; no {SPOKEN.get(self.figure, self.figure)} of a GPU-bound target " \
+                        "measured over launches yet"
         if self.source == "learned":
             return f"{value}, learned from {of} of this deployment"
         if self.source == "updated":
-            return f"{value}, the prior ({prior_of}) updated with {of} of this deployment"
+            return f"{value}, {prior_of}) updated with {of} of this deployment"
         if self.source == "profile":
             return f"{value}, set in the profile ([bench] launch_spread)"
-        return f"{value}, the prior ({prior_of}; none of this deployment's yet)"
+        return f"{value}, {prior_of}; none of this deployment's yet)"
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -127,13 +170,23 @@ class Spread:
                    df=math.inf if df is None else float(df),
                    source=_source(str(data["source"])), launches=int(data.get("launches", 0)),
                    configurations=int(data.get("configurations", 0)),
-                   prior_launches=int(data.get("prior_launches", 0)))
+                   prior_launches=int(data.get("prior_launches", 0)),
+                   prior=_prior(str(data.get("prior", "host-bound"))),
+                   kind=kind_of(str(data.get("kind", "unknown"))))
 
 
 def _design(value: str) -> Design:
     if value == "aba":
         return "aba"
     return "interleaved" if value == "interleaved" else "ab"
+
+
+def _prior(value: str) -> Prior:
+    if value == "GPU-bound":
+        return "GPU-bound"
+    if value == "host-bound":
+        return "host-bound"
+    raise ValueError(f"unknown prior {value!r}")
 
 
 def _source(value: str) -> Source:
@@ -159,14 +212,17 @@ def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int, int]:
     return (math.sqrt(squares / df) if df else math.nan), df, launches, used
 
 
-def prior(figure: str) -> Spread:
-    """The prior spread of a figure, pooled from PRIOR_LAUNCHES."""
-    sd, df, launches, _ = pooled_sd(PRIOR_LAUNCHES[figure].values())
-    return Spread(figure, sd, float(df), "prior", prior_launches=launches)
+def prior(figure: str, kind: Kind = "unknown") -> Spread:
+    """The prior spread of a figure for a class of deployment (prior_of), pooled from its
+    launches."""
+    which = prior_of(figure, kind)
+    sd, df, launches, _ = pooled_sd(PRIORS[which][figure].values())
+    return Spread(figure, sd, float(df), "prior", prior_launches=launches, prior=which,
+                  kind=kind)
 
 
 def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | None,
-          deployment: str | None, min_launches: int) -> Spread:
+          deployment: str | None, min_launches: int, kind: Kind = "unknown") -> Spread:
     """The spread of a configuration's figure from the logged launches.
 
     The baseline's launches are those of its fingerprint. The speculative server's are those of
@@ -178,7 +234,7 @@ def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | No
     noise within a launch (their mean standard error): below that it is luck.
     """
     figure = FIGURE[config]
-    start = prior(figure)
+    start = prior(figure, kind)
     if fingerprint is None:
         return start
     groups: dict[str, list[float]] = {}
@@ -198,10 +254,11 @@ def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | No
         return start
     floor = statistics.fmean(within) if within else 0.0
     if df >= max(min_launches - 1, 1):
-        return Spread(figure, max(sd, floor), float(df), "learned", launches, used)
+        return Spread(figure, max(sd, floor), float(df), "learned", launches, used,
+                      prior=start.prior, kind=kind)
     mixed = math.sqrt((start.df * start.sd**2 + df * sd**2) / (start.df + df))
     return Spread(figure, max(mixed, floor), start.df + df, "updated", launches, used,
-                  start.prior_launches)
+                  start.prior_launches, start.prior, kind)
 
 
 def fixed(figure: str, sd: float) -> Spread:
@@ -256,6 +313,9 @@ class Coverage:
     baseline_launches: int = 1  # launches the baseline's figures pool
     bracket: Bracket | None = None
     note: str = ""  # e.g. why an A–B–A run has one baseline launch
+    # The deployment's class from this run's baseline (measure/deployment.py), which picked the
+    # priors; None: not classified (a coverage known before the baseline was measured).
+    deployment: Deployment | None = None
 
     def bounded(self, spread: Spread) -> Spread:
         """A spread no smaller than the one this run's own two baseline launches show: the
@@ -289,6 +349,9 @@ class Coverage:
                          "for both servers")
         if self.note:
             text += f"; {self.note}"
+        if self.deployment is not None and any(p.source in ("prior", "updated")
+                                               for p in parts):
+            text += f"; this deployment: {self.deployment.short()}"
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -296,7 +359,8 @@ class Coverage:
                 "speculative": self.speculative.to_json(),
                 "baseline_launches": self.baseline_launches,
                 "bracket": None if self.bracket is None else dataclasses.asdict(self.bracket),
-                "note": self.note}
+                "note": self.note,
+                "deployment": None if self.deployment is None else self.deployment.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Coverage:
@@ -306,12 +370,17 @@ class Coverage:
                    speculative=Spread.from_json(data["speculative"]),
                    baseline_launches=int(data.get("baseline_launches", 1)),
                    bracket=Bracket(**bracket) if bracket else None,
-                   note=str(data.get("note", "")))
+                   note=str(data.get("note", "")),
+                   deployment=Deployment.from_json(data["deployment"])
+                   if data.get("deployment") else None)
 
 
-def prior_coverage(design: Design = "ab") -> Coverage:
-    """The coverage of a run that knows nothing of its deployment's launches."""
-    return Coverage(design, prior("tps"), prior("cycle_ms"))
+def prior_coverage(design: Design = "ab", deployment: Deployment | None = None) -> Coverage:
+    """The coverage of a run that knows nothing of its deployment's launches: the priors of its
+    class (the host-bound ones when it is not classified)."""
+    kind: Kind = deployment.kind if deployment is not None else "unknown"
+    return Coverage(design, prior("tps", kind), prior("cycle_ms", kind),
+                    deployment=deployment)
 
 
 def widen(summary: Summary, term: Term) -> Summary:

@@ -14,6 +14,7 @@ from specgate.io import launch_log
 from specgate.io.launch_log import LaunchRecord
 from specgate.measure import drift, reuse
 from specgate.measure.bench import Measurement, Sampling, build_measurement
+from specgate.measure.deployment import Deployment, Kind
 from specgate.measure.prompts import ChatTemplate
 from specgate.measure.stats import Summary, t_quantile
 from specgate.serving.launch import Config, ServerPlan
@@ -135,9 +136,11 @@ def _stored_launch(reports_dir: Path, key: str | None) -> LaunchRecord | None:
 
 def coverage(settings: drift.Settings, records: list[LaunchRecord], keys_: Keys, *,
              baseline_launches: int = 1, bracket: drift.Bracket | None = None,
-             note: str = "") -> drift.Coverage:
+             note: str = "", deployment: Deployment | None = None) -> drift.Coverage:
     """The launch part of this run's intervals: the profile's spread, else each server's
-    learned from the logged launches (the prior until there are enough)."""
+    learned from the logged launches (the prior of the deployment's class until there are
+    enough; the host-bound one while it is not classified)."""
+    kind: Kind = deployment.kind if deployment is not None else "unknown"
     spreads: dict[str, drift.Spread] = {}
     configs: tuple[Config, Config] = ("baseline", "speculative")
     for config in configs:
@@ -148,6 +151,7 @@ def coverage(settings: drift.Settings, records: list[LaunchRecord], keys_: Keys,
             spreads[config] = drift.learn(records, config=config,
                                           fingerprint=keys_.of(config),
                                           deployment=keys_.baseline,
-                                          min_launches=settings.min_launches)
+                                          min_launches=settings.min_launches, kind=kind)
     return drift.Coverage(settings.design, spreads["baseline"], spreads["speculative"],
-                          baseline_launches=baseline_launches, bracket=bracket, note=note)
+                          baseline_launches=baseline_launches, bracket=bracket, note=note,
+                          deployment=deployment)

@@ -16,7 +16,7 @@ from filelock import FileLock
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
 from specgate.core.redact import redact_urls
-from specgate.measure import bench, drift, launches, resident, reuse
+from specgate.measure import bench, deployment, drift, launches, resident, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.results import RESULTS_FILE, ConfigRun, Failure, LiveResults
@@ -139,9 +139,50 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
         why = (after.failure.text() if after is not None and after.failure is not None
                else "it was not launched")
         note = f"the baseline's second launch gave no measurement ({why}): one launch pooled"
+    found = classify(plan, baseline)
+    say(f"deployment: {found.line()}")
     coverage = launches.coverage(settings, launches.history(reports_dir, keys), keys,
-                                 baseline_launches=pooled, bracket=bracket, note=note)
+                                 baseline_launches=pooled, bracket=bracket, note=note,
+                                 deployment=found)
     return baseline, coverage
+
+
+def classify(plan: LivePlan, baseline: ConfigRun) -> deployment.Deployment:
+    """The deployment's class from the baseline as measured (measure/deployment.py): its
+    single-stream decode tok/s, its GPUs' name from the snapshot its GPU check took, and the
+    bytes a step of the target reads per GPU. Unknown, with why, whatever is missing (a
+    baseline that failed among them): its claims then take the host-bound prior."""
+    if plan.simulated or baseline.simulated:
+        return deployment.unknown("no GPU name (simulated server)")
+    single = baseline.at(1)
+    measured = single.measurement
+    stat = measured.stat("tps") if measured is not None else None
+    if stat is None or single.failure is not None or measured is None:
+        # A failure at any stage makes the baseline's claims broken: its figure is not used.
+        why = (f"failed during {single.failure.stage}: {single.failure.message}"
+               if single.failure is not None else "no decode tokens timed")
+        return deployment.unknown(f"the baseline gave no single-stream tok/s ({why})")
+    if measured.bursts * 2 >= len(measured.samples):
+        return deployment.unknown("the baseline's streams arrived in bursts, so its tok/s is "
+                                  "not the server's")
+    check = baseline.gpu
+    if check is None or not check.names:
+        why = ("the baseline server is attached, not launched here" if baseline.attached
+               else check.reason if check is not None else "no GPU check was made")
+        return deployment.unknown(f"no GPU name ({why})")
+    planned = plan.server("baseline")
+    tp_info = baseline.server_info.get("tp_size")
+    tp = tp_info if isinstance(tp_info, int) and tp_info > 0 else (
+        planned.tp if isinstance(planned, ServerPlan) else 1)
+    step: deployment.StepBytes | str
+    if plan.target is None:
+        step = "the target folder is not on this machine"
+    else:
+        try:
+            step = deployment.step_bytes(plan.target, tp)
+        except SpecgateError as exc:
+            step = str(exc)
+    return deployment.classify(tps=stat.mean, gpu_names=check.names, step=step)
 
 
 def _unusable_attached(plan: LivePlan, say: Progress) -> dict[str, str]:

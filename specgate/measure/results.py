@@ -16,6 +16,7 @@ from specgate.core.redact import redact_urls
 from specgate.io import stop_reports
 from specgate.io.jsonl import json_safe
 from specgate.measure import bench, drift
+from specgate.measure.deployment import Deployment, unknown
 
 RESULTS_FILE = "results.json"
 # A failure at these stages is one concurrency level's (a measurement, or its streams under
@@ -47,6 +48,9 @@ class GpuCheck:
     reason: str
     offenders: tuple[dict[str, Any], ...] = ()
     gpus: tuple[int, ...] = ()  # the GPUs checked: one per TP rank
+    # The model names nvidia-smi gives for the server's GPUs, from the same snapshot (each
+    # distinct name once; empty when there was none).
+    names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +150,7 @@ class ConfigRun:
             gpu = dict(data["gpu"])
             gpu["offenders"] = tuple(gpu.get("offenders", ()))
             gpu["gpus"] = tuple(gpu.get("gpus", ()))
+            gpu["names"] = tuple(gpu.get("names", ()))
             fields["gpu"] = GpuCheck(**gpu)
         if data.get("env"):
             env = dict(data["env"])
@@ -203,6 +208,13 @@ class LiveResults:
     def launch_coverage(self) -> drift.Coverage:
         """The coverage the timed claims are judged with: this run's, else the prior."""
         return self.coverage if self.coverage is not None else drift.prior_coverage()
+
+    @property
+    def deployment(self) -> Deployment:
+        """The deployment's class this run's baseline gave (measure/deployment.py)."""
+        found = self.coverage.deployment if self.coverage is not None else None
+        return found if found is not None else unknown("not classified: these results record "
+                                                       "no class")
 
     @property
     def gate_level(self) -> int:
@@ -291,6 +303,9 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
         facts["gpus_by_server"] = data["gpus_by_server"]
     if data.get("gpu_differences"):
         facts["gpu_mismatch"] = list(data["gpu_differences"])
+    found = (data.get("coverage") or {}).get("deployment")
+    if isinstance(found, dict):
+        facts["deployment"] = found
     reuse = (data.get("baseline") or {}).get("reuse")
     if reuse:
         facts["baseline_reuse"] = reuse

@@ -38,9 +38,12 @@ def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
         return GpuCheck(False, f"nvidia-smi is not available on {where}, so GPU processes "
                                "cannot be listed")
     if isinstance(plan.gpus, str):
+        # Selected by id: every GPU listed could be the server's, so their names tell only
+        # when they agree.
         return GpuCheck(False, f"[server] env CUDA_VISIBLE_DEVICES = {plan.gpus!r} names GPUs "
                                "by id, not by index; set [server] gpus to the indices that "
-                               "nvidia-smi lists so they can be checked")
+                               "nvidia-smi lists so they can be checked",
+                        names=tuple(sorted({g.name for g in snap.gpus})))
     busy = [p for p in gpu.busy_on(snap, plan.gpus) if p.pid not in set(resident)]
     listed = {g.index for g in snap.gpus}
     missing = [i for i in plan.gpus if listed and i not in listed]
@@ -48,8 +51,10 @@ def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
         return GpuCheck(False, f"GPUs {missing} of the server's set {list(plan.gpus)} are not "
                                f"on this machine (nvidia-smi lists {sorted(listed)}); fix "
                                "[server] gpus / baseline_gpus", gpus=tuple(plan.gpus))
+    names = tuple(sorted({g.name for g in snap.gpus if g.index in set(plan.gpus)}))
     return GpuCheck(True, f"GPUs {list(plan.gpus)} checked",
-                    tuple(dataclasses.asdict(p) for p in busy), gpus=tuple(plan.gpus))
+                    tuple(dataclasses.asdict(p) for p in busy), gpus=tuple(plan.gpus),
+                    names=names)
 
 
 def _masked(found: dict[str, str | None], expected: Mapping[str, str]) -> dict[str, str | None]:
