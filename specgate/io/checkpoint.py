@@ -218,6 +218,15 @@ def _weight_files(folder: Path, names: list[str]) -> list[Path]:
                           "the drafter in SGLang format (config.json + model.safetensors)")
 
 
+def shard_files(folder: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder: the shards its index names (checked as
+    _weight_map checks them), else every *.safetensors file in it."""
+    index = folder / INDEX_NAME
+    if index.is_file():
+        return [folder / s for s in sorted(set(_weight_map(index).values()))]
+    return sorted(folder.glob("*.safetensors"))
+
+
 def _weight_map(index: Path) -> dict[str, str]:
     try:
         doc = files.read_json(index, limit=files.INDEX_BYTES)

@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from specgate.core import files
 from specgate.core.errors import CheckpointError
-from specgate.io.checkpoint import INDEX_NAME, load_target_config
+from specgate.io.checkpoint import load_target_config, shard_files
 from specgate.io.safetensors_io import TensorInfo, read_header
 
 Kind = Literal["GPU-bound", "between", "host-bound", "unknown"]
@@ -113,24 +112,6 @@ def _first_int(config: Mapping[str, Any], keys: Sequence[str]) -> int | None:
     return None
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    index = folder / INDEX_NAME
-    if index.is_file():
-        try:
-            doc = files.read_json(index, limit=files.INDEX_BYTES)
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{index}: cannot be read as a weight index ({exc})") from None
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if isinstance(weight_map, dict) and weight_map:
-            shards = sorted({str(v) for v in weight_map.values()})
-            bad = [s for s in shards if Path(s).name != s]
-            if bad:
-                raise CheckpointError(f"{index}: weight_map names {bad[0]!r}, not a shard file "
-                                      f"in {folder}")
-            return [folder / s for s in shards]
-    return sorted(folder.glob("*.safetensors"))
-
-
 def step_bytes(target: Path, tp: int = 1) -> StepBytes:
     """The bytes a single-stream decode step of the target folder reads per GPU: every tensor of
     the language model but the input embedding (counted when tied to the output projection),
@@ -140,7 +121,7 @@ def step_bytes(target: Path, tp: int = 1) -> StepBytes:
     if not target.is_dir():
         raise CheckpointError(f"{target}: the target folder is not on this machine")
     config = load_target_config(target)
-    files = _weight_files(target)
+    files = shard_files(target)
     if not files:
         raise CheckpointError(f"{target}: no *.safetensors weights to read the step's bytes "
                               "from")
