@@ -8,12 +8,15 @@ request's completion tokens and the server's own `e2e_latency`, the client's wal
 ready, the GPU's clocks, power and memory around the measurement, and the weight bytes a decode
 step reads (from the target's config).
 
-    python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT]] ...
+    python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT[,DRAFTER]]] ...
         [--launches 5] [--requests 16] [--tokens 128] [--deadline EPOCH]
         [--launcher "PYTHON -m sglang.launch_server"] [-- SGLANG FLAGS...]
 
 LOAD_FORMAT (e.g. dummy) is passed as --load-format for that target alone, so a real checkpoint
-and generated configs can be launched in turn in one run.
+and generated configs can be launched in turn in one run. DRAFTER (a folder in SGLang's EAGLE-3
+layout) serves the target with it (steps 3, topk 1, 4 draft tokens; SPEC_FLAGS): each request
+then also records SGLang's `spec_verify_ct`, and each launch its median verify cycle (the
+server's `e2e_latency` over the request's verify passes) and accept length.
 
 OUT.json is rewritten after every launch, so a run cut short keeps what it measured.
 """
@@ -37,6 +40,9 @@ from typing import Any
 PROMPTS = [f"Describe, in plain words, how a {thing} works and what it is used for."
            for thing in ("bicycle", "refrigerator", "rainbow", "compass", "volcano",
                          "telescope", "battery", "piano")]
+SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+              "--speculative-draft-attention-backend", "triton"]
 SMI_FIELDS = ("name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,power.draw,"
               "temperature.gpu,memory.used,memory.total,clocks_throttle_reasons.active")
 
@@ -105,7 +111,9 @@ def measure(url: str, requests_n: int, tokens: int) -> list[dict[str, Any]]:
         meta = reply.json()["meta_info"]
         rows.append({"prompt": i % len(PROMPTS), "completion_tokens": meta["completion_tokens"],
                      "prompt_tokens": meta.get("prompt_tokens"),
-                     "e2e_latency_s": meta.get("e2e_latency"), "client_wall_s": round(wall, 6)})
+                     "e2e_latency_s": meta.get("e2e_latency"), "client_wall_s": round(wall, 6),
+                     **({"spec_verify_ct": meta["spec_verify_ct"]}
+                        if meta.get("spec_verify_ct") else {})})
     return rows
 
 
@@ -123,10 +131,19 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
     rates = [r["completion_tokens"] / r["e2e_latency_s"] for r in rows if r.get("e2e_latency_s")]
     logs = [math.log(x) for x in rates]
-    return {"median_tok_s": round(statistics.median(rates), 3),
-            "mean_tok_s": round(statistics.fmean(rates), 3),
-            "cv_within": round(statistics.stdev(rates) / statistics.fmean(rates), 5),
-            "sd_ln_within": round(statistics.stdev(logs), 5)}
+    out = {"median_tok_s": round(statistics.median(rates), 3),
+           "mean_tok_s": round(statistics.fmean(rates), 3),
+           "cv_within": round(statistics.stdev(rates) / statistics.fmean(rates), 5),
+           "sd_ln_within": round(statistics.stdev(logs), 5)}
+    spec = [r for r in rows if r.get("spec_verify_ct") and r.get("e2e_latency_s")]
+    if len(spec) >= 2:
+        cycles = [1000 * r["e2e_latency_s"] / r["spec_verify_ct"] for r in spec]
+        out.update({"median_cycle_ms": round(statistics.median(cycles), 4),
+                    "cv_cycle_within": round(statistics.stdev(cycles)
+                                             / statistics.fmean(cycles), 5),
+                    "median_accept_len": round(statistics.median(
+                        r["completion_tokens"] / r["spec_verify_ct"] for r in spec), 4)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--target", action="append", required=True,
-                        help="NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT]] (repeat for several "
-                             "targets)")
+                        help="NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT[,DRAFTER]]] (repeat for "
+                             "several targets)")
     parser.add_argument("--launches", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
@@ -156,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     for item in ns.target:
         name, _, rest = item.partition("=")
-        folder, fraction, load_format = [*rest.split(","), "", ""][:3]
+        folder, fraction, load_format, drafter = [*rest.split(","), "", "", ""][:4]
         config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-        targets.append((name, folder, fraction or "0.3", load_format, config))
+        targets.append((name, folder, fraction or "0.3", load_format, drafter, config))
     doc: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "method": {"requests_per_launch": ns.requests, "max_new_tokens": ns.tokens,
@@ -167,16 +184,17 @@ def main(argv: list[str] | None = None) -> int:
                    "order": "targets in turn, launch by launch", "server_flags": extra},
         "targets": {name: {"path": folder, "mem_fraction_static": fraction,
                            "load_format": load_format or "auto",
+                           **({"drafter": drafter, "spec_flags": SPEC_FLAGS} if drafter else {}),
                            "weight_bytes": weight_bytes(config),
                            "config": {k: config.get(k) for k in (
                                "hidden_size", "num_hidden_layers", "num_attention_heads",
                                "num_key_value_heads", "head_dim", "intermediate_size",
                                "vocab_size")}, "launches": []}
-                    for name, folder, fraction, load_format, config in targets},
+                    for name, folder, fraction, load_format, drafter, config in targets},
     }
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     for launch in range(ns.launches):
-        for name, folder, fraction, load_format, _ in targets:
+        for name, folder, fraction, load_format, drafter, _ in targets:
             if time.time() > ns.deadline:
                 doc["stopped"] = f"deadline reached before launch {launch} of {name}"
                 ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -187,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             argv_server = [*launcher, "--model-path", folder,
                            "--host", "127.0.0.1", "--port", str(port),
                            "--mem-fraction-static", fraction,
-                           *(["--load-format", load_format] if load_format else []), *extra]
+                           *(["--load-format", load_format] if load_format else []),
+                           *(["--speculative-draft-model-path", drafter, *SPEC_FLAGS]
+                             if drafter else []), *extra]
             started = time.time()
             with log.open("wb") as fh:
                 proc = subprocess.Popen(argv_server, stdout=fh, stderr=subprocess.STDOUT,
@@ -208,10 +228,14 @@ def main(argv: list[str] | None = None) -> int:
             doc["targets"][name]["launches"].append(record)
             ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
             print(name, launch, {k: record.get(k) for k in (
-                "ready_s", "median_tok_s", "cv_within", "error")}, flush=True)
+                "ready_s", "median_tok_s", "cv_within", "median_cycle_ms", "median_accept_len",
+                "error") if k in record}, flush=True)
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for entry in doc["targets"].values():
         medians = [r["median_tok_s"] for r in entry["launches"] if "median_tok_s" in r]
+        cycles = [r["median_cycle_ms"] for r in entry["launches"] if "median_cycle_ms" in r]
+        if len(cycles) >= 2:
+            entry["cycle_spread_sd_ln"] = round(statistics.stdev(math.log(c) for c in cycles), 5)
         if len(medians) >= 2:
             entry["spread_sd_ln"] = round(statistics.stdev(math.log(m) for m in medians), 5)
             entry["read_tb_s"] = round(entry["weight_bytes"] * statistics.median(medians)

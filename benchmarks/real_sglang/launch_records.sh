@@ -5,10 +5,15 @@
 # with `--load-format dummy` (a decode step reads as many bytes as real weights would); SmolLM2 is
 # the real checkpoint. Decode CUDA graphs to batch 4.
 #
-#   SMOLLM2_DIR=DIR bash benchmarks/real_sglang/launch_records.sh [--launches N] [--budget SECONDS]
+#   SMOLLM2_DIR=DIR GPU_BOUND_DIR=DIR bash benchmarks/real_sglang/launch_records.sh
+#       [--launches N] [--budget SECONDS] [--only NAME,NAME...]
 #
 # SMOLLM2_DIR: a Hugging Face folder of SmolLM2-135M-Instruct (config.json, safetensors,
 #   tokenizer); unset: the two generated targets alone.
+# GPU_BOUND_DIR: a folder gpu_bound.py wrote (target/ and drafter/): adds llama8b-shapes-eagle3,
+#   that target served with its EAGLE-3 drafter, whose launches record the verify cycle.
+# --only: launch these targets alone (llama8b-shapes, llama1b-shapes, smollm2-135m-instruct,
+#   llama8b-shapes-eagle3).
 # --launches N: launches per target (default 5).
 # --budget SECONDS: start no launch within 75 s of this many seconds from the start (a launch and
 #   its measurement take 60-80 s on an H200); default: no limit.
@@ -17,10 +22,12 @@
 set -u
 BUDGET=
 LAUNCHES=5
+ONLY=
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
     --launches) LAUNCHES=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done
@@ -39,7 +46,20 @@ if [ -n "${SMOLLM2_DIR:-}" ]; then
   [ -e "$SMOLLM2_DIR/config.json" ] || { echo "SMOLLM2_DIR=$SMOLLM2_DIR: no config.json there"; exit 2; }
   TARGETS+=(--target "smollm2-135m-instruct=$SMOLLM2_DIR,0.3")
 else
-  echo "SMOLLM2_DIR is not set: launching the two generated targets alone"
+  echo "SMOLLM2_DIR is not set: launching the generated targets alone"
+fi
+if [ -n "${GPU_BOUND_DIR:-}" ]; then
+  [ -e "$GPU_BOUND_DIR/drafter/config.json" ] || { echo "GPU_BOUND_DIR=$GPU_BOUND_DIR: no drafter/config.json there"; exit 2; }
+  TARGETS+=(--target "llama8b-shapes-eagle3=$GPU_BOUND_DIR/target,0.5,,$GPU_BOUND_DIR/drafter")
+fi
+if [ -n "$ONLY" ]; then
+  KEPT=()
+  for ((i = 0; i < ${#TARGETS[@]}; i += 2)); do
+    name=${TARGETS[i+1]%%=*}
+    case ",$ONLY," in *",$name,"*) KEPT+=(--target "${TARGETS[i+1]}") ;; esac
+  done
+  [ ${#KEPT[@]} -gt 0 ] || { echo "--only $ONLY: none of these targets is set up"; exit 2; }
+  TARGETS=("${KEPT[@]}")
 fi
 DEADLINE=$(( T0 + ${BUDGET:-604800} - 75 ))
 "$PY" "$HERE/launch_records.py" "$OUT/launch-records.json" "${TARGETS[@]}" \

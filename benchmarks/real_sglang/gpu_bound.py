@@ -1,0 +1,258 @@
+"""A GPU-bound target and an EAGLE-3 drafter that pays on it, for a first probe on real SGLang.
+
+usage: python3 gpu_bound.py OUT --tokenizer DIR [--shapes 8b|tiny] [--answer " the"]
+           [--profile OUT/probe.toml --launcher "python3 -m sglang.launch_server"]
+
+  OUT/target   LlamaForCausalLM with Llama-3-8B's shapes (hidden 4096, 32 layers, GQA 32/8,
+               MLP 14336, bf16: 13.97 GB read per decode step) and the tokenizer of DIR (a
+               Hugging Face folder, e.g. SmolLM2-135M-Instruct's, whose chat template the probe
+               uses). Seeded random weights (std 0.02) in sharded safetensors, with one
+               direction set so that its greedy answer is the token of --answer at every step:
+               every embedding carries a large constant on channel 0, the final norm keeps
+               channel 0 alone, and the lm_head reads channel 0 only for the answer's token.
+               Every matrix is full-size and random elsewhere, so a decode step reads and
+               multiplies as many bytes as an 8B model's.
+  OUT/drafter  LlamaForCausalLMEagle3, one layer at the target's width (SpecForge's layout:
+               midlayer.*, fc, norm, lm_head, d2t int64 [Vd], t2d bool [V]; no embed_tokens),
+               draft vocabulary = the Vd target tokens from the answer's id on. It reads channel
+               0 of the target's aux states the same way, so it drafts the answer every time:
+               every draft is accepted, and what a probe measures is the verify cycle's real
+               cost on a GPU-bound deployment.
+
+--shapes tiny builds the same construction at hidden 256 / 2 layers on the CPU (the dry run).
+--profile also writes the probe's profile for these two folders (both servers with decode CUDA
+graphs to batch 4, as a deployment runs them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import suite  # noqa: E402  (the real-SGLang suite's TOML writer and server flags)
+
+SHAPES = {
+    "8b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336},
+    "tiny": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 704},
+}
+CHANNEL = 0  # the channel that carries the answer
+LIFT = 1000.0  # channel 0 of every embedding: far above what 32 random layers add (about 15)
+DRAFT_VOCAB = 32000  # SpecForge's default for Llama-3 drafters
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja", "vocab.json", "merges.txt")
+
+
+def answer_id(tokenizer_dir: Path, text: str) -> tuple[int, int, int | None]:
+    """The answer's token id, the vocabulary size and the tokenizer's EOS id."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    if len(ids) != 1:
+        raise SystemExit(f"--answer {text!r} is {len(ids)} tokens in {tokenizer_dir}; give one")
+    config = json.loads((tokenizer_dir / "config.json").read_text(encoding="utf-8"))
+    eos = config.get("eos_token_id")
+    return ids[0], int(config["vocab_size"]), eos if isinstance(eos, int) else None
+
+
+class Writer:
+    """Tensors made on DEVICE, saved in shards of about 4 GB with an index."""
+
+    def __init__(self, folder: Path, seed: int, device: str) -> None:
+        self.folder, self.device = folder, device
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.shard: dict[str, torch.Tensor] = {}
+        self.shard_bytes = 0
+        self.index: dict[str, str] = {}
+        self.count = 0
+
+    def rand(self, *shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=self.gen, device=self.device) * 0.02).to(
+            torch.bfloat16)
+
+    def ones(self, n: int) -> torch.Tensor:
+        return torch.ones(n, dtype=torch.bfloat16, device=self.device)
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        self.shard[name] = tensor
+        self.shard_bytes += tensor.numel() * tensor.element_size()
+        if self.shard_bytes >= 4 << 30:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.shard:
+            return
+        name = f"model-{self.count:05d}.safetensors"
+        save_file({k: v.contiguous().cpu() for k, v in self.shard.items()},
+                  str(self.folder / name), metadata={"format": "pt"})
+        self.index.update(dict.fromkeys(self.shard, name))
+        self.shard, self.shard_bytes, self.count = {}, 0, self.count + 1
+
+    def close(self) -> None:
+        self.flush()
+        if self.count == 1:
+            (self.folder / "model-00000.safetensors").rename(self.folder / "model.safetensors")
+            return
+        (self.folder / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": self.index}, indent=1) + "\n",
+            encoding="utf-8")
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
+                 eos: int | None, tokenizer_dir: Path, device: str) -> None:
+    h, layers = shapes["hidden_size"], shapes["num_hidden_layers"]
+    heads, kv, d = shapes["num_attention_heads"], shapes["num_key_value_heads"], shapes["head_dim"]
+    inter = shapes["intermediate_size"]
+    w = Writer(folder, 0, device)
+    embed = w.rand(vocab, h)
+    embed[:, CHANNEL] = LIFT
+    w.add("model.embed_tokens.weight", embed)
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        w.add(p + "self_attn.q_proj.weight", w.rand(heads * d, h))
+        w.add(p + "self_attn.k_proj.weight", w.rand(kv * d, h))
+        w.add(p + "self_attn.v_proj.weight", w.rand(kv * d, h))
+        w.add(p + "self_attn.o_proj.weight", w.rand(h, heads * d))
+        w.add(p + "mlp.gate_proj.weight", w.rand(inter, h))
+        w.add(p + "mlp.up_proj.weight", w.rand(inter, h))
+        w.add(p + "mlp.down_proj.weight", w.rand(h, inter))
+        w.add(p + "input_layernorm.weight", w.ones(h))
+        w.add(p + "post_attention_layernorm.weight", w.ones(h))
+    norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
+    norm[CHANNEL] = 1.0
+    w.add("model.norm.weight", norm)
+    head = w.rand(vocab, h)
+    head[:, CHANNEL] = 0.0
+    head[answer, CHANNEL] = 1.0
+    w.add("lm_head.weight", head)
+    w.close()
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **shapes,
+              "vocab_size": vocab, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+              "rope_theta": 500000.0, "max_position_embeddings": 8192,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              **({"eos_token_id": eos} if eos is not None else {})}
+    write_json(folder / "config.json", config)
+    write_json(folder / "generation_config.json", {k: v for k, v in config.items()
+                                                   if k == "eos_token_id"})
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, folder / name)
+
+
+def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
+                  draft_vocab: int, device: str) -> None:
+    h, heads = shapes["hidden_size"], shapes["num_attention_heads"]
+    kv, d, inter = shapes["num_key_value_heads"], shapes["head_dim"], shapes["intermediate_size"]
+    if answer + draft_vocab > vocab:
+        raise SystemExit(f"the answer's id {answer} + draft vocabulary {draft_vocab} passes the "
+                         f"vocabulary ({vocab}); choose another --answer")
+    w = Writer(folder, 1, device)
+    m = "midlayer."
+    w.add(m + "self_attn.q_proj.weight", w.rand(heads * d, 2 * h))
+    w.add(m + "self_attn.k_proj.weight", w.rand(kv * d, 2 * h))
+    w.add(m + "self_attn.v_proj.weight", w.rand(kv * d, 2 * h))
+    w.add(m + "self_attn.o_proj.weight", w.rand(h, heads * d))
+    w.add(m + "mlp.gate_proj.weight", w.rand(inter, h))
+    w.add(m + "mlp.up_proj.weight", w.rand(inter, h))
+    w.add(m + "mlp.down_proj.weight", w.rand(h, inter))
+    for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+        w.add(m + name + ".weight", w.ones(h))
+    fc = w.rand(h, 3 * h)
+    fc[CHANNEL, :] = 0.0
+    fc[CHANNEL, CHANNEL] = 1.0  # channel 0 of the first aux state, about LIFT
+    w.add("fc.weight", fc)
+    norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
+    norm[CHANNEL] = 1.0
+    w.add("norm.weight", norm)
+    head = w.rand(draft_vocab, h)
+    head[:, CHANNEL] = 0.0
+    head[0, CHANNEL] = 1.0  # draft id 0 is the answer
+    w.add("lm_head.weight", head)
+    # Draft ids 0..Vd-1 are the target ids answer..answer+Vd-1: d2t = answer everywhere.
+    w.add("d2t", torch.full((draft_vocab,), answer, dtype=torch.int64, device=device))
+    t2d = torch.zeros(vocab, dtype=torch.bool, device=device)
+    t2d[answer:answer + draft_vocab] = True
+    w.add("t2d", t2d)
+    w.close()
+    write_json(folder / "config.json", {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **shapes,
+        "num_hidden_layers": 1, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
+        "target_hidden_size": h, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "max_position_embeddings": 8192,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"})
+
+
+def profile(out: Path, launcher: list[str], sim: bool) -> dict[str, Any]:
+    flags = suite.server_flags(sim, cuda_graphs=True)
+    flags[flags.index("--mem-fraction-static") + 1] = "0.5"
+    return {
+        "name": f"real-sglang-{suite.SGLANG_VERSION}-llama8b-shapes-one-answer"
+                + ("-sim" if sim else ""),
+        "description": ("SGLang on one GPU: a random target with Llama-3-8B's shapes whose "
+                        "greedy answer is one token, and a drafter that drafts it"),
+        "target": {"path": str(out / "target")},
+        "drafter": {"path": str(out / "drafter")},
+        "server": {"launcher": launcher, "host": "127.0.0.1", "port": 0, "tp": 1,
+                   "startup_timeout_s": 480.0, "stop_timeout_s": 30.0, "args": flags},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1,
+                        "num_draft_tokens": 4},
+        "bench": {"prompts": "builtin", "prompts_per_category": 2, "max_new_tokens": 128,
+                  "temperature": 0.0, "warmup": 1, "repeats": 1, "max_repeats": 2,
+                  "request_timeout_s": 60.0},
+        "thresholds": {"baseline_tps_min": 150.0, "accept_len_min": "breakeven",
+                       "d2t_match_min": 0.99},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tokenizer", type=Path, required=True,
+                        help="a Hugging Face folder: config.json and tokenizer.json")
+    parser.add_argument("--shapes", choices=sorted(SHAPES), default="8b")
+    parser.add_argument("--answer", default=" the", help="the text of the one-token answer")
+    parser.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--profile", type=Path, help="also write the probe's profile here")
+    parser.add_argument("--launcher", default=f"{sys.executable} -m sglang.launch_server")
+    parser.add_argument("--sim", action="store_true", help="the profile is for the simulator")
+    ns = parser.parse_args(argv)
+    t0 = time.time()
+    answer, vocab, eos = answer_id(ns.tokenizer, ns.answer)
+    shapes = SHAPES[ns.shapes]
+    for name in ("target", "drafter"):
+        shutil.rmtree(ns.out / name, ignore_errors=True)
+        os.makedirs(ns.out / name)
+    build_target(ns.out / "target", shapes, vocab, answer, eos, ns.tokenizer, ns.device)
+    build_drafter(ns.out / "drafter", shapes, vocab, answer, min(ns.draft_vocab, vocab - answer),
+                  ns.device)
+    print(f"{ns.out}: target ({ns.shapes} shapes, answer {ns.answer!r} = id {answer}) and "
+          f"drafter written in {time.time() - t0:.1f} s", flush=True)
+    if ns.profile:
+        ns.profile.write_text(suite.toml(profile(ns.out, shlex.split(ns.launcher), ns.sim)),
+                              encoding="utf-8")
+        print(f"profile: {ns.profile}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
