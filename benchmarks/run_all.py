@@ -108,6 +108,18 @@ def _rows11(result: dict[str, Any]) -> list[list[str]]:
     return launch_drift.rows(result)
 
 
+def _bench12(work: Path, quick: bool) -> dict[str, Any]:
+    import first_probe
+
+    return first_probe.run(false_trials=40, trials=10) if quick else first_probe.run()
+
+
+def _rows12(result: dict[str, Any]) -> list[list[str]]:
+    import first_probe
+
+    return first_probe.rows(result)
+
+
 def _bench7(work: Path, quick: bool) -> dict[str, Any]:
     return oracle.run(oracle.QUICK_EXAMPLES if quick else oracle.FULL_EXAMPLES)
 
@@ -135,6 +147,7 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "9": ("accuracy", _bench9, _rows9),
     "10": ("bounded_work", _bench10, bounded_work.rows),
     "11": ("launch_drift", _bench11, _rows11),
+    "12": ("first_probe", _bench12, _rows12),
 }
 
 

@@ -259,7 +259,20 @@ def test_every_other_class_keeps_the_host_bound_prior(kind: deployment.Kind) -> 
         assert (spread.sd, spread.df, spread.prior) == (pytest.approx(sd), df, "host-bound")
 
 
-def test_the_verify_cycle_has_no_gpu_bound_prior_and_says_so() -> None:
+def test_a_gpu_bound_verify_cycle_takes_the_prior_of_the_gpu_bound_launches() -> None:
+    sd, df = _pooled([(7.1658, 7.2782, 7.495)])
+    spread = drift.prior("cycle_ms", "GPU-bound")
+    assert spread.sd == pytest.approx(sd)
+    assert (spread.df, spread.prior_launches, spread.prior) == (df, 3, "GPU-bound")
+    assert spread.sd < drift.prior("cycle_ms").sd / 4
+    assert spread.describe() == (
+        f"speculative cycle {sd * 100:.1f} %, the prior of GPU-bound targets (3 launches of real "
+        "SGLang on an H200, docs/claims.md; none of this deployment's yet)")
+
+
+def test_a_class_without_launches_of_a_figure_says_it_took_the_host_bound_prior(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(drift.GPU_BOUND_LAUNCHES, "cycle_ms", {})
     spread = drift.prior("cycle_ms", "GPU-bound")
     assert spread == dataclasses.replace(drift.prior("cycle_ms"), kind="GPU-bound")
     assert "the prior of host-bound targets (" in spread.describe()
@@ -285,8 +298,7 @@ def test_a_deployments_own_launches_update_and_then_replace_its_class_prior() ->
 def test_a_coverage_names_the_class_and_round_trips_through_json(llama8b: Path) -> None:
     found = deployment.classify(tps=212.0, gpu_names=[H200], step=deployment.step_bytes(llama8b))
     coverage = drift.prior_coverage("aba", found)
-    assert coverage.baseline.prior == "GPU-bound"
-    assert coverage.speculative.prior == "host-bound"
+    assert coverage.baseline.prior == coverage.speculative.prior == "GPU-bound"
     text = coverage.describe("baseline")
     assert "the prior of GPU-bound targets (9 launches" in text
     assert text.endswith("; this deployment: GPU-bound, 62 % of memory bandwidth")
@@ -371,7 +383,7 @@ def test_a_measured_baseline_on_named_gpus_classes_the_deployment(machine: Path,
     assert found.line().startswith("GPU-bound: 62 % of the H200's memory bandwidth")
     coverage = launches.coverage(drift.Settings(), [], launches.Keys(None, None),
                                  deployment=found)
-    assert (coverage.baseline.prior, coverage.speculative.prior) == ("GPU-bound", "host-bound")
+    assert (coverage.baseline.prior, coverage.speculative.prior) == ("GPU-bound", "GPU-bound")
     assert coverage.deployment == found
     assert live.classify(planned, _run(20.0)).kind == "host-bound"
     # The simulator's tok/s are no GPU's.

@@ -48,7 +48,9 @@ DESIGN_SPOKEN: dict[str, str] = {"ab": "A–B (baseline, then speculative)",
 # GPU's memory bandwidth the single-stream decode uses, and a decode bound by the GPU's memory
 # moves far less between launches than one bound by the host.
 #
-# Host-bound targets (each used 4 % of the H200's memory bandwidth or less).
+# Targets whose decode is not bound by the GPU's memory: host-bound ones (each used 4 % of the
+# H200's memory bandwidth or less) and one between the classes (28 %), which moved as much as the
+# host-bound ones (12.3 % over 5 launches): both classes take this prior.
 PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     "tps": {
         # 2026-11-30-h200-tiny-llama-4l: probes of drafters 129k (twice), 507k-b, the tune of
@@ -65,6 +67,15 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         # the same deployment's probes (42 prompts): probe-trained-1's baseline launch, and
         # probe-trained-2's (baseline-1's launch)
         "SmolLM2-135M-Instruct, 42 prompts": (598.00, 565.70),
+        # 2026-12-03, the same H200 and SGLang as the GPU-bound targets' random-weight launches
+        # below: 4 launches, the same 16 greedy requests of 128 tokens each
+        "SmolLM2-135M-Instruct, 16 requests": (716.6, 592.2, 699.3, 802.8),
+        # 2026-12-03-h200-launch-spread/launch-records: 5 launches each, 16 greedy requests of
+        # 128 tokens, median tok/s per launch
+        "SmolLM2-135M-Instruct, launch records": (742.985, 590.621, 758.408, 737.958, 533.553),
+        # between the classes: Llama-3.2-1B shapes, dummy weights (1.95 GB a step, 28 % of the
+        # memory bandwidth)
+        "Llama-3.2-1B shapes, dummy weights": (836.688, 692.887, 679.466, 868.598, 674.675),
     },
     "cycle_ms": {
         # the same drafter files served twice at one chain
@@ -78,8 +89,7 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
 }
 # GPU-bound targets: Llama-3-8B layer shapes, single-stream decode reading about 3.0 TB/s of
 # weights, 62 % of the H200's 4.8 TB/s, each launch measured by the same 16 greedy requests of
-# 128 tokens. No verify cycle of a GPU-bound target has been measured over launches yet: its
-# prior stays the host-bound one (the wider, the safe side).
+# 128 tokens.
 GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     "tps": {
         # 2026-12-03-h200-llama-shapes-dummy/launch-records: dummy bf16 weights (13.97 GB a
@@ -89,12 +99,18 @@ GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         # (14 GB), 4 launches, median tok/s per launch
         "Llama-3-8B shapes, random weights": (207.0, 209.6, 206.8, 210.4),
     },
-    "cycle_ms": {},
+    "cycle_ms": {
+        # 2026-12-03-h200-launch-spread/verify-cycle: benchmarks/real_sglang/gpu_bound.py's
+        # target (random bf16 weights of Llama-3-8B's shapes, 14.36 GB a step) with its EAGLE-3
+        # drafter at s3-k1-d4, 3 launches; the median over 16 requests of the server's
+        # e2e_latency per verify pass
+        "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4": (7.1658, 7.2782, 7.495),
+    },
 }
 PRIOR_SOURCE = "real SGLang on an H200, docs/claims.md"
-# The prior each class of deployment takes, by figure. Between the classes there is one launch
-# of data (a target at 36 % of the memory bandwidth) and no spread: it keeps the host-bound
-# prior, as an unknown class does; the wide prior is the safe side.
+# The prior each class of deployment takes, by figure: GPU-bound deployments their own; between,
+# host-bound and unknown ones the pool above (a deployment of unknown class takes the wide prior,
+# the safe side).
 Prior = Literal["GPU-bound", "host-bound"]
 PRIORS: dict[Prior, dict[str, dict[str, tuple[float, ...]]]] = {
     "GPU-bound": GPU_BOUND_LAUNCHES, "host-bound": PRIOR_LAUNCHES}

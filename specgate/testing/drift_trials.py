@@ -13,6 +13,7 @@ from specgate.claims.result import ClaimResult, Status
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.launch_log import LaunchRecord
 from specgate.measure import bench, drift, gate, launches, passes, results
+from specgate.measure.deployment import Deployment
 from specgate.measure.prompts import PromptSet, load_builtin, select, template_named
 from specgate.testing.simulator import model
 from specgate.testing.simulator.offline import OfflineClient
@@ -76,7 +77,8 @@ class Trials:
     successive probes of a deployment do."""
 
     def __init__(self, true_speedup: float, *, spread: float, profile_: Profile | None = None,
-                 noise: float = 0.03, prompt_set: PromptSet | None = None) -> None:
+                 noise: float = 0.03, prompt_set: PromptSet | None = None,
+                 deployment_: Deployment | None = None) -> None:
         self.base, self.spec = deployment(true_speedup)
         self.spread = spread
         self.profile = profile_ or profile()
@@ -85,6 +87,9 @@ class Trials:
         self.sampling = bench.Sampling.of(self.profile.bench)
         self.settings = drift.Settings.of(self.profile.bench)
         self.records: list[LaunchRecord] = []
+        # The class the deployment's first probe found (None: not classified, the host-bound
+        # priors), as live.classify gives it once the baseline is measured.
+        self.deployment = deployment_
 
     def _measure(self, params: model.SimParams, speed: float, seed: str, config: bench.Config,
                  rule: gate.Rule | None) -> bench.Measurement:
@@ -101,7 +106,8 @@ class Trials:
         speeds = tuple(model.launch_speed(self.spread, f"{seed}/{k}/{role}")
                        for k, role in enumerate(roles))
         before = launches.coverage(self.settings, self.records, KEYS,
-                                   baseline_launches=2 if aba else 1)
+                                   baseline_launches=2 if aba else 1,
+                                   deployment=self.deployment)
         th = self.profile.thresholds
         base = self._measure(self.base, speeds[0], f"{seed}/b", "baseline",
                              gate.keep_going_rule(th, "baseline", None, before))
@@ -121,7 +127,8 @@ class Trials:
             if found is not None:
                 self.records.append(found)
         coverage = launches.coverage(self.settings, self.records, KEYS,
-                                     baseline_launches=2 if aba else 1, bracket=bracket)
+                                     baseline_launches=2 if aba else 1, bracket=bracket,
+                                     deployment=self.deployment)
         session = results.LiveResults(
             "launch-drift", True, results.ConfigRun("baseline", measurement=base),
             results.ConfigRun("speculative", measurement=spec,
