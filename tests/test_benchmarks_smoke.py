@@ -171,3 +171,38 @@ def test_launch_drift_benchmark_reports_rates_per_design_and_spread() -> None:
     rows = launch_drift.rows(result)
     assert len(rows) == 2 * len(result["cells"])
     assert rows[0][0].startswith("11 launch drift σ 5%, A–B, true 1.00")
+
+
+def test_first_probe_benchmark_reports_each_class_and_the_smallest_speedup_passed() -> None:
+    import first_probe
+
+    assert first_probe.smallest({1.1: 0.2, 1.2: 0.95, 1.3: 0.9, 1.4: 1.0}, 0.9) == 1.2
+    assert first_probe.smallest({1.1: 0.95, 1.2: 0.5, 1.3: 1.0}, 0.9) == 1.3
+    assert first_probe.smallest({1.1: 0.1, 1.2: 0.2}, 0.9) is None
+    result = first_probe.run(false_trials=6, trials=3)
+    assert set(result["classes"]) == {"host-bound", "GPU-bound"}
+    for cell in result["classes"].values():
+        assert 0.0 <= cell["false_pass"] <= 1.0
+        assert set(cell["pass_rates"]) == {f"{s:.2f}" for s in first_probe.LADDER}
+    rows = first_probe.rows(result)
+    assert len(rows) == 4
+    assert rows[0][0].startswith("12 first probe, host-bound (drift σ 15.0%")
+
+
+def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: Path) -> None:
+    import launch_spread_model
+
+    from specgate.measure import drift
+
+    out = tmp_path / "model.json"
+    assert launch_spread_model.main(["--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    groups = {(r["figure"], r["group"]) for r in doc["model"]}
+    assert groups == {(f, g) for table in (drift.GPU_BOUND_LAUNCHES, drift.PRIOR_LAUNCHES)
+                      for f, named in table.items() for g in named}
+    gpu = next(r for r in doc["model"] if r["group"] == "Llama-3-8B shapes, dummy weights")
+    assert (gpu["measured_sd"], gpu["model_sd"]) == (pytest.approx(0.0038, abs=1e-4),
+                                                     pytest.approx(0.0064, abs=1e-4))
+    classes = {c["target"]: c["class"] for c in doc["coverage"]}
+    assert classes == {"llama8b-shapes": "GPU-bound", "llama1b-shapes": "between",
+                       "smollm2-135m-instruct": "host-bound"}
