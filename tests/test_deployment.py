@@ -420,7 +420,8 @@ def test_a_failed_baseline_keeps_the_host_bound_prior_and_says_why(machine: Path
 def _attached_run(planned: plan.LivePlan, tps: float) -> ConfigRun:
     """The attached baseline's run as run_config makes it: its GPUs as listed for it."""
     server = planned.server("baseline")
-    assert isinstance(server, ServerPlan) and server.spec is None
+    assert isinstance(server, ServerPlan)
+    assert server.spec is None
     return dataclasses.replace(_run(tps, attached=True), gpu=server_session.check_gpus(server))
 
 
@@ -430,7 +431,8 @@ def test_an_attached_baseline_on_this_machine_is_classed_from_its_gpus_here(
         machine: Path, tmp_path: Path, llama8b: Path, url: str) -> None:
     planned = dataclasses.replace(_plan(tmp_path, llama8b, baseline_url=url), simulated=False)
     run = _attached_run(planned, 212.0)
-    assert run.gpu is not None and run.gpu.names == (H200,)
+    assert run.gpu is not None
+    assert run.gpu.names == (H200,)
     assert not run.gpu.checked  # its own processes hold them: no check for others
     found = live.classify(planned, run)
     assert found.kind == "GPU-bound", found.line()
