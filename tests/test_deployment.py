@@ -22,6 +22,7 @@ from specgate.measure import deployment, drift, launches, live, plan, server_ses
 from specgate.measure.bench import Measurement, RequestSample, Sampling, build_measurement
 from specgate.measure.prompts import template_named
 from specgate.measure.results import ConfigRun, Failure, GpuCheck, LiveResults, server_facts
+from specgate.serving.launch import ServerPlan
 from specgate.testing import fake_gpus
 
 H200 = "NVIDIA H200"
@@ -349,7 +350,7 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def _plan(tmp_path: Path, target: Path) -> plan.LivePlan:
+def _plan(tmp_path: Path, target: Path, **server: Any) -> plan.LivePlan:
     from ckpt_support import tiny_drafter
 
     draft = tmp_path / "draft"
@@ -357,7 +358,7 @@ def _plan(tmp_path: Path, target: Path) -> plan.LivePlan:
     profile = parse_profile({
         "name": "t", "target": {"path": str(target)}, "drafter": {"path": str(draft)},
         "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"],
-                   "port": 0, "gpus": [1]},
+                   "port": 0, "gpus": [1], **server},
         "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
                         "num_draft_tokens": 3}}, source=tmp_path / "profile.toml")
     return plan.resolve(profile, tmp_path / "reports")
@@ -412,9 +413,58 @@ def test_a_failed_baseline_keeps_the_host_bound_prior_and_says_why(machine: Path
     bursty = live.classify(planned, _run(28_000.0, burst=True))
     assert bursty.line() == ("unknown: the baseline's streams arrived in bursts, so its tok/s is "
                              "not the server's")
-    attached = live.classify(planned, _run(212.0, attached=True))
-    assert attached.line() == ("unknown: no GPU name (the baseline server is attached, not "
-                               "launched here)")
+    unchecked = live.classify(planned, _run(212.0, attached=True))
+    assert unchecked.line() == "unknown: no GPU name (no GPU check was made)"
+
+
+def _attached_run(planned: plan.LivePlan, tps: float) -> ConfigRun:
+    """The attached baseline's run as run_config makes it: its GPUs as listed for it."""
+    server = planned.server("baseline")
+    assert isinstance(server, ServerPlan)
+    assert server.spec is None
+    return dataclasses.replace(_run(tps, attached=True), gpu=server_session.check_gpus(server))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:30000", "http://localhost:30000",
+                                 "http://[::1]:30000"])
+def test_an_attached_baseline_on_this_machine_is_classed_from_its_gpus_here(
+        machine: Path, tmp_path: Path, llama8b: Path, url: str) -> None:
+    planned = dataclasses.replace(_plan(tmp_path, llama8b, baseline_url=url), simulated=False)
+    run = _attached_run(planned, 212.0)
+    assert run.gpu is not None
+    assert run.gpu.names == (H200,)
+    assert not run.gpu.checked  # its own processes hold them: no check for others
+    found = live.classify(planned, run)
+    assert found.kind == "GPU-bound", found.line()
+    assert found.line().startswith("GPU-bound: 62 % of the H200's memory bandwidth")
+    assert live.classify(planned, _attached_run(planned, 20.0)).kind == "host-bound"
+
+
+def test_an_attached_baseline_on_another_machine_without_a_launcher_prefix_stays_unknown(
+        machine: Path, tmp_path: Path, llama8b: Path) -> None:
+    url = "http://10.0.0.5:30000"
+    planned = dataclasses.replace(_plan(tmp_path, llama8b, baseline_url=url), simulated=False)
+    found = live.classify(planned, _attached_run(planned, 212.0))
+    assert found.line() == (
+        "unknown: no GPU name (the attached server at http://10.0.0.5:30000 is on another "
+        "machine and the profile names no launcher prefix to list its GPUs)")
+    assert launches.coverage(drift.Settings(), [], launches.Keys(None, None),
+                             deployment=found).baseline.prior == "host-bound"
+
+
+def test_an_attached_baseline_behind_a_launcher_prefix_is_classed_from_its_gpus_there(
+        machine: Path, tmp_path: Path, llama8b: Path) -> None:
+    """`pct exec 101 --` before the SGLang module: the GPUs are listed through it, wherever
+    the URL points (a fake pct runs the command here, where the fake GPUs are)."""
+    pct = tmp_path / "bin" / "pct"
+    pct.write_text('#!/bin/sh\nshift 3\nexec "$@"\n')
+    pct.chmod(0o755)
+    planned = dataclasses.replace(_plan(
+        tmp_path, llama8b, baseline_url="http://10.0.0.5:30000",
+        launcher=["pct", "exec", "101", "--", "python3", "-m", "sglang.launch_server"]),
+        simulated=False)
+    found = live.classify(planned, _attached_run(planned, 212.0))
+    assert found.kind == "GPU-bound", found.line()
 
 
 def test_the_class_reaches_results_json_and_the_verdicts_facts(tmp_path: Path,

@@ -255,7 +255,8 @@ def _baseline_is_speculative(run: ConfigRun) -> str | None:
 def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """env.gpu_clean: no other process holds any GPU of the server's set before each launch."""
     cid = "env.gpu_clean"
-    checks = [(r.config, r.gpu) for r in (live.baseline, live.speculative) if r.gpu is not None]
+    checks = [(r.config, r.gpu) for r in (live.baseline, live.speculative)
+              if r.gpu is not None and not r.attached]
     if not checks:
         return claims.skipped(cid, PHASE, _sim(live) + "no server was launched by specgate "
                               "(attached to running servers), so there was no launch to check")

@@ -22,6 +22,9 @@ class LaunchRecord:
     `deployment` the baseline's fingerprint of the same target, SGLang and GPUs, so launches of
     several drafters on one deployment can be pooled. `figures` maps a figure (tps, cycle_ms) to
     its natural log over the launch's requests and that log's standard error within the launch.
+    `launch` identifies the launch of an attached server (measure/launches.py launch_identity),
+    so later measurements of the same running server are known as that launch; "" for a server
+    launched here, whose every record is a launch of its own.
     """
 
     fingerprint: str
@@ -31,6 +34,7 @@ class LaunchRecord:
     design: str = "ab"
     run: str = ""  # the live session it belongs to: an A–B–A run's launches share it
     figures: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    launch: str = ""
 
     def log_of(self, figure: str) -> float | None:
         value = self.figures.get(figure)
@@ -39,7 +43,7 @@ class LaunchRecord:
     def to_json(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "deployment": self.deployment,
                 "config": self.config, "time": self.time, "design": self.design,
-                "run": self.run,
+                "run": self.run, **({"launch": self.launch} if self.launch else {}),
                 "figures": {k: [round(v[0], 8), round(v[1], 8)] for k, v in self.figures.items()}}
 
     @classmethod
@@ -52,7 +56,7 @@ class LaunchRecord:
         return cls(fingerprint=str(data["fingerprint"]), deployment=str(data["deployment"]),
                    config=str(data["config"]), time=str(data.get("time", "")),
                    design=str(data.get("design", "ab")), run=str(data.get("run", "")),
-                   figures=figures)
+                   figures=figures, launch=str(data.get("launch", "")))
 
 
 def log_file(reports_dir: Path) -> Path:

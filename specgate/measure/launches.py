@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
+import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +29,8 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class Keys:
     """The fingerprints a session's launches are logged and learned under (None: not logged,
-    with why: an attached server, or a plan that cannot be fingerprinted)."""
+    with why: an attached server whose launch cannot be told from the next, or a plan that
+    cannot be fingerprinted)."""
 
     baseline: str | None
     speculative: str | None
@@ -36,12 +40,21 @@ class Keys:
         return self.baseline if config == "baseline" else self.speculative
 
 
-def keys(plan: LivePlan) -> Keys:
-    """The fingerprints of the plan's launched servers (the baseline's is the reuse one)."""
+def keys(plan: LivePlan, attached: Mapping[Config, Mapping[str, str]] | None = None) -> Keys:
+    """The fingerprints of the plan's servers: a launched baseline's is the reuse one; an
+    attached server's is its deployment as attached (its `attached_launch`, made from its
+    /server_info and GPUs by attached_launch), where its launch has an identity."""
     found: dict[str, str | None] = {}
     why: list[str] = []
     for config in ("baseline", "speculative"):
         planned = plan.server(config)
+        facts = (attached or {}).get(config)
+        if isinstance(planned, ServerPlan) and planned.spec is None and facts is not None:
+            found[config] = facts.get("fingerprint") if facts.get("identity") else None
+            if found[config] is None:
+                why.append(f"the attached {config} server's launches are not logged: "
+                           f"{facts.get('why') or 'it gave no /server_info'}")
+            continue
         if not isinstance(planned, ServerPlan) or planned.spec is None or plan.prompts is None:
             found[config] = None
             why.append(f"the {config} server is not launched here")
@@ -57,6 +70,55 @@ def keys(plan: LivePlan) -> Keys:
     return Keys(found["baseline"], found["speculative"], "; ".join(why))
 
 
+def _durations(value: object, path: str = "") -> dict[str, float]:
+    """Every number of a (nested) startup_time dict, by its dotted path."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+        return {}
+    if not isinstance(value, dict):
+        return {path: float(value)} if path else {}
+    out: dict[str, float] = {}
+    for key, inner in value.items():
+        out.update(_durations(inner, f"{path}.{key}" if path else str(key)))
+    return out
+
+
+def _startup_available(info: Mapping[str, object]) -> object:
+    """internal_states[0].memory_usage.startup_available: the GPU memory free at the start."""
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states else None
+    usage = first.get("memory_usage") if isinstance(first, dict) else None
+    return usage.get("startup_available") if isinstance(usage, dict) else None
+
+
+def launch_identity(info: Mapping[str, object]) -> tuple[str, str]:
+    """(the identity of the launch an attached server is, ""), or ("", why there is none),
+    from its /server_info: SGLang draws random_seed at each launch (unless --random-seed fixes
+    it) and times its start anew (startup_time: loading the weights, allocating the KV cache,
+    the scheduler; with the GPU memory free at the start, memory_usage.startup_available). The
+    same running server gives the same identity however often it is measured."""
+    seed = info.get("random_seed")
+    durations = _durations(info.get("startup_time"))
+    missing = [name for name, ok in (
+        ("random_seed", isinstance(seed, int) and not isinstance(seed, bool)),
+        ("startup_time durations", bool(durations))) if not ok]
+    if missing:
+        return "", (f"its /server_info gives no {' and no '.join(missing)} to tell one launch "
+                    "from the next")
+    text = json.dumps({"random_seed": seed, "startup_time": durations,
+                       "startup_available": _startup_available(info)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20], ""
+
+
+def attached_launch(info: Mapping[str, object], gpu_names: tuple[str, ...]) -> dict[str, str]:
+    """What an attached server's launch is logged by: {"fingerprint", "identity"} (the
+    deployment as attached, measure/reuse.py attached_fingerprint, and launch_identity), or
+    {"why"} when the launch has no identity."""
+    identity, why = launch_identity(info)
+    if not identity:
+        return {"why": why}
+    return {"fingerprint": reuse.attached_fingerprint(info, gpu_names).id, "identity": identity}
+
+
 def _log_figure(summary: Summary | None) -> tuple[float, float] | None:
     """(ln value, its standard error within the launch) of a figure with an interval."""
     if summary is None or not math.isfinite(summary.mean) or summary.mean <= 0:
@@ -69,9 +131,9 @@ def _log_figure(summary: Summary | None) -> tuple[float, float] | None:
 
 
 def entry(keys_: Keys, config: Config, measurement: Measurement, *, design: drift.Design,
-          run: str, when: str | None = None) -> LaunchRecord | None:
-    """One launch's record: its figure (the baseline's tok/s, the speculative server's cycle);
-    None when it has no key or no figure."""
+          run: str, when: str | None = None, launch: str = "") -> LaunchRecord | None:
+    """One launch's record: its figure (the baseline's tok/s, the speculative server's cycle),
+    and an attached server's launch identity; None when it has no key or no figure."""
     key = keys_.of(config)
     figure = _log_figure(measurement.stat(drift.FIGURE[config]))
     if key is None or figure is None:
@@ -79,13 +141,13 @@ def entry(keys_: Keys, config: Config, measurement: Measurement, *, design: drif
     return LaunchRecord(
         fingerprint=key, deployment=keys_.baseline or "", config=config,
         time=when or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        design=design, run=run, figures={drift.FIGURE[config]: figure})
+        design=design, run=run, figures={drift.FIGURE[config]: figure}, launch=launch)
 
 
 def record(reports_dir: Path, keys_: Keys, config: Config, measurement: Measurement, *,
-           design: drift.Design, run: str) -> LaunchRecord | None:
+           design: drift.Design, run: str, launch: str = "") -> LaunchRecord | None:
     """Log one launch (see entry) in REPORTS/history/launches.jsonl."""
-    found = entry(keys_, config, measurement, design=design, run=run)
+    found = entry(keys_, config, measurement, design=design, run=run, launch=launch)
     if found is not None:
         launch_log.append(launch_log.log_file(reports_dir), found)
     return found

@@ -114,13 +114,28 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
     run = uuid.uuid4().hex[:16]
     runs: list[tuple[Config, ConfigRun | None]] = [
         ("baseline", baseline), ("speculative", speculative), ("baseline", after)]
-    fresh = [(c, r.measurement) for c, r in runs
-             if r is not None and r.measurement is not None and r.failure is None
-             and not r.attached and not r.reuse.get("reused")]
-    for config, measured in fresh:
+    attached: dict[Config, dict[str, str]] = {
+        c: r.attached_launch for c, r in runs if r is not None and r.attached and r.attached_launch}
+    if attached:  # an attached server's key is known once its /server_info was read
+        keys = launches.keys(plan, attached)
+    # One record per launch: an attached server measured again is the launch it was.
+    logged: set[tuple[str | None, str]] = {
+        (r.fingerprint, r.launch) for r in launches.history(reports_dir, keys) if r.launch}
+    for config, r in runs:
+        if r is None or r.measurement is None or r.failure is not None \
+                or r.reuse.get("reused"):
+            continue
+        launch = r.attached_launch.get("identity", "") if r.attached else ""
+        if r.attached and not launch:
+            continue
+        if launch and (keys.of(config), launch) in logged:
+            say(f"{config}: the attached server is a launch already logged (its /server_info "
+                "gives the same random_seed and startup_time): not a new launch")
+            continue
         try:
-            launches.record(reports_dir, keys, config, measured, design=settings.design,
-                            run=run)
+            launches.record(reports_dir, keys, config, r.measurement, design=settings.design,
+                            run=run, launch=launch)
+            logged.add((keys.of(config), launch))
         except OSError as exc:
             say(f"{config}: launch not logged ({exc})")
     note, bracket, pooled = "", None, 1
@@ -139,6 +154,10 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
         why = (after.failure.text() if after is not None and after.failure is not None
                else "it was not launched")
         note = f"the baseline's second launch gave no measurement ({why}): one launch pooled"
+    unlogged = [f"the attached {r.config} server's launches are not logged "
+                f"({r.attached_launch['why']})" for r in (baseline, speculative)
+                if r.attached and "why" in r.attached_launch]
+    note = "; ".join([*([note] if note else []), *unlogged])
     found = classify(plan, baseline)
     say(f"deployment: {found.line()}")
     coverage = launches.coverage(settings, launches.history(reports_dir, keys), keys,
@@ -149,9 +168,11 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
 
 def classify(plan: LivePlan, baseline: ConfigRun) -> deployment.Deployment:
     """The deployment's class from the baseline as measured (measure/deployment.py): its
-    single-stream decode tok/s, its GPUs' name from the snapshot its GPU check took, and the
-    bytes a step of the target reads per GPU. Unknown, with why, whatever is missing (a
-    baseline that failed among them): its claims then take the host-bound prior."""
+    single-stream decode tok/s, its GPUs' name from the snapshot its GPU check took (an
+    attached server's from the listing through the launcher prefix, or on this machine for a
+    loopback address), and the bytes a step of the target reads per GPU. Unknown, with why,
+    whatever is missing (a baseline that failed among them): its claims then take the
+    host-bound prior."""
     if plan.simulated or baseline.simulated:
         return deployment.unknown("no GPU name (simulated server)")
     single = baseline.at(1)
@@ -167,8 +188,7 @@ def classify(plan: LivePlan, baseline: ConfigRun) -> deployment.Deployment:
                                   "not the server's")
     check = baseline.gpu
     if check is None or not check.names:
-        why = ("the baseline server is attached, not launched here" if baseline.attached
-               else check.reason if check is not None else "no GPU check was made")
+        why = check.reason if check is not None else "no GPU check was made"
         return deployment.unknown(f"no GPU name ({why})")
     planned = plan.server("baseline")
     tp_info = baseline.server_info.get("tp_size")

@@ -16,6 +16,7 @@ from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.results import ConfigRun, Failure, GpuCheck
 from specgate.measure.server_session import (
     Progress,
+    attached_facts,
     check_gpus,
     checked_env,
     log_tail,
@@ -115,6 +116,8 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
                                  simulated=bool(handle.simulated),
                                  server_info=server_spec(dict(handle.server_info or {})))
                 fields[c]["env"] = checked_env(plans[c], handle)
+                if plans[c].spec is None:
+                    fields[c].update(attached_facts(plans[c], handle))
             stage = "measure"
             if interleaved:
                 _measure_interleaved(plan, handles, fields, coverage, say)

@@ -116,6 +116,9 @@ class ConfigRun:
     gate_level: int = 1
     levels: dict[int, bench.Measurement] = dataclasses.field(default_factory=dict)
     level_failures: dict[int, Failure] = dataclasses.field(default_factory=dict)
+    # An attached server's launch as the launch log knows it (measure/launches.py
+    # attached_launch): {"fingerprint", "identity"}, or {"why"} it has no identity; {} launched.
+    attached_launch: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def at(self, level: int) -> ConfigRun:
         """This run as one concurrency level saw it: that level's measurement or failure in

@@ -30,6 +30,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -210,6 +211,34 @@ def fingerprint(plan: Planned, config: Config = "baseline") -> Fingerprint:
                       for name in _TARGET_FILES},
             "weights": _weights(drafter)}
     return Fingerprint(components)
+
+
+# The server arguments in /server_info that decide an attached server's speed: the model, its
+# precision and parallelism, memory and batching, the attention and sampling kernels, CUDA graphs,
+# the scheduler, and the speculative chain. Addresses, keys and what each launch draws anew are not
+# among them.
+ATTACHED_KEYS = (
+    "model_path", "dtype", "kv_cache_dtype", "quantization", "load_format", "context_length",
+    "tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention", "mem_fraction_static",
+    "max_running_requests", "max_total_tokens", "max_prefill_tokens", "chunked_prefill_size",
+    "page_size", "attention_backend", "decode_attention_backend", "prefill_attention_backend",
+    "sampling_backend", "disable_cuda_graph", "cuda_graph_max_bs_decode",
+    "disable_radix_cache", "disable_overlap_schedule", "enable_mixed_chunk",
+    "enable_torch_compile", "schedule_policy", "schedule_conservativeness", "stream_interval",
+    "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+    "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_attention_mode",
+    "speculative_draft_attention_backend", "speculative_token_map")
+
+
+def attached_fingerprint(info: Mapping[str, object], gpu_names: Sequence[str]) -> Fingerprint:
+    """An attached server's deployment as /server_info reports it, wherever it listens: the
+    speed-deciding server arguments (ATTACHED_KEYS), the SGLang version, and the names of its
+    GPUs as listed for it (empty where they could not be)."""
+    return Fingerprint({
+        "attached": {k: info.get(k) for k in ATTACHED_KEYS},
+        "sglang": info.get("version"),
+        "gpus": sorted(set(gpu_names)),
+    })
 
 
 def _drafter_dir(spec: LaunchSpec) -> Path | None:

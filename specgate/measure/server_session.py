@@ -11,13 +11,14 @@ from typing import Any
 
 from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.redact import MASK, is_secret_name, mask_env
-from specgate.measure import bench, drift, load, passes
+from specgate.measure import bench, drift, launches, load, passes
 from specgate.measure.gate import Rule, keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.results import ConfigRun, EnvCheck, Failure, GpuCheck
 from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, ServerPlan
+from specgate.serving.launchers.base import loopback_only
 from specgate.serving.server import ServerHandle
 
 Progress = Callable[[str], None]
@@ -31,7 +32,10 @@ _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_e
 
 def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
     """Other processes on the GPUs the server will use (skipped without nvidia-smi); `resident`
-    are the pids of this run's other server, resident beside it by design."""
+    are the pids of this run's other server, resident beside it by design. An attached server's
+    GPUs are named only (check_attached_gpus)."""
+    if plan.spec is None:
+        return check_attached_gpus(plan)
     snap = plan.spec.launcher.gpu_snapshot() if plan.spec is not None else gpu.snapshot()
     if snap is None:
         where = plan.spec.launcher.gpu_host() if plan.spec is not None else "this machine"
@@ -55,6 +59,38 @@ def check_gpus(plan: ServerPlan, *, resident: Sequence[int] = ()) -> GpuCheck:
     return GpuCheck(True, f"GPUs {list(plan.gpus)} checked",
                     tuple(dataclasses.asdict(p) for p in busy), gpus=tuple(plan.gpus),
                     names=names)
+
+
+def check_attached_gpus(plan: ServerPlan) -> GpuCheck:
+    """The names of an attached server's GPUs, listed as a launched server's are: through the
+    profile's launcher prefix, or on this machine for a server on a loopback address. Its own
+    processes hold them, so they are not checked for others; every GPU listed could be its, so
+    their names tell only when they agree (measure/deployment.py classify)."""
+    launcher = plan.launcher
+    unlisted = (launcher.attached_gpus_unlisted(plan.url) if launcher is not None
+                else loopback_only(plan.url))
+    if unlisted is not None:
+        return GpuCheck(False, unlisted)
+    snap = launcher.gpu_snapshot() if launcher is not None else gpu.snapshot()
+    where = launcher.gpu_host() if launcher is not None else "this machine"
+    if snap is None:
+        return GpuCheck(False, f"nvidia-smi is not available on {where}, so the attached "
+                               "server's GPUs cannot be listed")
+    return GpuCheck(False, f"the attached server's GPUs as nvidia-smi lists them on {where}; "
+                           "not checked for other processes (its own hold them)",
+                    names=tuple(sorted({g.name for g in snap.gpus})))
+
+
+def attached_facts(planned: ServerPlan, handle: ServerHandle) -> dict[str, Any]:
+    """An attached server's GPU names and its launch as the launch log knows it; a check that
+    breaks says so instead of stopping."""
+    try:
+        check = check_attached_gpus(planned)
+    except Exception as exc:  # a broken check must not stop the session
+        check = GpuCheck(False, f"GPU listing failed: {exc}")
+    return {"gpu": check,
+            "attached_launch": launches.attached_launch(dict(handle.server_info or {}),
+                                                        check.names)}
 
 
 def _masked(found: dict[str, str | None], expected: Mapping[str, str]) -> dict[str, str | None]:
@@ -129,6 +165,8 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
                           simulated=bool(handle.simulated),
                           server_info=server_spec(dict(handle.server_info or {})))
             fields["env"] = checked_env(planned, handle)
+            if attached:
+                fields.update(attached_facts(planned, handle))
             stage = "measure"
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=plan.sampling.request_timeout_s) as client:

@@ -114,6 +114,8 @@ class ServerPlan:
     # the launch if something took it since.
     any_port: bool = False
     tp: int = 1  # [server] tp: one rank process per GPU of `gpus`
+    # The profile's launcher: an attached server's GPUs are listed through its prefix.
+    launcher: Launcher | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +189,7 @@ def plan_server(settings: LaunchSettings, config: Config, log_path: Path) -> Ser
         gpus=settings.gpus_of(config),
         any_port=spec is not None and server.port == 0,
         tp=server.tp,
+        launcher=settings.launcher,
     )
 
 

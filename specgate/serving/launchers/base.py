@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import ipaddress
 import os
 import signal
 import socket
@@ -155,6 +156,11 @@ class Launcher(ABC):
         """Where the server's GPUs are, for messages."""
         return "this machine"
 
+    def attached_gpus_unlisted(self, url: str) -> str | None:
+        """Why gpu_snapshot does not list the GPUs of a server attached at `url`; None: it does
+        (this machine's GPUs are the server's when it listens on a loopback address)."""
+        return loopback_only(url)
+
     def env_unreadable(self) -> str | None:
         """Why the serving process's environment cannot be read from here; None: it can."""
         return None
@@ -177,6 +183,19 @@ class Launcher(ABC):
     def port_left_note(self, url: str, stop_command: tuple[str, ...] | None) -> str | None:
         """What to say when the server's address still answers after the stop."""
         return None
+
+
+def loopback_only(url: str) -> str | None:
+    """None for a URL on a loopback address (127.0.0.0/8, ::1, localhost); else why this
+    machine's GPUs are not that server's."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return None
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    return (f"the attached server at {url} is on another machine and the profile names no "
+            "launcher prefix to list its GPUs")
 
 
 def port_in_use(host: str, port: int, url: str | None = None, *, check_bind: bool = True) -> bool:

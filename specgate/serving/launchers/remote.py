@@ -231,6 +231,9 @@ class FarSideLauncher(Launcher):
         """The far side's GPUs, listed by nvidia-smi run through the launcher's prefix."""
         return gpu.snapshot(prefix=self.reach())
 
+    def attached_gpus_unlisted(self, url: str) -> str | None:
+        return None  # the prefix reaches the machine the profile's servers run on
+
     def gpu_host(self) -> str:
         return f"the GPU host ({shlex.join(self.argv[:remote_command_start(list(self.argv))])})"
 

@@ -19,7 +19,12 @@ from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import model
 from specgate.testing.simulator.faults import Faults, faults_from_env
 from specgate.testing.simulator.server import close_connections, make_server
-from specgate.testing.simulator.state import SGLANG_VERSION, SimState, log
+from specgate.testing.simulator.state import (
+    SGLANG_VERSION,
+    STARTUP_AVAILABLE_GB,
+    SimState,
+    log,
+)
 
 # Children poll their parent and leave when it is gone, like SGLang's scheduler and detokenizer
 # (which watch the parent with a watchdog); the harness must still kill the whole tree. A child
@@ -120,15 +125,26 @@ def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
     delay = faults.slow_start_s if faults.slow_start_s is not None else (
         resolved.params.timing.start_delay_s
     )
-    log(f"Load weight begin. avail mem=79.10 GB (model {model_path})")
+    log(f"Load weight begin. avail mem={STARTUP_AVAILABLE_GB:.2f} GB (model {model_path})")
     if resolved.params.speculative:
         log(f"Load draft weight begin. draft model {resolved.args['speculative_draft_model_path']}")
+    began = time.perf_counter()
     time.sleep(delay / 2)
+    loaded = time.perf_counter()
     log(f"Load weight end. type={resolved.architectures[0]}, dtype=torch.bfloat16, "
         "avail mem=40.00 GB")
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=39.00 GB")
     time.sleep(delay / 2)
+    captured = time.perf_counter()
     log(f"Capture cuda graph end. Time elapsed: {delay / 2:.2f} s. mem usage=1.00 GB.")
+    # As SGLang's /server_info: the durations of this launch's start, timed as it went.
+    graphs = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+              "draft_extend")
+    state.startup_time = {
+        "load_weight": loaded - began, "kv_cache_allocation": 0.0,
+        "scheduler_e2e": captured - began,
+        "cuda_graph": {g: (captured - loaded if g == "decode" else 0.0) for g in graphs},
+        "tokenizer_e2e": time.perf_counter() - state.began}
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
           file=sys.stderr, flush=True)
     if "never_ready" not in faults:

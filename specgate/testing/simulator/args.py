@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,8 @@ def resolve(ns: argparse.Namespace, env: Mapping[str, str]) -> Resolved:
             speculative_num_draft_tokens=draft_tokens,
         )
     args["context_length"] = context_length
+    if args.get("random_seed") is None:  # as SGLang's ServerArgs: drawn anew at each launch
+        args["random_seed"] = random.randint(0, 1 << 30)
     args["tokenizer_path"] = ns.tokenizer_path or ns.model_path
     args["served_model_name"] = ns.served_model_name or ns.model_path
     try:

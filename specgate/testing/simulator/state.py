@@ -20,6 +20,9 @@ from specgate.testing.simulator.faults import Faults
 
 # The version whose wire format was recorded on an H200 (tests/data/real-sglang-0.5.17/).
 
+# The GPU memory (GB) free when the simulated server starts (memory_usage.startup_available).
+STARTUP_AVAILABLE_GB = 79.10
+
 
 def log(message: str, *, stream: Any = None) -> None:
     """One SGLang-style log line on stderr (SGLang logs through logging to stderr)."""
@@ -56,6 +59,9 @@ class SimState:
         self.faults = faults
         self.argv = list(argv)
         self.started = time.time()
+        self.began = time.perf_counter()
+        # /server_info's startup_time: this launch's start durations, set once it is ready.
+        self.startup_time: dict[str, Any] = {}
         self.ready = threading.Event()
         self.hung = threading.Event()
         self.lock = threading.Lock()
@@ -130,7 +136,8 @@ class SimState:
     def server_info(self) -> dict[str, Any]:
         internal: dict[str, Any] = {
             "last_gen_throughput": round(self.counters.last_gen_throughput, 2),
-            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 0},
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 0,
+                             "startup_available": STARTUP_AVAILABLE_GB},
         }
         if self.speculative and self.counters.reported_accept_length is not None:
             internal["avg_spec_accept_length"] = self.counters.reported_accept_length
@@ -140,7 +147,7 @@ class SimState:
             "launch_command": launch,
             "internal_states": [internal],
             "version": SGLANG_VERSION,
-            "startup_time": self.started,
+            "startup_time": self.startup_time,
             "simulated": True,
             "simulator": {
                 "params": dataclasses.asdict(self.params),
