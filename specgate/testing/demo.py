@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -61,20 +63,43 @@ def ensure_assets(root: Path, kind: str = "demo") -> Path:
     """Write the assets of a demonstration profile under root unless already there.
 
     `demo` is a small passing deployment; `seeds` replays the seeds' Kimi-K2.5 story at full
-    checkpoint size.
+    checkpoint size. Several processes may ask at once (two probes, two test workers): one
+    writes the assets into a folder beside root, under a lock, and renames it into place, so
+    no process sees a half-written or half-removed set.
     """
-    stamp = root / ".assets-version"
     wanted = f"{kind}-{ASSETS_VERSION}"
-    if stamp.exists() and stamp.read_text().strip() == wanted:
+    if _current(root, wanted):
         return root
-    if root.exists():
-        shutil.rmtree(root)
-    if kind == "seeds":
-        _seeds(root)
-    else:
-        _demo(root)
-    stamp.write_text(wanted + "\n")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f".{root.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _current(root, wanted):  # written by another process while this one waited
+                return root
+            build = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+            try:
+                if kind == "seeds":
+                    _seeds(build)
+                else:
+                    _demo(build)
+                (build / ".assets-version").write_text(wanted + "\n")
+                if root.exists():
+                    shutil.rmtree(root)
+                build.rename(root)
+            except BaseException:
+                shutil.rmtree(build, ignore_errors=True)
+                raise
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return root
+
+
+def _current(root: Path, wanted: str) -> bool:
+    stamp = root / ".assets-version"
+    try:
+        return stamp.read_text().strip() == wanted
+    except OSError:
+        return False
 
 
 def _demo(root: Path) -> None:
