@@ -47,7 +47,7 @@ def test_a_failed_write_leaves_neither_root_nor_its_scratch_folder(
     monkeypatch.setattr(demo, "_demo", broken)
     with pytest.raises(OSError, match="disk full"):
         demo.ensure_assets(tmp_path / "demo")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".demo.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.lock"]
 
 
 def test_processes_asking_at_once_all_get_whole_assets(tmp_path: Path) -> None:
@@ -58,4 +58,4 @@ def test_processes_asking_at_once_all_get_whole_assets(tmp_path: Path) -> None:
     assert (root / ".assets-version").read_text().strip() == f"demo-{demo.ASSETS_VERSION}"
     for part in ("target", "drafter", "reference"):
         assert (root / part / "config.json").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".demo.lock", "demo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "demo.lock"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import tempfile
@@ -70,27 +69,25 @@ def ensure_assets(root: Path, kind: str = "demo") -> Path:
     wanted = f"{kind}-{ASSETS_VERSION}"
     if _current(root, wanted):
         return root
+    from filelock import FileLock
+
     root.parent.mkdir(parents=True, exist_ok=True)
-    with (root.parent / f".{root.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(str(root) + ".lock", timeout=600):
+        if _current(root, wanted):  # written by another process while this one waited
+            return root
+        build = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
         try:
-            if _current(root, wanted):  # written by another process while this one waited
-                return root
-            build = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-            try:
-                if kind == "seeds":
-                    _seeds(build)
-                else:
-                    _demo(build)
-                (build / ".assets-version").write_text(wanted + "\n")
-                if root.exists():
-                    shutil.rmtree(root)
-                build.rename(root)
-            except BaseException:
-                shutil.rmtree(build, ignore_errors=True)
-                raise
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            if kind == "seeds":
+                _seeds(build)
+            else:
+                _demo(build)
+            (build / ".assets-version").write_text(wanted + "\n")
+            if root.exists():
+                shutil.rmtree(root)
+            build.rename(root)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
     return root
 
 
@@ -163,11 +160,5 @@ def _write_sim(folder: Path, data: Mapping[str, object]) -> None:
 
 def prepare(profile: Profile) -> None:
     """Generate the checkpoints a demo profile names, once (xdist workers wait for the first)."""
-    if profile.demo is None:
-        return
-    from filelock import FileLock
-
-    assets = profile.demo_assets()
-    assets.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(assets) + ".lock", timeout=600):
-        ensure_assets(assets, profile.demo.kind)
+    if profile.demo is not None:
+        ensure_assets(profile.demo_assets(), profile.demo.kind)
