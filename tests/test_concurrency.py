@@ -257,6 +257,34 @@ def test_the_fitted_batching_reproduces_the_measured_curve(session, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_fit_to_some_levels_predicts_the_speedup_at_the_level_held_out(session, capsys):
+    """Fitted at 1 and 16 alone, the simulator's straight-line batching predicts the decode
+    speed-up at 4 from that level's tokens per verify, within 5 % of what was measured there."""
+    from specgate.cli.calibrate_simulator import main_calibrate_simulator
+    from specgate.testing.simulator import calibrate
+
+    profile, live, _ = session
+    found = calibrate.fit(live, draft_step_ms=TIMING["draft_step_ms"], fit_levels=[1, 16])
+    assert found.fit_levels == (1, 16)
+    held = {p["concurrency"]: p for p in found.points if p["held_out"]}
+    assert list(held) == [4]
+    point = next(p for p in curves.curve(live).points if p.level == 4)
+    assert held[4]["speedup"] == pytest.approx(point.within.mean, rel=1e-3)
+    assert held[4]["fitted_speedup"] == pytest.approx(point.within.mean, rel=0.05), held
+    worst = found.worst_held_out_error
+    assert worst is not None and worst < 0.05
+    results = str(profile.resolve("reports/live/results.json"))
+    assert main_calibrate_simulator([results, "--fit-levels", "1,16"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["fit_levels"] == [1, 16]
+    assert printed["worst_held_out_speedup_error"] == pytest.approx(worst, abs=1e-4)
+    with pytest.raises(ValueError, match=r"--fit-levels \[8\]: not measured"):
+        calibrate.fit(live, fit_levels=[1, 8])
+    assert main_calibrate_simulator([results, "--fit-levels", "4"]) == 1
+    assert "two levels or more" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_an_aba_baseline_pools_both_launches_at_every_level(tmp_path):
     profile = _profile(tmp_path, bench_extra={"concurrency": [1, 4], "design": "aba",
                                               "repeats": 1, "max_repeats": 1})

@@ -1,6 +1,7 @@
 """A GPU-bound target and an EAGLE-3 drafter that pays on it, for a first probe on real SGLang.
 
 usage: python3 gpu_bound.py OUT --tokenizer DIR [--shapes 8b|tiny] [--answer " the"]
+           [--pattern same|alternate [--second " a"]]
            [--profile OUT/probe.toml --launcher "python3 -m sglang.launch_server"]
 
   OUT/target   LlamaForCausalLM with Llama-3-8B's shapes (hidden 4096, 32 layers, GQA 32/8,
@@ -18,6 +19,16 @@ usage: python3 gpu_bound.py OUT --tokenizer DIR [--shapes 8b|tiny] [--answer " t
                0 of the target's aux states the same way, so it drafts the answer every time:
                every draft is accepted, and what a probe measures is the verify cycle's real
                cost on a GPU-bound deployment.
+
+--pattern alternate: the target's greedy answer alternates between two tokens (--answer, then
+               --second, then --answer, ...), carried on channel 1 with a sign: every embedding
+               has +LIFT there except --answer's, which has -LIFT, and the lm_head maps + to
+               --answer and - to --second. The drafter reads that sign from the target's aux
+               state (the token before the one it is given, as EAGLE-3 aligns them), so its
+               first draft is right; its later drafts read the sign from its own output, which
+               keeps it, so they repeat the first and are rejected. Accept length 2.0 at any
+               chain of 2 steps or more: a drafter that pays alone and stops paying where the
+               verify of a batch costs twice a decode step (the crossover).
 
 --shapes tiny builds the same construction at hidden 256 / 2 layers on the CPU (the dry run).
 --profile also writes the probe's profile for these two folders (both servers with decode CUDA
@@ -50,6 +61,7 @@ SHAPES = {
              "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 704},
 }
 CHANNEL = 0  # the channel that carries the answer
+SIGN = 1  # --pattern alternate: the channel whose sign says which of the two comes next
 LIFT = 1000.0  # channel 0 of every embedding: far above what 32 random layers add (about 15)
 DRAFT_VOCAB = 32000  # SpecForge's default for Llama-3 drafters
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -117,13 +129,18 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
-                 eos: int | None, tokenizer_dir: Path, device: str) -> None:
+                 eos: int | None, tokenizer_dir: Path, device: str,
+                 second: int | None = None) -> None:
+    """The target; with `second`, its answers alternate: answer, second, answer, ..."""
     h, layers = shapes["hidden_size"], shapes["num_hidden_layers"]
     heads, kv, d = shapes["num_attention_heads"], shapes["num_key_value_heads"], shapes["head_dim"]
     inter = shapes["intermediate_size"]
     w = Writer(folder, 0, device)
     embed = w.rand(vocab, h)
     embed[:, CHANNEL] = LIFT
+    if second is not None:
+        embed[:, SIGN] = LIFT
+        embed[answer, SIGN] = -LIFT
     w.add("model.embed_tokens.weight", embed)
     for i in range(layers):
         p = f"model.layers.{i}."
@@ -137,11 +154,17 @@ def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
         w.add(p + "input_layernorm.weight", w.ones(h))
         w.add(p + "post_attention_layernorm.weight", w.ones(h))
     norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
-    norm[CHANNEL] = 1.0
-    w.add("model.norm.weight", norm)
     head = w.rand(vocab, h)
-    head[:, CHANNEL] = 0.0
-    head[answer, CHANNEL] = 1.0
+    if second is None:
+        norm[CHANNEL] = 1.0
+        head[:, CHANNEL] = 0.0
+        head[answer, CHANNEL] = 1.0
+    else:  # after any token but the answer comes the answer; after the answer, the second
+        norm[SIGN] = 1.0
+        head[:, SIGN] = 0.0
+        head[answer, SIGN] = 1.0
+        head[second, SIGN] = -1.0
+    w.add("model.norm.weight", norm)
     w.add("lm_head.weight", head)
     w.close()
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **shapes,
@@ -158,12 +181,17 @@ def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
 
 
 def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
-                  draft_vocab: int, device: str) -> None:
+                  draft_vocab: int, device: str, second: int | None = None) -> None:
+    """The drafter; with `second` (--pattern alternate) its first draft is right and the
+    later ones repeat it."""
     h, heads = shapes["hidden_size"], shapes["num_attention_heads"]
     kv, d, inter = shapes["num_key_value_heads"], shapes["head_dim"], shapes["intermediate_size"]
-    if answer + draft_vocab > vocab:
-        raise SystemExit(f"the answer's id {answer} + draft vocabulary {draft_vocab} passes the "
-                         f"vocabulary ({vocab}); choose another --answer")
+    first = answer if second is None else min(answer, second)
+    if first + draft_vocab > vocab or (second is not None
+                                       and max(answer, second) >= first + draft_vocab):
+        raise SystemExit(f"the answers' ids from {first} and a draft vocabulary of "
+                         f"{draft_vocab} do not fit the vocabulary ({vocab}); choose another "
+                         f"--answer or --second")
     w = Writer(folder, 1, device)
     m = "midlayer."
     w.add(m + "self_attn.q_proj.weight", w.rand(heads * d, 2 * h))
@@ -176,20 +204,30 @@ def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
     for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
         w.add(m + name + ".weight", w.ones(h))
     fc = w.rand(h, 3 * h)
-    fc[CHANNEL, :] = 0.0
-    fc[CHANNEL, CHANNEL] = 1.0  # channel 0 of the first aux state, about LIFT
+    for channel in (CHANNEL, SIGN):  # channels 0 and 1 of the first aux state, about LIFT
+        fc[channel, :] = 0.0
+        fc[channel, channel] = 1.0
     w.add("fc.weight", fc)
     norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
-    norm[CHANNEL] = 1.0
-    w.add("norm.weight", norm)
     head = w.rand(draft_vocab, h)
-    head[:, CHANNEL] = 0.0
-    head[0, CHANNEL] = 1.0  # draft id 0 is the answer
+    if second is None:
+        norm[CHANNEL] = 1.0
+        head[:, CHANNEL] = 0.0
+        head[0, CHANNEL] = 1.0  # draft id 0 is the answer
+    else:
+        # The aux state is the target's at the token before the one the drafter is given, so
+        # the first draft is two answers on: the answer again after the answer (sign -), the
+        # second after the second or a prompt's token (sign +).
+        norm[SIGN] = 1.0
+        head[:, SIGN] = 0.0
+        head[answer - first, SIGN] = -1.0
+        head[second - first, SIGN] = 1.0
+    w.add("norm.weight", norm)
     w.add("lm_head.weight", head)
-    # Draft ids 0..Vd-1 are the target ids answer..answer+Vd-1: d2t = answer everywhere.
-    w.add("d2t", torch.full((draft_vocab,), answer, dtype=torch.int64, device=device))
+    # Draft ids 0..Vd-1 are the target ids first..first+Vd-1: d2t = first everywhere.
+    w.add("d2t", torch.full((draft_vocab,), first, dtype=torch.int64, device=device))
     t2d = torch.zeros(vocab, dtype=torch.bool, device=device)
-    t2d[answer:answer + draft_vocab] = True
+    t2d[first:first + draft_vocab] = True
     w.add("t2d", t2d)
     w.close()
     write_json(folder / "config.json", {
@@ -230,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Hugging Face folder: config.json and tokenizer.json")
     parser.add_argument("--shapes", choices=sorted(SHAPES), default="8b")
     parser.add_argument("--answer", default=" the", help="the text of the one-token answer")
+    parser.add_argument("--pattern", choices=("same", "alternate"), default="same",
+                        help="same: the answer every step, every draft accepted; alternate: "
+                             "the answer and --second in turn, accept length 2.0")
+    parser.add_argument("--second", default=" a",
+                        help="--pattern alternate: the other one-token answer")
     parser.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--profile", type=Path, help="also write the probe's profile here")
@@ -238,15 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     t0 = time.time()
     answer, vocab, eos = answer_id(ns.tokenizer, ns.answer)
+    second = answer_id(ns.tokenizer, ns.second)[0] if ns.pattern == "alternate" else None
+    if second == answer:
+        raise SystemExit(f"--second {ns.second!r} is --answer's token; give another")
     shapes = SHAPES[ns.shapes]
     for name in ("target", "drafter"):
         shutil.rmtree(ns.out / name, ignore_errors=True)
         os.makedirs(ns.out / name)
-    build_target(ns.out / "target", shapes, vocab, answer, eos, ns.tokenizer, ns.device)
-    build_drafter(ns.out / "drafter", shapes, vocab, answer, min(ns.draft_vocab, vocab - answer),
-                  ns.device)
-    print(f"{ns.out}: target ({ns.shapes} shapes, answer {ns.answer!r} = id {answer}) and "
-          f"drafter written in {time.time() - t0:.1f} s", flush=True)
+    first = answer if second is None else min(answer, second)
+    build_target(ns.out / "target", shapes, vocab, answer, eos, ns.tokenizer, ns.device, second)
+    build_drafter(ns.out / "drafter", shapes, vocab, answer, min(ns.draft_vocab, vocab - first),
+                  ns.device, second)
+    told = (f"answer {ns.answer!r} = id {answer}" if second is None else
+            f"answers {ns.answer!r} = id {answer} and {ns.second!r} = id {second} in turn")
+    print(f"{ns.out}: target ({ns.shapes} shapes, {told}) and drafter written in "
+          f"{time.time() - t0:.1f} s", flush=True)
     if ns.profile:
         ns.profile.write_text(suite.toml(profile(ns.out, shlex.split(ns.launcher), ns.sim)),
                               encoding="utf-8")

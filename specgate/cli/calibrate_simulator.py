@@ -21,12 +21,30 @@ def main_calibrate_simulator(argv: list[str]) -> int:
     parser.add_argument("--draft-step-ms", type=float, default=model.DEFAULT_DRAFT_STEP_MS,
                         help="one draft forward at one sequence (kept; the verify takes the "
                              "rest of the cycle)")
+    parser.add_argument("--fit-levels", type=_levels, default=None, metavar="N,N,...",
+                        help="fit to these levels alone (default: every level); each other "
+                             "level is held out and its predicted speed-up set against the "
+                             "measured one")
     args = parser.parse_args(argv)
     try:
         live = LiveResults.read(args.results)
-        found = calibrate.fit(live, draft_step_ms=args.draft_step_ms)
+        found = calibrate.fit(live, draft_step_ms=args.draft_step_ms, fit_levels=args.fit_levels)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"{args.results}: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(found.to_json(), indent=1))
+    out = found.to_json()
+    worst = found.worst_held_out_error
+    if worst is not None:
+        out["worst_held_out_speedup_error"] = round(worst, 4)
+    print(json.dumps(out, indent=1))
     return 0
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers, e.g. 1,4,16") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give levels of 1 or more, e.g. 1,4,16")
+    return levels

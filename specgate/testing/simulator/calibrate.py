@@ -17,17 +17,23 @@ reproduce the measured curve in specgate's closed loop. The verify and draft cos
 sequence cannot be told apart from one chain's cycle; the draft step keeps the value given (the
 simulator's default, or the target's specgate_sim.json) and the verify takes the rest.
 
-    specgate calibrate-simulator REPORTS/live/results.json
+    specgate calibrate-simulator REPORTS/live/results.json [--fit-levels 1,4,16]
 
-prints the keys to put in the target's specgate_sim.json, and how well the lines fit.
+prints the keys to put in the target's specgate_sim.json, and how well the lines fit. With
+--fit-levels the lines are fitted to those levels alone and the others are held out: at every
+level the decode speed-up the fitted timing predicts (the level's measured tokens per verify ×
+fitted step ÷ fitted cycle) is set against the measured one, so the fit is judged where it was
+not fitted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from specgate.measure import bench
 from specgate.measure.results import LiveResults
 from specgate.testing.simulator import model
 
@@ -37,15 +43,25 @@ class Fit:
     """The fitted timing (specgate_sim.json keys) and the points it was fitted to."""
 
     timing: dict[str, float]
-    points: tuple[dict[str, float], ...]  # per level: measured and fitted step and cycle
+    # per level: measured and fitted step, cycle and decode speed-up, and whether it was held out
+    points: tuple[dict[str, float | bool | None], ...]
     num_steps: int
     eagle_topk: int
     num_draft_tokens: int
+    fit_levels: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"specgate_sim.json": self.timing, "levels": list(self.points),
+        return {"specgate_sim.json": self.timing, "fit_levels": list(self.fit_levels),
+                "levels": list(self.points),
                 "chain": {"num_steps": self.num_steps, "eagle_topk": self.eagle_topk,
                           "num_draft_tokens": self.num_draft_tokens}}
+
+    @property
+    def worst_held_out_error(self) -> float | None:
+        """The largest |predicted ÷ measured − 1| of the decode speed-up at a held-out level."""
+        errors = [abs(float(e)) for p in self.points if p.get("held_out")
+                  for e in [p.get("speedup_error")] if isinstance(e, float)]
+        return max(errors) if errors else None
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -59,31 +75,50 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS) -> Fit:
-    """The batching that reproduces the session's per-level figures (see the module)."""
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS,
+        fit_levels: Sequence[int] | None = None) -> Fit:
+    """The batching that reproduces the session's per-level figures (see the module), fitted to
+    `fit_levels` (default: every level measured on both servers)."""
     info = live.speculative.server_info
     steps = int(info.get("speculative_num_steps") or 0)
     topk = int(info.get("speculative_eagle_topk") or 1)
     draft_tokens = int(info.get("speculative_num_draft_tokens") or steps + 1)
     if steps < 1:
         raise ValueError("the speculative server's /server_info gives no speculative_num_steps")
-    levels, steps_ms, cycles_ms = [], [], []
+    levels: list[int] = []
+    steps_ms: list[float] = []
+    cycles_ms: list[float] = []
+    taus: list[float] = []
+    speedups: list[float] = []
     for level in live.levels:
         view = live.at(level)
         base, spec = view.baseline.measurement, view.speculative.measurement
         tps = base.stat("tps") if base else None
         cycle = spec.stat("cycle_ms") if spec else None
-        if tps is None or cycle is None or tps.mean <= 0:
+        per_verify = spec.stat("tau_decode") if spec else None
+        if base is None or spec is None or tps is None or cycle is None or tps.mean <= 0:
             continue
         levels.append(level)
         steps_ms.append(1000.0 / tps.mean)
         cycles_ms.append(cycle.mean)
-    if len(levels) < 2:
+        taus.append(per_verify.mean if per_verify is not None else math.nan)
+        speedups.append(bench.speedup(spec, base).mean)
+    chosen = list(levels) if fit_levels is None else sorted(set(fit_levels))
+    missing = [n for n in chosen if n not in levels]
+    if missing:
+        raise ValueError(f"--fit-levels {missing}: not measured on both servers in this session "
+                         f"(measured: {levels or 'none'})")
+    if len(chosen) < 2:
         raise ValueError(f"batching needs both servers measured at two levels or more; this "
-                         f"session has {levels or 'none'}")
-    xs = [float(n - 1) for n in levels]
-    decode_ms, batch = _line(xs, steps_ms)
-    cycle1, cycle_slope = _line(xs, cycles_ms)
+                         f"session has {chosen or 'none'}")
+    at = [levels.index(n) for n in chosen]
+    xs = [float(n - 1) for n in chosen]
+    decode_ms, batch = _line(xs, [steps_ms[i] for i in at])
+    cycle1, cycle_slope = _line(xs, [cycles_ms[i] for i in at])
     batch = max(batch, 0.0)
     draft_batch = max((cycle_slope - draft_tokens * batch) / (steps * topk), 0.0)
     timing = {"decode_ms": round(decode_ms, 4),
@@ -93,12 +128,17 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
               "draft_batch_ms_per_token": round(draft_batch, 5)}
     params = model.SimParams(timing=model.timing_from(timing, {}), speculative=True,
                              num_steps=steps, eagle_topk=topk, num_draft_tokens=draft_tokens)
-    points = tuple({"concurrency": n, "decode_step_ms": round(d, 4),
-                    "fitted_decode_step_ms": round(model.decode_step_ms(params.timing, n), 4),
-                    "cycle_ms": round(c, 4),
-                    "fitted_cycle_ms": round(model.cycle_ms(params, n), 4)}
-                   for n, d, c in zip(levels, steps_ms, cycles_ms, strict=True))
-    return Fit(timing, points, steps, topk, draft_tokens)
+    points: list[dict[str, float | bool | None]] = []
+    for n, d, c, tau, measured in zip(levels, steps_ms, cycles_ms, taus, speedups, strict=True):
+        step_fit, cycle_fit = model.decode_step_ms(params.timing, n), model.cycle_ms(params, n)
+        predicted = tau * step_fit / cycle_fit if cycle_fit > 0 else math.nan
+        error = predicted / measured - 1.0 if measured > 0 else math.nan
+        points.append({"concurrency": n, "held_out": n not in chosen,
+                       "decode_step_ms": round(d, 4), "fitted_decode_step_ms": round(step_fit, 4),
+                       "cycle_ms": round(c, 4), "fitted_cycle_ms": round(cycle_fit, 4),
+                       "speedup": _round(measured), "fitted_speedup": _round(predicted),
+                       "speedup_error": _round(error)})
+    return Fit(timing, tuple(points), steps, topk, draft_tokens, tuple(chosen))
 
 
 def fitted_params(found: Fit, acceptance: Sequence[float]) -> model.SimParams:
