@@ -272,7 +272,8 @@ def test_a_fit_to_some_levels_predicts_the_speedup_at_the_level_held_out(session
     assert held[4]["speedup"] == pytest.approx(point.within.mean, rel=1e-3)
     assert held[4]["fitted_speedup"] == pytest.approx(point.within.mean, rel=0.05), held
     worst = found.worst_held_out_error
-    assert worst is not None and worst < 0.05
+    assert worst is not None
+    assert worst < 0.05
     results = str(profile.resolve("reports/live/results.json"))
     assert main_calibrate_simulator([results, "--fit-levels", "1,16"]) == 0
     printed = json.loads(capsys.readouterr().out)
