@@ -285,6 +285,65 @@ def test_a_fit_to_some_levels_predicts_the_speedup_at_the_level_held_out(session
     assert "two levels or more" in capsys.readouterr().err
 
 
+def _capped(live: LiveResults, cap: int) -> LiveResults:
+    """The session as if its speculative server had run at most `cap` requests at once."""
+    info = {**live.speculative.server_info, "max_running_requests": cap}
+    return dataclasses.replace(live, speculative=dataclasses.replace(live.speculative,
+                                                                     server_info=info))
+
+
+@pytest.mark.slow
+def test_a_level_above_a_servers_max_running_requests_says_it_measures_the_queue(session):
+    """SGLang runs at most max_running_requests at once (48 for speculative decoding unless
+    set) and queues the rest; the claims at a level above it say so, in words and details."""
+    profile, live, _ = session
+    # the simulator reports SGLang's own reset, and the session keeps it
+    assert live.speculative.max_running == 48
+    assert live.baseline.max_running is None
+    assert "queue" not in levels.level_claim("spec.speedup", profile, live, 16).message
+    capped = _capped(live, 2)
+    at4 = levels.level_claim("spec.speedup", profile, capped, 4)
+    assert at4.details["queued"] == {"speculative": {"max_running_requests": 2, "waiting": 2}}
+    assert "the speculative server runs at most 2 requests at once" in at4.message
+    assert "2 of the 4 in flight wait in its queue" in at4.message
+    gate = perf_claims.speedup_claim(profile, capped, attach=False)  # at 1 in flight
+    assert "queued" not in gate.details
+    assert set(gate.details["queued_levels"]) == {"4", "16"}
+    assert "max_running_requests speculative 2" in gate.message
+    baseline = levels.level_claim("perf.baseline_tps", profile, capped, 16)
+    assert baseline.details["queued"]["speculative"]["waiting"] == 14
+    # SGLang's own default, named as such, at a level above it
+    note, queued = perf_claims.queued_at(live, 64)
+    assert queued == {"speculative": {"max_running_requests": 48, "waiting": 16}}
+    assert "the value SGLang sets for speculative decoding unless --max-running-requests" in note
+    assert perf_claims.queued_at(live, 48) == ("", {})
+
+
+@pytest.mark.slow
+def test_the_fit_takes_each_servers_batch_as_capped_by_its_max_running_requests(session,
+                                                                                 capsys):
+    from specgate.cli.calibrate_simulator import main_calibrate_simulator
+    from specgate.testing.simulator import calibrate
+
+    profile, live, _ = session
+    plain = calibrate.fit(live, draft_step_ms=TIMING["draft_step_ms"])
+    assert [p["speculative_batch"] for p in plain.points] == LEVELS
+    capped = calibrate.fit(_capped(live, 4), draft_step_ms=TIMING["draft_step_ms"])
+    assert [p["speculative_batch"] for p in capped.points] == [1, 4, 4]
+    assert [p["baseline_batch"] for p in capped.points] == LEVELS
+    # the same session read as a capped one fits another cycle slope
+    assert capped.timing["draft_batch_ms_per_token"] != plain.timing["draft_batch_ms_per_token"]
+    given = calibrate.fit(live, draft_step_ms=TIMING["draft_step_ms"], speculative_max_running=4)
+    assert given.points == capped.points
+    results = str(profile.resolve("reports/live/results.json"))
+    assert main_calibrate_simulator([results, "--speculative-max-running", "4"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [p["speculative_batch"] for p in printed["levels"]] == [1, 4, 4]
+    with pytest.raises(SystemExit):
+        main_calibrate_simulator([results, "--baseline-max-running", "0"])
+    assert "give 1 or more" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_an_aba_baseline_pools_both_launches_at_every_level(tmp_path):
     profile = _profile(tmp_path, bench_extra={"concurrency": [1, 4], "design": "aba",

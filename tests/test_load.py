@@ -38,11 +38,11 @@ def serve(dirs, request):
     root, target, draft = dirs
     procs = []
 
-    def start(fault: str = ""):
+    def start(fault: str = "", args: tuple[str, ...] = ()):
         name = f"{request.node.name}-{len(procs)}"
         truth = root / f"{name}.jsonl"
-        proc, url = sim.start(sim.spec_args(target, draft, STEPS), root / f"{name}.log", truth,
-                              env={"SPECGATE_SIM_FAULT": fault})
+        proc, url = sim.start([*sim.spec_args(target, draft, STEPS), *args],
+                              root / f"{name}.log", truth, env={"SPECGATE_SIM_FAULT": fault})
         procs.append(proc)
         return url, truth
 
@@ -134,6 +134,30 @@ def test_a_measurement_at_a_level_says_how_the_load_was_held(serve):
     assert "4 in flight" in m.load_text()
     back = bench.Measurement.from_json(m.to_json())
     assert (back.concurrency, back.fillers, back.samples) == (4, m.fillers, m.samples)
+
+
+def test_requests_beyond_max_running_requests_wait_in_the_queue(serve):
+    """As SGLang's scheduler, the simulator runs at most --max-running-requests at once: at 8
+    in flight with a cap of 3, every request is served, none in a batch larger than 3, and
+    a request that arrived while three ran got its first token only after one of them ended."""
+    url, truth = serve(args=("--max-running-requests", "3"))
+    chosen = _prompt_set()
+    with SGLangClient(url) as client:
+        assert client.server_info()["max_running_requests"] == 3
+        loop = load.closed_loop(client, chosen.texts[:16], PARAMS, 8,
+                                labels=[p.id for p in chosen.prompts[:16]])
+    records = sim.served(truth)
+    assert all(r.outcome == "finished" for r in records)
+    assert len(loop.served) == 16
+    batches = [r.batch for r in records if r.batch is not None]
+    assert batches
+    assert max(batches) <= 3
+    assert max(batches) > 2  # the three slots were used
+    # on the simulator's clock: received while another ran, first token after that one ended
+    waited = [r for r in records for q in records
+              if r is not q and q.t_final_sent is not None and r.t_first_sent is not None
+              and q.t_received <= r.t_received < q.t_final_sent <= r.t_first_sent]
+    assert waited
 
 
 @pytest.mark.slow

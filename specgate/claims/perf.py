@@ -54,10 +54,37 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
         result = claim(profile, live, *args, **kwargs)
         if not live.per_level:
             return result
-        return dataclasses.replace(result, details={**result.details,
-                                                    "concurrency": live.gate_level})
+        details: dict[str, Any] = {**result.details, "concurrency": live.gate_level}
+        note, queued = queued_at(live, live.gate_level)
+        if queued:
+            details["queued"] = queued
+        return dataclasses.replace(result, message=result.message + note, details=details)
     functools.update_wrapper(judged_at, claim)
     return judged_at
+
+
+def queued_at(live: LiveResults, level: int) -> tuple[str, dict[str, Any]]:
+    """What a server that runs fewer requests at once than `level` does with the rest, in words
+    and as details ({config: {"max_running_requests", "waiting"}}); ("", {}) when both servers
+    batch every request in flight. Such a level measures the server's queue as well as its
+    batching: the figures are the deployment's as configured, not what its batch would give."""
+    queued: dict[str, Any] = {}
+    words: list[str] = []
+    for run in (live.baseline, live.speculative):
+        cap = run.max_running
+        if cap is None or level <= cap:
+            continue
+        queued[run.config] = {"max_running_requests": cap, "waiting": level - cap}
+        default = (", the value SGLang sets for speculative decoding unless "
+                   "--max-running-requests is given" if run.config == "speculative" and cap == 48
+                   else "")
+        words.append(f"the {run.config} server runs at most {cap} requests at once "
+                     f"(max_running_requests{default}), so {level - cap} of the {level} in "
+                     "flight wait in its queue")
+    if not words:
+        return "", {}
+    return (f". At {level} in flight {'; '.join(words)}: this level measures the queue as well "
+            "as the batch"), queued
 
 
 def _reused_baseline(live: LiveResults) -> str:
@@ -782,6 +809,13 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
         details["curve"] = found.to_json()
         curve = f". Against concurrency ({', '.join(map(str, live.levels))}): " \
                 f"{found.crossover.text}"
+        queued = {n: q for n in live.levels for q in [queued_at(live, n)[1]] if q}
+        if queued:
+            details["queued_levels"] = {str(n): q for n, q in queued.items()}
+            caps = sorted({f"{config} {q[config]['max_running_requests']}"
+                           for q in queued.values() for config in q})
+            curve += (f" (at {', '.join(map(str, queued))} in flight a server queues what it "
+                      f"cannot run at once: max_running_requests {', '.join(caps)})")
         if attach:
             attachments = (*attachments,
                            curve_plot.attachment(found, simulated=live.simulated))

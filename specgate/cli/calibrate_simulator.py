@@ -25,10 +25,17 @@ def main_calibrate_simulator(argv: list[str]) -> int:
                         help="fit to these levels alone (default: every level); each other "
                              "level is held out and its predicted speed-up set against the "
                              "measured one")
+    for config in ("baseline", "speculative"):
+        parser.add_argument(f"--{config}-max-running", type=_positive, default=None, metavar="N",
+                            help=f"the most requests the {config} server runs at once, for a "
+                                 "session whose results do not record it (its /server_info's "
+                                 "max_running_requests; SGLang's log prints it)")
     args = parser.parse_args(argv)
     try:
         live = LiveResults.read(args.results)
-        found = calibrate.fit(live, draft_step_ms=args.draft_step_ms, fit_levels=args.fit_levels)
+        found = calibrate.fit(live, draft_step_ms=args.draft_step_ms, fit_levels=args.fit_levels,
+                              baseline_max_running=args.baseline_max_running,
+                              speculative_max_running=args.speculative_max_running)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"{args.results}: {exc}", file=sys.stderr)
         return 1
@@ -48,3 +55,13 @@ def _levels(text: str) -> list[int]:
     if not levels or min(levels) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give levels of 1 or more, e.g. 1,4,16")
     return levels
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, e.g. 48") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return value

@@ -120,6 +120,17 @@ class ConfigRun:
     # attached_launch): {"fingerprint", "identity"}, or {"why"} it has no identity; {} launched.
     attached_launch: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    @property
+    def max_running(self) -> int | None:
+        """The most requests the server runs at once, as its /server_info reports
+        (`max_running_requests`; SGLang sets 48 for speculative decoding unless
+        --max-running-requests is given); None when it does not say. Requests in flight above
+        it wait in the server's queue."""
+        value = self.server_info.get("max_running_requests")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None
+        return value
+
     def at(self, level: int) -> ConfigRun:
         """This run as one concurrency level saw it: that level's measurement or failure in
         `measurement` and `failure` (a failure to start stands for every level)."""

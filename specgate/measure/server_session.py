@@ -26,7 +26,7 @@ Progress = Callable[[str], None]
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "tp_size",
-                "model_path", "version", "simulated")
+                "model_path", "version", "simulated", "max_running_requests")
 
 
 

@@ -10,14 +10,18 @@ lines in N − 1:
                                  + num_steps × topk × draft_batch_ms_per_token) × (N − 1)
 
 so least squares over the levels gives the decode step, the batch slope, and from the cycle's
-slope what is left for the draft. The fit takes N (the requests the client held in flight) as
-the batch: the server's batch is a little smaller in a closed loop (a request leaves it between
-its last token and its successor's prefill), so the slopes are the effective ones that
-reproduce the measured curve in specgate's closed loop. The verify and draft costs at one
+slope what is left for the draft. A server runs at most its max_running_requests at once (SGLang
+sets 48 for speculative decoding unless --max-running-requests is given; /server_info reports
+it): above that the rest wait in its queue, so each server's batch is taken as min(N, its cap).
+Below the cap the fit takes N (the requests the client held in flight) as the batch: the
+server's batch is a little smaller in a closed loop (a request leaves it between its last token
+and its successor's prefill), so the slopes are the effective ones that reproduce the measured
+curve in specgate's closed loop. The verify and draft costs at one
 sequence cannot be told apart from one chain's cycle; the draft step keeps the value given (the
 simulator's default, or the target's specgate_sim.json) and the verify takes the rest.
 
     specgate calibrate-simulator REPORTS/live/results.json [--fit-levels 1,4,16]
+        [--baseline-max-running N] [--speculative-max-running N]
 
 prints the keys to put in the target's specgate_sim.json, and how well the lines fit. With
 --fit-levels the lines are fitted to those levels alone and the others are held out: at every
@@ -80,9 +84,18 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 
 def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS,
-        fit_levels: Sequence[int] | None = None) -> Fit:
+        fit_levels: Sequence[int] | None = None, baseline_max_running: int | None = None,
+        speculative_max_running: int | None = None) -> Fit:
     """The batching that reproduces the session's per-level figures (see the module), fitted to
-    `fit_levels` (default: every level measured on both servers)."""
+    `fit_levels` (default: every level measured on both servers). Each server's batch at N in
+    flight is min(N, its max_running_requests): the value given here, else the one its
+    /server_info reported, else N."""
+    base_cap = baseline_max_running or live.baseline.max_running
+    spec_cap = speculative_max_running or live.speculative.max_running
+
+    def batch(n: int, cap: int | None) -> int:
+        return n if cap is None else min(n, cap)
+
     info = live.speculative.server_info
     steps = int(info.get("speculative_num_steps") or 0)
     topk = int(info.get("speculative_eagle_topk") or 1)
@@ -116,24 +129,28 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         raise ValueError(f"batching needs both servers measured at two levels or more; this "
                          f"session has {chosen or 'none'}")
     at = [levels.index(n) for n in chosen]
-    xs = [float(n - 1) for n in chosen]
-    decode_ms, batch = _line(xs, [steps_ms[i] for i in at])
-    cycle1, cycle_slope = _line(xs, [cycles_ms[i] for i in at])
-    batch = max(batch, 0.0)
-    draft_batch = max((cycle_slope - draft_tokens * batch) / (steps * topk), 0.0)
+    decode_ms, per_token = _line([float(batch(n, base_cap) - 1) for n in chosen],
+                                 [steps_ms[i] for i in at])
+    cycle1, cycle_slope = _line([float(batch(n, spec_cap) - 1) for n in chosen],
+                                [cycles_ms[i] for i in at])
+    per_token = max(per_token, 0.0)
+    draft_batch = max((cycle_slope - draft_tokens * per_token) / (steps * topk), 0.0)
     timing = {"decode_ms": round(decode_ms, 4),
               "verify_ms": round(max(cycle1 - steps * draft_step_ms, 0.0), 4),
               "draft_step_ms": draft_step_ms,
-              "batch_ms_per_token": round(batch, 5),
+              "batch_ms_per_token": round(per_token, 5),
               "draft_batch_ms_per_token": round(draft_batch, 5)}
     params = model.SimParams(timing=model.timing_from(timing, {}), speculative=True,
                              num_steps=steps, eagle_topk=topk, num_draft_tokens=draft_tokens)
     points: list[dict[str, float | bool | None]] = []
     for n, d, c, tau, measured in zip(levels, steps_ms, cycles_ms, taus, speedups, strict=True):
-        step_fit, cycle_fit = model.decode_step_ms(params.timing, n), model.cycle_ms(params, n)
+        b_base, b_spec = batch(n, base_cap), batch(n, spec_cap)
+        step_fit = model.decode_step_ms(params.timing, b_base)
+        cycle_fit = model.cycle_ms(params, b_spec)
         predicted = tau * step_fit / cycle_fit if cycle_fit > 0 else math.nan
         error = predicted / measured - 1.0 if measured > 0 else math.nan
         points.append({"concurrency": n, "held_out": n not in chosen,
+                       "baseline_batch": b_base, "speculative_batch": b_spec,
                        "decode_step_ms": round(d, 4), "fitted_decode_step_ms": round(step_fit, 4),
                        "cycle_ms": round(c, 4), "fitted_cycle_ms": round(cycle_fit, 4),
                        "speedup": _round(measured), "fitted_speedup": _round(predicted),

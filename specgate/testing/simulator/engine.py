@@ -3,6 +3,9 @@
 As SGLang's scheduler does, it prefills the requests that arrived (together, in one step that
 holds up decoding) before it decodes, and each decode step (or speculative cycle) advances every
 running request together; the step's time comes from model.step_ms for the batch it carries.
+At most max_running requests run at once (SGLang's max_running_requests: 48 for speculative
+decoding unless --max-running-requests is given); the rest wait, in arrival order, for a
+running one to finish.
 Request handlers wait on their sequence's events and stream a message as each one happens.
 """
 
@@ -33,9 +36,11 @@ class Seq:
 class Engine:
     """The scheduler loop of one simulated server (a daemon thread)."""
 
-    def __init__(self, params: model.SimParams, hung: threading.Event) -> None:
+    def __init__(self, params: model.SimParams, hung: threading.Event,
+                 max_running: int | None = None) -> None:
         self.params = params
         self.hung = hung
+        self.max_running = max_running
         self.cond = threading.Condition()
         self.waiting: list[Seq] = []  # submitted, to be prefilled
         self.running: list[Seq] = []  # prefilled, decoding
@@ -87,9 +92,11 @@ class Engine:
                 return None
             self.cond.wait()
             begin = max(begin, time.monotonic())
-        if self.waiting:
-            prefill = list(self.waiting)
-            self.waiting.clear()
+        room = (len(self.waiting) if self.max_running is None
+                else max(self.max_running - len(self.running), 0))
+        if self.waiting and room:
+            prefill = self.waiting[:room]
+            del self.waiting[:room]
             tokens = sum(s.prefill_tokens for s in prefill)
             end = begin + model.prefill_ms(self.params.timing, tokens) / 1000.0
             for seq in prefill:

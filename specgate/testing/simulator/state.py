@@ -75,7 +75,8 @@ class SimState:
         # Open client connections (socket -> busy serving a request), closed by the server at
         # shutdown as uvicorn does: the server's side of each then sits in TIME_WAIT.
         self.connections: dict[Any, bool] = {}
-        self.engine = Engine(self.params, self.hung)
+        cap = self.args.get("max_running_requests")
+        self.engine = Engine(self.params, self.hung, cap if isinstance(cap, int) else None)
 
     @property
     def speculative(self) -> bool:
