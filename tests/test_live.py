@@ -77,6 +77,32 @@ def test_run_live_measures_both_servers_and_claims_follow(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_speculative_passes_are_judged_with_the_class_the_baseline_showed(tmp_path,
+                                                                              monkeypatch):
+    """The deployment's class is read from the baseline as soon as it is measured, so the rule
+    for more passes on the speculative server judges on that class's launch spread, the one
+    its claims are judged with, not on the prior of an unclassified deployment."""
+    from specgate.measure import live as live_mod
+    from specgate.measure.deployment import Deployment
+
+    found = Deployment("GPU-bound", share=0.65, gpu="NVIDIA H200", peak_tbps=4.8, tps=217.0)
+    monkeypatch.setattr(live_mod, "classify", lambda plan, baseline: found)
+    given = {}
+    real = live_mod.run_config
+
+    def recording(plan, config, **kw):
+        given[config] = kw.get("coverage")
+        return real(plan, config, **kw)
+
+    monkeypatch.setattr(live_mod, "run_config", recording)
+    live = run_live(_profile(tmp_path, acceptance=(0.9, 0.8)), tmp_path / "reports")
+    assert live.speculative.failure is None, live.speculative.failure
+    assert given["baseline"].deployment is None  # nothing measured yet
+    assert given["speculative"].deployment == found
+    assert live.coverage.deployment == found
+
+
+@pytest.mark.slow
 def test_slow_drafter_fails_breakeven_and_speedup(tmp_path):
     profile = _profile(tmp_path, acceptance=(0.3, 0.1), thresholds={"accept_len_min": "breakeven"})
     live = run_live(profile, tmp_path / "reports")

@@ -11,7 +11,9 @@ build_command), waits until both answer /health_generate, and then, with both ru
    prompts (the probe's built-in set in the target's chat template, `custom` dataset, repeated to
    --peer-waves times the concurrency) and the same 128 new tokens;
 3. `specgate calibrate-simulator` on the probe's results, fitted on --fit-levels, with its
-   prediction at the levels held out.
+   prediction at the levels held out; each server's batch is capped by the max_running_requests
+   its log states (SGLang runs at most 48 requests at once on a speculative server unless
+   --max-running-requests is given: --max-running sets it on both).
 
 Then it stops both servers and writes the summary (`summarize`, also callable alone with
 --summarize-only on a finished OUT).
@@ -19,7 +21,7 @@ Then it stops both servers and writes the summary (`summarize`, also callable al
     python3 crossover.py --models DIR --out OUT --work WORK
         [--launcher "python3 -m sglang.launch_server"]
         [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16,64]
-        [--graphs-max-bs 64] [--mem-fraction 0.45] [--sim]
+        [--graphs-max-bs 64] [--mem-fraction 0.45] [--max-running N] [--sim]
 
 Writes to OUT: crossover-probe.log (pytest's output), crossover-verdict.json,
 crossover-results.json (the live session), peer/<config>-c<N>.jsonl and .log (bench_serving's
@@ -33,6 +35,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -82,6 +85,8 @@ def profile(ns: argparse.Namespace) -> dict[str, Any]:
                             if ns.graphs_max_bs > 0 else
                             ["--cuda-graph-backend-decode", "disabled"])
     flags[flags.index("--mem-fraction-static") + 1] = str(ns.mem_fraction)
+    if ns.max_running > 0:
+        flags += ["--max-running-requests", str(ns.max_running)]
     doc["server"]["args"] = flags
     doc["bench"].update(concurrency=ns.levels, prompts_per_category=ns.prompts_per_category)
     doc["thresholds"]["gate_concurrency"] = ns.levels[0]
@@ -233,12 +238,28 @@ def run_peer(ns: argparse.Namespace, servers: list[Server]) -> None:
                 say(f"peer: bench_serving exited {code} ({peer / f'{srv.config}-c{level}.log'})")
 
 
+def log_max_running(log: Path) -> int | None:
+    """The max_running_requests a server's log states last (SGLang prints its resolved
+    ServerArgs, and its reset to 48 for speculative decoding); None when the log has none."""
+    with contextlib.suppress(OSError):
+        found = re.findall(r"max_running_requests=(\d+)", log.read_text(errors="replace"))
+        if found:
+            return int(found[-1])
+    return None
+
+
 def run_calibration(ns: argparse.Namespace) -> None:
+    """specgate calibrate-simulator on the probe's results, each server's batch capped by the
+    max_running_requests its log states (the results keep it too, from /server_info)."""
     results = ns.out / "crossover-results.json"
     if not results.exists():
         return
     argv = [sys.executable, "-m", "specgate.cli", "calibrate-simulator", str(results),
             "--fit-levels", ",".join(map(str, ns.fit_levels))]
+    for config in CONFIGS:
+        cap = log_max_running(ns.out / "servers" / f"{config}.log")
+        if cap is not None:
+            argv += [f"--{config}-max-running", str(cap)]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         say(f"calibration: exit {proc.returncode}: {proc.stderr.strip()}")
@@ -342,13 +363,14 @@ def markdown(doc: dict[str, Any]) -> str:
         fitted = json.dumps(cal.get("specgate_sim.json"))
         lines += ["", "## Calibration", "",
                   f"Fitted on {cal.get('fit_levels')}: `{fitted}`",
-                  "", "| in flight | held out | step ms (measured / fitted) | "
+                  "", "| in flight | held out | speculative batch | step ms (measured / fitted) | "
                   "cycle ms (measured / fitted) | speed-up (measured / predicted) | error |",
-                  "|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|"]
         for p in cal.get("levels", []):
             error = p.get("speedup_error")
             lines.append(
                 f"| {p.get('concurrency')} | {'yes' if p.get('held_out') else 'no'} | "
+                f"{p.get('speculative_batch', p.get('concurrency'))} | "
                 f"{_f(p.get('decode_step_ms'), 3)} / {_f(p.get('fitted_decode_step_ms'), 3)} | "
                 f"{_f(p.get('cycle_ms'), 3)} / {_f(p.get('fitted_cycle_ms'), 3)} | "
                 f"{_f(p.get('speedup'), 3)} / {_f(p.get('fitted_speedup'), 3)} | "
@@ -374,17 +396,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="decode CUDA graphs up to this batch on both servers (0: eager)")
     parser.add_argument("--mem-fraction", type=float, default=0.45,
                         help="--mem-fraction-static of each server (both run at once)")
+    parser.add_argument("--max-running", type=int, default=0,
+                        help="--max-running-requests of both servers (0: SGLang's own, which "
+                             "is 48 for the speculative server)")
     parser.add_argument("--prompts-per-category", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--startup-timeout", type=float, default=900.0)
     parser.add_argument("--sim", action="store_true", help="against specgate's simulator")
     parser.add_argument("--no-peer", action="store_true", help="leave bench_serving out")
     parser.add_argument("--summarize-only", action="store_true",
-                        help="write the summary of a finished OUT")
+                        help="fit the calibration (to --fit-levels) and write the summary of a "
+                             "finished OUT")
     ns = parser.parse_args(argv)
     ns.out.mkdir(parents=True, exist_ok=True)
     ns.work.mkdir(parents=True, exist_ok=True)
     if ns.summarize_only:
+        run_calibration(ns)
         summarize(ns.out)
         return 0
     profile_path = ns.out / "crossover-profile.toml"
@@ -392,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     servers = start_servers(profile_path, ns.out)
     meta: dict[str, Any] = {"levels": ns.levels, "peer_levels": ns.peer_levels,
                             "fit_levels": ns.fit_levels, "graphs_max_bs": ns.graphs_max_bs,
+                            "max_running": ns.max_running,
                             "mem_fraction": ns.mem_fraction, "sim": ns.sim}
     code = 1
     try:

@@ -8,7 +8,7 @@ import datetime as _dt
 import re
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from filelock import FileLock
@@ -72,7 +72,18 @@ def run_live(profile: Profile, reports_dir: Path, *,
         if settings.design == "aba":
             after = _baseline_again(planned, baseline, speculative, say, before)
     else:
-        baseline, speculative = _baseline_and_speculative(planned, reports_dir, say, before)
+        def classed(baseline: ConfigRun) -> drift.Coverage:
+            """The coverage before this run, with the deployment's class read from the
+            baseline just measured: the speculative server's passes judge on its prior."""
+            found = classify(planned, baseline)
+            if found.kind == "unknown":
+                return before
+            return launches.coverage(settings, launches.history(reports_dir, keys), keys,
+                                     baseline_launches=2 if settings.design == "aba" else 1,
+                                     deployment=found)
+
+        baseline, speculative = _baseline_and_speculative(planned, reports_dir, say, before,
+                                                          classed)
         if settings.design == "aba":
             after = _baseline_again(planned, baseline, speculative, say, before)
     baseline, coverage = _covered(planned, reports_dir, keys, baseline, speculative, after, say)
@@ -239,10 +250,13 @@ def _not_run(plan: LivePlan, config: Config, unusable: dict[str, str]) -> Config
 
 
 def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
-                              coverage: drift.Coverage | None = None
+                              coverage: drift.Coverage | None = None,
+                              classed: Callable[[ConfigRun], drift.Coverage] | None = None
                               ) -> tuple[ConfigRun, ConfigRun]:
     """Both runs: the baseline first, or a stored one (measure/reuse.py) when the plan allows it
-    and the speculative server's /server_info agrees; a fresh launched baseline is stored."""
+    and the speculative server's /server_info agrees; a fresh launched baseline is stored.
+    `classed` gives the coverage the speculative server's passes are judged on once the
+    baseline is measured (its class known)."""
     max_age, found = plan.baseline_max_age_h, plan.stored
     stored: ConfigRun | None = None
     if isinstance(found, reuse.Stored):
@@ -260,7 +274,7 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
         say(f"baseline: reusing the one measured {found.age_h:.1f} h ago "
             f"(fingerprint {found.fingerprint}); no baseline launch")
         speculative = run_config(plan, "speculative", baseline=stored, progress=say,
-                                 coverage=coverage)
+                                 coverage=classed(stored) if classed else coverage)
         if isinstance(plan.speculative, Blocked):
             # Nothing was launched to recheck it against, and a fresh baseline would be a whole
             # target load for a verdict the blocked server already decides.
@@ -279,7 +293,7 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
         why_fresh = found if isinstance(found, str) else ""
         baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
         speculative = run_config(plan, "speculative", baseline=baseline, progress=say,
-                                 coverage=coverage)
+                                 coverage=classed(baseline) if classed else coverage)
     return _stored(plan, reports_dir, baseline, say, why_fresh), speculative
 
 
