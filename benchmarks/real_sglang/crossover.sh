@@ -6,7 +6,7 @@
 #
 #   SMOLLM2_DIR=DIR bash benchmarks/real_sglang/crossover.sh [--pattern alternate|same]
 #       [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16,64]
-#       [--graphs-max-bs 64] [--max-running N]
+#       [--graphs-max-bs 64] [--max-running N] [--no-peer]
 #
 # SMOLLM2_DIR: a Hugging Face folder whose tokenizer and chat template the target takes.
 # --pattern alternate (default): the target's answers alternate between two tokens and the
@@ -14,6 +14,7 @@
 #   paying where a batch's verify costs twice its decode step. same: every draft is accepted.
 # --graphs-max-bs: decode CUDA graphs up to this batch on both servers (default 64, every level;
 #   0 or RS_CUDA_GRAPHS=0: eager).
+# --no-peer: leave SGLang's bench_serving out.
 # --max-running N: --max-running-requests N on both servers (default: SGLang's own, which runs at
 #   most 48 requests at once on the speculative server; above that the rest wait in its queue).
 # Environment: see env.sh (RS_CUDA_GRAPHS defaults to 1 here). The models go to
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --pattern) PATTERN=$2; shift 2 ;;
     --levels|--peer-levels|--fit-levels|--graphs-max-bs|--max-running) ARGS+=("$1" "$2"); shift 2 ;;
+    --no-peer) ARGS+=("$1"); shift ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
   esac
 done
