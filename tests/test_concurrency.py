@@ -297,7 +297,8 @@ def test_a_level_above_a_servers_max_running_requests_says_it_measures_the_queue
     """SGLang runs at most max_running_requests at once (48 for speculative decoding unless
     set) and queues the rest; the claims at a level above it say so, in words and details."""
     profile, live, _ = session
-    # the simulator reports SGLang's own reset, and the session keeps it
+    # the simulator reports SGLang's default of 48 for speculative decoding, and the session
+    # keeps it
     assert live.speculative.max_running == 48
     assert live.baseline.max_running is None
     assert "queue" not in levels.level_claim("spec.speedup", profile, live, 16).message
@@ -309,13 +310,15 @@ def test_a_level_above_a_servers_max_running_requests_says_it_measures_the_queue
     gate = perf_claims.speedup_claim(profile, capped, attach=False)  # at 1 in flight
     assert "queued" not in gate.details
     assert set(gate.details["queued_levels"]) == {"4", "16"}
-    assert "max_running_requests speculative 2" in gate.message
-    baseline = levels.level_claim("perf.baseline_tps", profile, capped, 16)
-    assert baseline.details["queued"]["speculative"]["waiting"] == 14
+    assert "max_running_requests: the speculative server's is 2" in gate.message
+    # a claim on the baseline's figures alone is not the speculative server's queue's
+    assert "queued" not in levels.level_claim("perf.baseline_tps", profile, capped, 16).details
+    breakeven = levels.level_claim("spec.breakeven", profile, capped, 16)
+    assert breakeven.details["queued"]["speculative"]["waiting"] == 14
     # SGLang's own default, named as such, at a level above it
     note, queued = perf_claims.queued_at(live, 64)
     assert queued == {"speculative": {"max_running_requests": 48, "waiting": 16}}
-    assert "the value SGLang sets for speculative decoding unless --max-running-requests" in note
+    assert "(max_running_requests, SGLang's default for speculative decoding)" in note
     assert perf_claims.queued_at(live, 48) == ("", {})
 
 
@@ -331,6 +334,11 @@ def test_the_fit_takes_each_servers_batch_as_capped_by_its_max_running_requests(
     capped = calibrate.fit(_capped(live, 4), draft_step_ms=TIMING["draft_step_ms"])
     assert [p["speculative_batch"] for p in capped.points] == [1, 4, 4]
     assert [p["baseline_batch"] for p in capped.points] == LEVELS
+    # a level where a server queues is held out of the default fit
+    assert capped.fit_levels == (1, 4)
+    assert [p["queued"] for p in capped.points] == [False, False, True]
+    assert [p["held_out"] for p in capped.points] == [False, False, True]
+    assert plain.fit_levels == tuple(LEVELS)
     # the same session read as a capped one fits another cycle slope
     assert capped.timing["draft_batch_ms_per_token"] != plain.timing["draft_batch_ms_per_token"]
     given = calibrate.fit(live, draft_step_ms=TIMING["draft_step_ms"], speculative_max_running=4)

@@ -139,7 +139,7 @@ def test_a_measurement_at_a_level_says_how_the_load_was_held(serve):
 def test_requests_beyond_max_running_requests_wait_in_the_queue(serve):
     """As SGLang's scheduler, the simulator runs at most --max-running-requests at once: at 8
     in flight with a cap of 3, every request is served, none in a batch larger than 3, and
-    a request that arrived while three ran got its first token only after one of them ended."""
+    a request that arrived before another's run got its first token only after that run ended."""
     url, truth = serve(args=("--max-running-requests", "3"))
     chosen = _prompt_set()
     with SGLangClient(url) as client:
@@ -153,10 +153,11 @@ def test_requests_beyond_max_running_requests_wait_in_the_queue(serve):
     assert batches
     assert max(batches) <= 3
     assert max(batches) > 2  # the three slots were used
-    # on the simulator's clock: received while another ran, first token after that one ended
+    # on the scheduler's schedule: a request that waited through another's whole run (without
+    # the cap none does: each is prefilled at the next step)
     waited = [r for r in records for q in records
-              if r is not q and q.t_final_sent is not None and r.t_first_sent is not None
-              and q.t_received <= r.t_received < q.t_final_sent <= r.t_first_sent]
+              if r is not q and None not in (q.t_first_due, q.t_final_due, r.t_first_due)
+              and r.t_received <= q.t_first_due and q.t_final_due <= r.t_first_due]
     assert waited
 
 

@@ -99,7 +99,7 @@ EOF
 # speculative server with CUDA graphs dies during start.
 if [ "${RS_CUDA_GRAPHS:-0}" = 1 ]; then
   if "$PY" -c 'import deep_gemm, sglang.srt.layers.attention.dsa_backend, sglang.srt.layers.attention.deepseek_v4_backend, sglang.srt.layers.attention.flashmla_backend' 2>"$WORK/graph-imports.err"; then
-    echo "CUDA graphs: on (decode, max batch 4); the EAGLE graph imports load"
+    echo "CUDA graphs: on (decode); the EAGLE graph imports load"
   else
     echo "CUDA graphs: OFF, the EAGLE graph imports fail: $(tail -n 1 "$WORK/graph-imports.err")"
     export RS_CUDA_GRAPHS=0

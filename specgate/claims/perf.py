@@ -55,7 +55,11 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
         if not live.per_level:
             return result
         details: dict[str, Any] = {**result.details, "concurrency": live.gate_level}
-        note, queued = queued_at(live, live.gate_level)
+        # the servers whose figures the claim judges
+        configs = (("baseline",) if result.id.startswith("perf.baseline")
+                   else ("speculative",) if result.id.startswith("spec.accept_len")
+                   else ("baseline", "speculative"))
+        note, queued = queued_at(live, live.gate_level, configs)
         if queued:
             details["queued"] = queued
         return dataclasses.replace(result, message=result.message + note, details=details)
@@ -63,28 +67,29 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
     return judged_at
 
 
-def queued_at(live: LiveResults, level: int) -> tuple[str, dict[str, Any]]:
-    """What a server that runs fewer requests at once than `level` does with the rest, in words
-    and as details ({config: {"max_running_requests", "waiting"}}); ("", {}) when both servers
-    batch every request in flight. Such a level measures the server's queue as well as its
-    batching: the figures are the deployment's as configured, not what its batch would give."""
+def queued_at(live: LiveResults, level: int,
+              configs: Sequence[str] = ("baseline", "speculative")) -> tuple[str, dict[str, Any]]:
+    """What a server of `configs` that runs fewer requests at once than `level` does with the
+    rest, in words and as details ({config: {"max_running_requests", "waiting"}}); ("", {})
+    when each batches every request in flight. Such a level measures the deployment as
+    configured: the waiting requests' time before their first token shows in the total output
+    tok/s, and the decode figures are those of the requests the server runs."""
     queued: dict[str, Any] = {}
     words: list[str] = []
     for run in (live.baseline, live.speculative):
         cap = run.max_running
-        if cap is None or level <= cap:
+        if run.config not in configs or cap is None or level <= cap:
             continue
         queued[run.config] = {"max_running_requests": cap, "waiting": level - cap}
-        default = (", the value SGLang sets for speculative decoding unless "
-                   "--max-running-requests is given" if run.config == "speculative" and cap == 48
-                   else "")
+        default = (", SGLang's default for speculative decoding"
+                   if run.config == "speculative" and cap == 48 else "")
         words.append(f"the {run.config} server runs at most {cap} requests at once "
                      f"(max_running_requests{default}), so {level - cap} of the {level} in "
-                     "flight wait in its queue")
+                     "flight wait in its queue before their first token")
     if not words:
         return "", {}
-    return (f". At {level} in flight {'; '.join(words)}: this level measures the queue as well "
-            "as the batch"), queued
+    return (f". At {level} in flight {'; '.join(words)}: the wait shows in the total output "
+            "tok/s, and the decode figures are those of the requests it runs"), queued
 
 
 def _reused_baseline(live: LiveResults) -> str:
@@ -812,10 +817,12 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
         queued = {n: q for n in live.levels for q in [queued_at(live, n)[1]] if q}
         if queued:
             details["queued_levels"] = {str(n): q for n, q in queued.items()}
-            caps = sorted({f"{config} {q[config]['max_running_requests']}"
+            caps = sorted({f"the {config} server's is {q[config]['max_running_requests']}"
                            for q in queued.values() for config in q})
-            curve += (f" (at {', '.join(map(str, queued))} in flight a server queues what it "
-                      f"cannot run at once: max_running_requests {', '.join(caps)})")
+            above = [n for n in queued if n != live.gate_level]  # the gate's own: said below
+            if above:
+                curve += (f"; at {', '.join(map(str, above))} in flight requests wait in a "
+                          f"server's queue (max_running_requests: {', '.join(caps)})")
         if attach:
             attachments = (*attachments,
                            curve_plot.attachment(found, simulated=live.simulated))

@@ -22,7 +22,8 @@ def main_calibrate_simulator(argv: list[str]) -> int:
                         help="one draft forward at one sequence (kept; the verify takes the "
                              "rest of the cycle)")
     parser.add_argument("--fit-levels", type=_levels, default=None, metavar="N,N,...",
-                        help="fit to these levels alone (default: every level); each other "
+                        help="fit to these levels alone (default: every level at which "
+                             "neither server queues, above its max_running_requests); each other "
                              "level is held out and its predicted speed-up set against the "
                              "measured one")
     for config in ("baseline", "speculative"):

@@ -12,7 +12,8 @@ lines in N − 1:
 so least squares over the levels gives the decode step, the batch slope, and from the cycle's
 slope what is left for the draft. A server runs at most its max_running_requests at once (SGLang
 sets 48 for speculative decoding unless --max-running-requests is given; /server_info reports
-it): above that the rest wait in its queue, so each server's batch is taken as min(N, its cap).
+it): above that the rest wait in its queue, so each server's batch is taken as min(N, its cap),
+and such a level is left out of the fit unless --fit-levels names it.
 Below the cap the fit takes N (the requests the client held in flight) as the batch: the
 server's batch is a little smaller in a closed loop (a request leaves it between its last token
 and its successor's prefill), so the slopes are the effective ones that reproduce the measured
@@ -87,9 +88,11 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         fit_levels: Sequence[int] | None = None, baseline_max_running: int | None = None,
         speculative_max_running: int | None = None) -> Fit:
     """The batching that reproduces the session's per-level figures (see the module), fitted to
-    `fit_levels` (default: every level measured on both servers). Each server's batch at N in
-    flight is min(N, its max_running_requests): the value given here, else the one its
-    /server_info reported, else N."""
+    `fit_levels` (default: every level measured on both servers at which neither queues). Each
+    server's batch at N in flight is min(N, its max_running_requests): the value given here,
+    else the one its /server_info reported, else N. A level where a server queues is left out
+    of the default fit: on real SGLang its figures are not those of a steady batch at the cap
+    (requests wait before their first token, and the batch the server runs varies)."""
     base_cap = baseline_max_running or live.baseline.max_running
     spec_cap = speculative_max_running or live.speculative.max_running
 
@@ -120,7 +123,12 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         cycles_ms.append(cycle.mean)
         taus.append(per_verify.mean if per_verify is not None else math.nan)
         speedups.append(bench.speedup(spec, base).mean)
-    chosen = list(levels) if fit_levels is None else sorted(set(fit_levels))
+    def queued(n: int) -> bool:
+        return batch(n, base_cap) < n or batch(n, spec_cap) < n
+
+    unqueued = [n for n in levels if not queued(n)]
+    chosen = (sorted(set(fit_levels)) if fit_levels is not None
+              else unqueued if len(unqueued) >= 2 else list(levels))
     missing = [n for n in chosen if n not in levels]
     if missing:
         raise ValueError(f"--fit-levels {missing}: not measured on both servers in this session "
@@ -151,6 +159,7 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         error = predicted / measured - 1.0 if measured > 0 else math.nan
         points.append({"concurrency": n, "held_out": n not in chosen,
                        "baseline_batch": b_base, "speculative_batch": b_spec,
+                       "queued": queued(n),
                        "decode_step_ms": round(d, 4), "fitted_decode_step_ms": round(step_fit, 4),
                        "cycle_ms": round(c, 4), "fitted_cycle_ms": round(cycle_fit, 4),
                        "speedup": _round(measured), "fitted_speedup": _round(predicted),

@@ -73,9 +73,10 @@ DEFAULT_ACCEPTANCE = (0.8, 0.7, 0.6, 0.5, 0.4)
 # demo profile's target sets one.
 #
 # Measured on an H200 (SGLang 0.5.17, Llama-3-8B shapes, Triton attention, chain of 3 steps and
-# 4 draft tokens): the decode step grew 0.45 % of itself per extra sequence, close to this prior,
-# but the verify cycle twice as fast as the prior makes it, so the default puts a drafter's
-# crossover at a larger batch than a dense target shows; calibrate a deployment for its curve.
+# 4 draft tokens): the decode step grew 0.45 % of itself per extra sequence, within a quarter of
+# this prior, but the verify cycle grew twice as fast as the prior makes it, so the default puts
+# a drafter's crossover at a larger batch than a dense target shows; calibrate a deployment for
+# its curve.
 #
 # Calibration: the figures a probe at several [bench] concurrency levels measures on real SGLang
 # fit both slopes (calibrate.py: the baseline's per-request decode tok/s gives the decode step

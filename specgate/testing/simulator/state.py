@@ -76,7 +76,8 @@ class SimState:
         # shutdown as uvicorn does: the server's side of each then sits in TIME_WAIT.
         self.connections: dict[Any, bool] = {}
         cap = self.args.get("max_running_requests")
-        self.engine = Engine(self.params, self.hung, cap if isinstance(cap, int) else None)
+        self.engine = Engine(self.params, self.hung,
+                             cap if isinstance(cap, int) and cap > 0 else None)
 
     @property
     def speculative(self) -> bool:
