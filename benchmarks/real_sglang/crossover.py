@@ -20,7 +20,7 @@ Then it stops both servers and writes the summary (`summarize`, also callable al
 
     python3 crossover.py --models DIR --out OUT --work WORK
         [--launcher "python3 -m sglang.launch_server"]
-        [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16,64]
+        [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16]
         [--graphs-max-bs 64] [--mem-fraction 0.45] [--max-running N] [--sim]
 
 Writes to OUT: crossover-probe.log (pytest's output), crossover-verdict.json,
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", default=f"{sys.executable} -m sglang.launch_server")
     parser.add_argument("--levels", type=levels_arg, default=levels_arg("1,2,4,8,16,32,64"))
     parser.add_argument("--peer-levels", type=levels_arg, default=levels_arg("1,16,64"))
-    parser.add_argument("--fit-levels", type=levels_arg, default=levels_arg("1,4,16,64"))
+    parser.add_argument("--fit-levels", type=levels_arg, default=levels_arg("1,4,16"))
     parser.add_argument("--peer-waves", type=int, default=5,
                         help="bench_serving sends this many times the concurrency in requests "
                              "(at least the probe's prompts once)")

@@ -5,7 +5,7 @@
 # simulator's batching fitted to some levels and checked at the others.
 #
 #   SMOLLM2_DIR=DIR bash benchmarks/real_sglang/crossover.sh [--pattern alternate|same]
-#       [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16,64]
+#       [--levels 1,2,4,8,16,32,64] [--peer-levels 1,16,64] [--fit-levels 1,4,16]
 #       [--graphs-max-bs 64] [--max-running N] [--no-peer]
 #
 # SMOLLM2_DIR: a Hugging Face folder whose tokenizer and chat template the target takes.
