@@ -52,9 +52,12 @@ def level_claim(claim_id: str, profile: Profile, live: LiveResults, level: int) 
         raise ValueError(f"{level} in flight is the gate's level: its claims are the plain "
                          f"{claim_id!r}")
     result = _CLAIMS[claim_id](profile, live.at(level))
+    # set against the smallest level, which the level's own view no longer holds
+    note, unheld = perf.not_held_at(live, level, perf.claim_configs(claim_id))
     return dataclasses.replace(
-        result, id=level_id(claim_id, level),
+        result, id=level_id(claim_id, level), message=result.message + note,
         details={**result.details, "concurrency": level,
-                 "gate_concurrency": profile.gate_concurrency, "gating": False},
+                 "gate_concurrency": profile.gate_concurrency, "gating": False,
+                 **({"not_held": unheld} if unheld else {})},
         attachments=tuple(a for a in result.attachments
                           if not a.name.endswith(_GATE_ONLY_ATTACHMENTS)))

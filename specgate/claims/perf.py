@@ -55,16 +55,69 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
         if not live.per_level:
             return result
         details: dict[str, Any] = {**result.details, "concurrency": live.gate_level}
-        # the servers whose figures the claim judges
-        configs = (("baseline",) if result.id.startswith("perf.baseline")
-                   else ("speculative",) if result.id.startswith("spec.accept_len")
-                   else ("baseline", "speculative"))
-        note, queued = queued_at(live, live.gate_level, configs)
+        note, queued = queued_at(live, live.gate_level, claim_configs(result.id))
         if queued:
             details["queued"] = queued
         return dataclasses.replace(result, message=result.message + note, details=details)
     functools.update_wrapper(judged_at, claim)
     return judged_at
+
+
+def claim_configs(claim_id: str) -> tuple[str, ...]:
+    """The servers whose figures a timed claim judges."""
+    if claim_id.startswith("perf.baseline"):
+        return ("baseline",)
+    if claim_id.startswith("spec.accept_len"):
+        return ("speculative",)
+    return ("baseline", "speculative")
+
+
+def _decode_rates(m: Measurement | None) -> list[float]:
+    """Each measured request's decode tok/s (tokens after its first message over the seconds
+    after it)."""
+    if m is None:
+        return []
+    return [r.decode_tokens / r.decode_s for r in m.samples if r.decode_s > 0]
+
+
+def not_held_at(live: LiveResults, level: int,
+                configs: Sequence[str] = ("baseline", "speculative")
+                ) -> tuple[str, dict[str, Any]]:
+    """A server of `configs` whose requests at `level` in flight decoded faster than its fastest
+    request at the smallest level: no batch decodes a request faster than a smaller batch does,
+    so the server did not run the requests the client held at once (they waited, and ran in
+    smaller batches). In words and as details ({config: {"faster", "requests",
+    "fastest_tps", "alone_fastest_tps"}}); ("", {}) otherwise."""
+    smallest = min(live.levels)
+    if level <= smallest:
+        return "", {}
+    found: dict[str, Any] = {}
+    words: list[str] = []
+    for config in configs:
+        run = live.baseline if config == "baseline" else live.speculative
+        here, first = run.at(level).measurement, run.at(smallest).measurement
+        rates, alone = _decode_rates(here), _decode_rates(first)
+        if not rates or not alone:
+            continue
+        top = max(alone)
+        faster = [r for r in rates if r > top]
+        if not faster:
+            continue
+        found[config] = {"faster": len(faster), "requests": len(rates),
+                         "fastest_tps": round(max(rates), 2), "alone_fastest_tps": round(top, 2)}
+        ttft = here.stat("ttft_ms") if here is not None else None
+        ttft1 = first.stat("ttft_ms") if first is not None else None
+        wait = (f", after {ttft.mean:.0f} ms on average before their first token ({ttft1.mean:.0f} "
+                f"ms at {smallest})" if ttft is not None and ttft1 is not None else "")
+        words.append(f"{len(faster)} of the {config} server's {len(rates)} requests decoded "
+                     f"faster than its fastest at {smallest} in flight (up to {max(rates):.1f} "
+                     f"against {top:.1f} tok/s){wait}")
+    if not words:
+        return "", {}
+    return (f". Not held: at {level} in flight {'; '.join(words)}. No batch decodes a request "
+            "faster than a smaller batch does, so the server did not run the requests held in "
+            f"flight at once, and this level's decode figures are not those of {level} running "
+            "together"), found
 
 
 def queued_at(live: LiveResults, level: int,
@@ -823,6 +876,13 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
             if above:
                 curve += (f"; at {', '.join(map(str, above))} in flight requests wait in a "
                           f"server's queue (max_running_requests: {', '.join(caps)})")
+        unheld = {n: found for n in live.levels for found in [not_held_at(live, n)[1]] if found}
+        if unheld:
+            details["not_held_levels"] = {str(n): found for n, found in unheld.items()}
+            servers = sorted({config for found in unheld.values() for config in found})
+            curve += (f"; at {', '.join(map(str, unheld))} in flight the {' and '.join(servers)} "
+                      "server did not run the requests held in flight at once (requests decoded "
+                      "faster than at the smallest level): those points are not a batch's")
         if attach:
             attachments = (*attachments,
                            curve_plot.attachment(found, simulated=live.simulated))
