@@ -52,7 +52,7 @@ def level_claim(claim_id: str, profile: Profile, live: LiveResults, level: int) 
         raise ValueError(f"{level} in flight is the gate's level: its claims are the plain "
                          f"{claim_id!r}")
     result = _CLAIMS[claim_id](profile, live.at(level))
-    # set against the smallest level, which the level's own view no longer holds
+    # set against the smallest level, which the level's own view does not hold
     note, unheld = perf.not_held_at(live, level, perf.claim_configs(claim_id))
     return dataclasses.replace(
         result, id=level_id(claim_id, level), message=result.message + note,

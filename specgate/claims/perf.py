@@ -18,7 +18,7 @@ from specgate.core import files
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, drift, stats
+from specgate.measure import bench, drift, held, stats
 from specgate.measure import curve as curves
 from specgate.measure.bench import Measurement
 from specgate.measure.results import ConfigRun, LiveResults
@@ -55,69 +55,59 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
         if not live.per_level:
             return result
         details: dict[str, Any] = {**result.details, "concurrency": live.gate_level}
-        note, queued = queued_at(live, live.gate_level, claim_configs(result.id))
+        configs = claim_configs(result.id)
+        note, queued = queued_at(live, live.gate_level, configs)
         if queued:
             details["queued"] = queued
+        if live.scope is None:  # a level's own view holds no smaller level: levels.py asks
+            unheld_note, unheld = not_held_at(live, live.gate_level, configs)
+            if unheld:
+                details["not_held"] = unheld
+                note += unheld_note
         return dataclasses.replace(result, message=result.message + note, details=details)
     functools.update_wrapper(judged_at, claim)
     return judged_at
 
 
 def claim_configs(claim_id: str) -> tuple[str, ...]:
-    """The servers whose figures a timed claim judges."""
+    """The servers whose timed figures a claim judges (the accept length is not timed)."""
     if claim_id.startswith("perf.baseline"):
         return ("baseline",)
     if claim_id.startswith("spec.accept_len"):
-        return ("speculative",)
+        return ()
     return ("baseline", "speculative")
-
-
-def _decode_rates(m: Measurement | None) -> list[float]:
-    """Each measured request's decode tok/s (tokens after its first message over the seconds
-    after it)."""
-    if m is None:
-        return []
-    return [r.decode_tokens / r.decode_s for r in m.samples if r.decode_s > 0]
 
 
 def not_held_at(live: LiveResults, level: int,
                 configs: Sequence[str] = ("baseline", "speculative")
                 ) -> tuple[str, dict[str, Any]]:
-    """A server of `configs` whose requests at `level` in flight decoded faster than its fastest
-    request at the smallest level: no batch decodes a request faster than a smaller batch does,
-    so the server did not run the requests the client held at once (they waited, and ran in
-    smaller batches). In words and as details ({config: {"faster", "requests",
-    "fastest_tps", "alone_fastest_tps"}}); ("", {}) otherwise."""
-    smallest = min(live.levels)
-    if level <= smallest:
-        return "", {}
+    """A server of `configs` that did not run the requests held in flight at `level` at once
+    (measure/held.py: a clear share of them decoded clearly faster than its fastest request at
+    its smallest level), in words and as details ({config: NotHeld.to_json()}); ("", {})
+    otherwise."""
     found: dict[str, Any] = {}
     words: list[str] = []
-    for config in configs:
-        run = live.baseline if config == "baseline" else live.speculative
-        here, first = run.at(level).measurement, run.at(smallest).measurement
-        rates, alone = _decode_rates(here), _decode_rates(first)
-        if not rates or not alone:
+    for run in (live.baseline, live.speculative):
+        if run.config not in configs:
             continue
-        top = max(alone)
-        faster = [r for r in rates if r > top]
-        if not faster:
+        seen = held.not_held(run, level)
+        if seen is None:
             continue
-        found[config] = {"faster": len(faster), "requests": len(rates),
-                         "fastest_tps": round(max(rates), 2), "alone_fastest_tps": round(top, 2)}
-        ttft = here.stat("ttft_ms") if here is not None else None
-        ttft1 = first.stat("ttft_ms") if first is not None else None
-        wait = (f", after {ttft.mean:.0f} ms on average before their first token ({ttft1.mean:.0f} "
-                f"ms at {smallest})" if ttft is not None and ttft1 is not None else "")
-        words.append(f"{len(faster)} of the {config} server's {len(rates)} requests decoded "
-                     f"faster than its fastest at {smallest} in flight (up to {max(rates):.1f} "
-                     f"against {top:.1f} tok/s){wait}")
+        found[run.config] = seen.to_json()
+        wait = (f"; the level's requests waited {seen.ttft_ms:.0f} ms on average for their first "
+                f"token ({seen.alone_ttft_ms:.0f} ms at {seen.alone_level} in flight)"
+                if seen.ttft_ms is not None and seen.alone_ttft_ms is not None else "")
+        words.append(f"{seen.faster} of the {run.config} server's {seen.requests} requests "
+                     f"decoded more than {held.FASTER_BY:g} times as fast as its fastest request "
+                     f"at {seen.alone_level} in flight (up to {seen.fastest_tps:.1f} against "
+                     f"{seen.alone_fastest_tps:.1f} tok/s){wait}")
     if not words:
         return "", {}
-    return (f". Not held: at {level} in flight {'; '.join(words)}. No batch decodes a request "
-            "faster than a smaller batch does, so the server did not run the requests held in "
-            f"flight at once, and this level's decode figures are not those of {level} running "
-            "together"), found
+    servers = "server" if len(found) == 1 else "servers"
+    return (f". Not held: at {level} in flight {'; '.join(words)}. A larger batch does not "
+            f"decode a request faster, so the {servers} did not run the {level} requests held "
+            "in flight at once: this level's decode timings are not those of a batch of "
+            f"{level}"), found
 
 
 def queued_at(live: LiveResults, level: int,
@@ -876,13 +866,15 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
             if above:
                 curve += (f"; at {', '.join(map(str, above))} in flight requests wait in a "
                           f"server's queue (max_running_requests: {', '.join(caps)})")
-        unheld = {n: found for n in live.levels for found in [not_held_at(live, n)[1]] if found}
+        unheld = {n: seen for n in live.levels for seen in [not_held_at(live, n)[1]] if seen}
         if unheld:
-            details["not_held_levels"] = {str(n): found for n, found in unheld.items()}
-            servers = sorted({config for found in unheld.values() for config in found})
-            curve += (f"; at {', '.join(map(str, unheld))} in flight the {' and '.join(servers)} "
-                      "server did not run the requests held in flight at once (requests decoded "
-                      "faster than at the smallest level): those points are not a batch's")
+            details["not_held_levels"] = {str(n): seen for n, seen in unheld.items()}
+            which = "; ".join(f"at {n} in flight the {' and '.join(seen)} "
+                              f"server{'s' if len(seen) > 1 else ''}" for n, seen in unheld.items())
+            curve += (f"; {which} did not run the requests held in flight at once (requests "
+                      "decoded far faster than the fastest at the smallest level), so "
+                      f"{'that point is' if len(unheld) == 1 else 'those points are'} not a "
+                      "batch's")
         if attach:
             attachments = (*attachments,
                            curve_plot.attachment(found, simulated=live.simulated))

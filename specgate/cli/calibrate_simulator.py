@@ -23,7 +23,8 @@ def main_calibrate_simulator(argv: list[str]) -> int:
                              "rest of the cycle)")
     parser.add_argument("--fit-levels", type=_levels, default=None, metavar="N,N,...",
                         help="fit to these levels alone (default: every level at which "
-                             "neither server queues, above its max_running_requests); each other "
+                             "both servers ran the requests held in flight, neither queueing "
+                             "above its max_running_requests); each other "
                              "level is held out and its predicted speed-up set against the "
                              "measured one")
     for config in ("baseline", "speculative"):

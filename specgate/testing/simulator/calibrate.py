@@ -13,7 +13,8 @@ so least squares over the levels gives the decode step, the batch slope, and fro
 slope what is left for the draft. A server runs at most its max_running_requests at once (SGLang
 sets 48 for speculative decoding unless --max-running-requests is given; /server_info reports
 it): above that the rest wait in its queue, so each server's batch is taken as min(N, its cap),
-and such a level is left out of the fit unless --fit-levels names it.
+and such a level is left out of the fit unless --fit-levels names it, as is a level at which a
+server did not run the requests held in flight at once (measure/held.py).
 Below the cap the fit takes N (the requests the client held in flight) as the batch: the
 server's batch is a little smaller in a closed loop (a request leaves it between its last token
 and its successor's prefill), so the slopes are the effective ones that reproduce the measured
@@ -38,7 +39,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specgate.measure import bench
+from specgate.measure import bench, held
 from specgate.measure.results import LiveResults
 from specgate.testing.simulator import model
 
@@ -88,7 +89,8 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         fit_levels: Sequence[int] | None = None, baseline_max_running: int | None = None,
         speculative_max_running: int | None = None) -> Fit:
     """The batching that reproduces the session's per-level figures (see the module), fitted to
-    `fit_levels` (default: every level measured on both servers at which neither queues). Each
+    `fit_levels` (default: every level measured on both servers at which neither queues nor
+    left the requests held in flight waiting, measure/held.py). Each
     server's batch at N in flight is min(N, its max_running_requests): the value given here,
     else the one its /server_info reported, else N. A level where a server queues is left out
     of the default fit: on real SGLang its figures are not those of a steady batch at the cap
@@ -123,19 +125,29 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         cycles_ms.append(cycle.mean)
         taus.append(per_verify.mean if per_verify is not None else math.nan)
         speedups.append(bench.speedup(spec, base).mean)
+
     def queued(n: int) -> bool:
         return batch(n, base_cap) < n or batch(n, spec_cap) < n
 
-    unqueued = [n for n in levels if not queued(n)]
+    def unheld(n: int) -> bool:
+        return held.not_held(live.baseline, n) is not None \
+            or held.not_held(live.speculative, n) is not None
+
+    left_out = {n: "a server queues" if queued(n) else "a server did not run them at once"
+                for n in levels if queued(n) or unheld(n)}
     chosen = (sorted(set(fit_levels)) if fit_levels is not None
-              else unqueued if len(unqueued) >= 2 else list(levels))
+              else [n for n in levels if n not in left_out])
     missing = [n for n in chosen if n not in levels]
     if missing:
         raise ValueError(f"--fit-levels {missing}: not measured on both servers in this session "
                          f"(measured: {levels or 'none'})")
     if len(chosen) < 2:
-        raise ValueError(f"batching needs both servers measured at two levels or more; this "
-                         f"session has {chosen or 'none'}")
+        why = ("" if fit_levels is not None or not left_out else
+               " where both servers ran the requests held in flight (left out: "
+               + ", ".join(f"{n} ({reason})" for n, reason in left_out.items())
+               + "; name levels with --fit-levels to fit them anyway)")
+        raise ValueError(f"batching needs both servers measured at two levels or more{why}; "
+                         f"this session has {chosen or 'none'}")
     at = [levels.index(n) for n in chosen]
     decode_ms, per_token = _line([float(batch(n, base_cap) - 1) for n in chosen],
                                  [steps_ms[i] for i in at])
@@ -159,7 +171,7 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         error = predicted / measured - 1.0 if measured > 0 else math.nan
         points.append({"concurrency": n, "held_out": n not in chosen,
                        "baseline_batch": b_base, "speculative_batch": b_spec,
-                       "queued": queued(n),
+                       "queued": queued(n), "not_held": unheld(n),
                        "decode_step_ms": round(d, 4), "fitted_decode_step_ms": round(step_fit, 4),
                        "cycle_ms": round(c, 4), "fitted_cycle_ms": round(cycle_fit, 4),
                        "speedup": _round(measured), "fitted_speedup": _round(predicted),
