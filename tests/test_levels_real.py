@@ -1,4 +1,4 @@
-"""The per-level claims and the simulator's fit on two sessions that real SGLang 0.5.17 served on
+"""The per-level claims and the simulator's fit on two launches of real SGLang 0.5.17 on
 an H200 (an 8B-shaped target and a drafter that accepts 2.0,
 benchmarks/results/2026-12-04-h200-llama8b-shapes-concurrency/): a level above the speculative
 server's max_running_requests, and a level where the baseline did not run the requests held in
@@ -27,7 +27,7 @@ def _read(tmp_path: Path, run: str) -> LiveResults:
 
 def _capped(live: LiveResults, cap: int | None = 48) -> LiveResults:
     """The session with the speculative server's max_running_requests set (48: SGLang's default
-    for speculative decoding, which the first session's results do not record and its server
+    for speculative decoding, which the first launch's results do not record and its server
     log does) or removed (None)."""
     info = {k: v for k, v in live.speculative.server_info.items()
             if k != "max_running_requests"}
@@ -42,7 +42,7 @@ def _session(tmp_path: Path, run: str):
 
 
 def test_a_baseline_whose_requests_decoded_far_faster_than_alone_was_not_held(tmp_path):
-    """At 64 in flight in the second session half the baseline's requests decoded about twice
+    """At 64 in flight in the second launch half the baseline's requests decoded about twice
     as fast as its fastest single stream: its claims there say the server did not run the 64
     at once."""
     profile, live = _session(tmp_path, "crossover-48")

@@ -139,15 +139,15 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
               else [n for n in levels if n not in left_out])
     missing = [n for n in chosen if n not in levels]
     if missing:
-        raise ValueError(f"--fit-levels {missing}: not measured on both servers in this session "
-                         f"(measured: {levels or 'none'})")
+        raise ValueError(f"--fit-levels {missing}: not measured on both servers in these "
+                         f"results (measured: {levels or 'none'})")
     if len(chosen) < 2:
         why = ("" if fit_levels is not None or not left_out else
                " where both servers ran the requests held in flight (left out: "
                + ", ".join(f"{n} ({reason})" for n, reason in left_out.items())
                + "; name levels with --fit-levels to fit them anyway)")
         raise ValueError(f"batching needs both servers measured at two levels or more{why}; "
-                         f"this session has {chosen or 'none'}")
+                         f"these results have {chosen or 'none'}")
     at = [levels.index(n) for n in chosen]
     decode_ms, per_token = _line([float(batch(n, base_cap) - 1) for n in chosen],
                                  [steps_ms[i] for i in at])
