@@ -6,6 +6,9 @@ Two families, each seeded:
   (chat, coding, math, summarization, translation, reasoning, extraction), filled from word lists
   and from the Python standard library's own docstrings and source lines.
 - family "self" (the borrowed drafter's data): the instruct model writes the questions itself.
+- family "written": the model writes requests of each of the seven kinds itself (or, for
+  summarization, extraction and translation, the passage a request of that kind wraps);
+  `written_requests` makes the asks, `written_prompts` the prompts.
   `question_requests` makes the requests ("Write one question that ... might ask about ...");
   the model's answers, cleaned by `question_from_answer`, become the prompts.
 
@@ -270,6 +273,94 @@ def self_prompts(answers: Sequence[str],
             continue
         seen.add(q)
         out.append({"id": f"self-{len(out):05d}", "category": "self", "prompt": q})
+    return out, dropped
+
+
+# --- family "written": requests of the probe's seven kinds that the model writes --------------
+
+# What the model is asked to write per kind: a request ("ask") sent as it is, or a passage
+# ("passage") that a request of that kind then wraps. {persona} and {topic} are filled in.
+WRITE = {
+    "chat": ("ask", ["Write one message that {persona} might send to an assistant asking for "
+                     "everyday advice about {topic}. Reply with the message only.",
+                     "Write a short, personal question about {topic} that {persona} might ask "
+                     "a friend for help with. Reply with the question only."]),
+    "coding": ("ask", ["Write one programming task about {topic} that asks for a Python "
+                       "function. Reply with the task only.",
+                       "Write one request that {persona} learning to code might make: a small "
+                       "program that handles data about {topic}. Reply with the request only."]),
+    "math": ("ask", ["Write one arithmetic word problem about {topic} with concrete numbers. "
+                     "Reply with the problem only.",
+                     "Write one math question about {topic} that needs a few steps of "
+                     "calculation. Reply with the question only."]),
+    "reasoning": ("ask", ["Write one logic puzzle about {topic} that can be solved step by step. "
+                          "Reply with the puzzle only.",
+                          "Write one question about {topic} that asks why something happens and "
+                          "needs careful reasoning. Reply with the question only."]),
+    "summarization": ("passage", ["Write a paragraph of five sentences about {topic}, as "
+                                  "{persona} would tell it. Reply with the paragraph only.",
+                                  "Write a short news report about {topic}. Reply with the "
+                                  "report only."]),
+    "extraction": ("passage", ["Write a short email from {persona} about {topic} that mentions "
+                               "names, dates and amounts. Reply with the email only.",
+                               "Write a short notice about an event related to {topic}, with a "
+                               "date, a place and a price. Reply with the notice only."]),
+    "translation": ("passage", ["Write two sentences that {persona} might say about {topic}. "
+                                "Reply with the sentences only.",
+                                "Write one sentence about {topic}. Reply with the sentence "
+                                "only."]),
+}
+WRAP = {
+    "summarization": ["Summarize in two sentences: {text}", "Give the main points of this "
+                      "text as a short list: {text}", "Summarize this for a busy reader: {text}",
+                      "What is this text about? Answer in one sentence: {text}"],
+    "extraction": ["Extract every name, date and amount from this text as a list: {text}",
+                   "List the people and the dates mentioned here: {text}",
+                   "From the text below, extract the key facts as JSON: {text}",
+                   "What is the date and the place in this notice? {text}"],
+    "translation": ["Translate into {language}: {text}", "How would you say this in "
+                    "{language}? {text}", "Translate the following into {language}: {text}"],
+}
+
+
+def written_requests(n: int, seed: int) -> list[dict[str, str]]:
+    """Requests that make the model write a request (or a passage) of each of the probe's seven
+    kinds in turn, over topics x personas x phrasings, seeded."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        kind = KINDS[i % len(KINDS)]
+        _form, asks = WRITE[kind]
+        text = rng.choice(asks).format(persona=rng.choice(PERSONAS), topic=rng.choice(TOPICS))
+        out.append({"id": f"write-{i:05d}", "category": kind, "prompt": text})
+    return out
+
+
+def written_prompts(requests: Sequence[dict[str, str]], answers: Sequence[str], seed: int,
+                    keep: ProbeFilter) -> tuple[list[dict[str, str]], dict[str, int]]:
+    """Prompts from what the model wrote: a request as it is, or a passage wrapped in a request
+    of its kind; distinct, none of the probe's. Returns them and how many were dropped."""
+    rng = random.Random(seed)
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    dropped = {"unusable": 0, "probe": 0, "duplicate": 0}
+    for req, text in zip(requests, answers, strict=True):
+        kind = req["category"]
+        form, _asks = WRITE[kind]
+        body = " ".join(text.split()).strip().strip('"').strip()
+        if form == "ask":
+            q = question_from_answer(text)
+            prompt = q
+        else:
+            prompt = (rng.choice(WRAP[kind]).format(text=body, language=rng.choice(LANGUAGES))
+                      if 40 <= len(body) <= 1500 else None)
+        why = ("unusable" if prompt is None else "probe" if keep.excluded(prompt)
+               else "duplicate" if prompt in seen else "")
+        if why or prompt is None:
+            dropped[why or "unusable"] += 1
+            continue
+        seen.add(prompt)
+        out.append({"id": f"written-{len(out):05d}", "category": kind, "prompt": prompt})
     return out, dropped
 
 

@@ -1,0 +1,563 @@
+"""A drafter trained to earn the gate on real text, then judged: data, SpecForge training, tune,
+two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
+
+    python3 benchmarks/real_model/earn.py --target TARGET --work WORK \
+        --specforge UNPACKED_SPECFORGE_0.2.0 [--answer-tokens 10000000] [--epochs 2]
+
+1. Prompts of the probe's seven kinds, never the probe's own (prompts.py): family "written"
+   (the instruct model writes requests of each kind, or the passage a summarization,
+   extraction or translation request wraps) and family "tasks" (templates). The model writes
+   them on the generation servers.
+2. Answers: --gen-servers SGLang servers configured for throughput (decode CUDA graphs up to
+   --gen-batch, that many requests running, a large KV pool) answer greedily until
+   --answer-tokens answer tokens are in; their tok/s is recorded. The probe's 42 prompts,
+   rendered as the probe renders them, are answered too: the held-out dump (transformers'
+   forward, capture.py) that the prediction and eval.live_agreement replay.
+3. Draft vocabularies (vocab.py, SpecForge's construction) of each data size.
+4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded), at
+   once on the GPU: "trained" (all the data), "trained-again" (the same command: the sha256 must
+   match), "third" and "ninth" (the first third and ninth of the data's seeded order, the same
+   epochs).
+5. `specgate tune` on the trained drafter picks the chain (--steps, --tune-launches).
+6. All at once: two baselines and two speculative servers of the trained drafter at the tuned
+   chain (two launches of each), and the third and ninth drafters at that chain. `pytest -m
+   probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
+   compare with probe-1 when it passed); then the served accept length of the three data sizes.
+WORK/earn.json records every figure and time; WORK/out holds what a result keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import gzip
+import json
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import gen  # noqa: E402
+import profiles  # noqa: E402
+import prompts  # noqa: E402
+import serve  # noqa: E402
+import vocab  # noqa: E402
+
+DRAFT_VOCAB = 16384
+SIZES = {"third": 3, "ninth": 9}
+TRAININGS = ("trained", "trained-again", "third", "ninth")
+
+
+def log(msg: str) -> None:
+    print(f"[earn {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Earn:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.work: Path = args.work
+        self.target: Path = args.target
+        self.launcher = shlex.split(args.launcher)
+        self.sim: bool = args.sim
+        self.out = self.work / "out"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.rec: dict[str, Any] = {"seed": args.seed, "seconds": {}, "args": {
+            k: str(v) for k, v in vars(args).items()}}
+        self.lap_t = time.monotonic()
+
+    def left(self) -> float:
+        return float("inf") if self.a.deadline is None else self.a.deadline - time.time()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.rec["seconds"][name] = round(now - self.lap_t, 1)
+        self.lap_t = now
+        self.save()
+
+    def save(self) -> None:
+        text = json.dumps(self.rec, indent=1, default=str) + "\n"
+        (self.work / "earn.json").write_text(text)
+        (self.out / "earn.json").write_text(text)
+
+    # --- 1-2: prompts, answers, held-out ---------------------------------------------------------
+
+    def gen_profile(self) -> Any:
+        over = {"--max-running-requests": str(self.a.gen_batch),
+                "--max-total-tokens": str(self.a.gen_kv_tokens),
+                "--mem-fraction-static": str(self.a.gen_mem_fraction)}
+        if not self.sim:
+            over["--cuda-graph-max-bs-decode"] = str(self.a.gen_batch)
+        doc = profiles.base("generation", self.target, self.launcher, self.sim, over)
+        return profiles.load(doc, self.work / "profiles" / "generation.toml")
+
+    def data(self) -> None:
+        from transformers import AutoTokenizer
+
+        from specgate.measure import prompts as probe_prompts
+
+        a = self.a
+        tok: Any = AutoTokenizer.from_pretrained(str(self.target))
+        keep = prompts.ProbeFilter(prompts.probe_texts())
+        tasks, tasks_dropped = prompts.task_prompts(a.n_tasks, a.seed, keep)
+        asks = prompts.written_requests(a.n_written, a.seed + 1)
+
+        def chat(text: str) -> list[int]:
+            got: Any = tok.apply_chat_template([{"role": "user", "content": text}],
+                                               add_generation_prompt=True, tokenize=True)
+            return [int(i) for i in (got["input_ids"] if hasattr(got, "keys") else got)]
+
+        prof = self.gen_profile()
+        template = probe_prompts.choose_template(prof.bench.chat_template, self.target)
+        self.rec["heldout_template"] = {"name": template.name, "source": template.source}
+        logs = self.work / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        ports = serve.free_ports(a.gen_servers)
+        t = time.monotonic()
+        with cf.ThreadPoolExecutor(max_workers=a.gen_servers) as pool:
+            futs = [pool.submit(serve.start, prof, "baseline", logs / f"generation-{i}.log", p)
+                    for i, p in enumerate(ports)]
+            started = [f.result() for f in futs]
+        handles = [h for h, _ in started]
+        self.rec["generation_servers"] = {"count": len(handles),
+                                          "ready_s": [round(r, 1) for _, r in started],
+                                          "flags": list(prof.server.args)}
+        log(f"{len(handles)} generation servers ready after {time.monotonic() - t:.0f} s")
+        self.lap("generation servers start")
+        try:
+            urls = [h.url for h in handles]
+            probe = probe_prompts.load_builtin()
+            texts = [template.render(p.text) for p in probe]
+            held = gen.generate(urls[0], texts, profiles.MAX_NEW_TOKENS, batch=8)
+            self.heldout = [(p.id, p.category, list(tok.encode(tx)), h["output_ids"])
+                            for p, tx, h in zip(probe, texts, held, strict=True)]
+            t = time.monotonic()
+            written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens)
+            wrote_s = time.monotonic() - t
+            texts_w = [tok.decode(w["output_ids"], skip_special_tokens=True) for w in written]
+            wprompts, wdropped = prompts.written_prompts(asks, texts_w, a.seed + 2, keep)
+            self.rec["written"] = {
+                "requests": len(asks), "kept": len(wprompts), "dropped": wdropped,
+                "tokens": sum(len(w["output_ids"]) for w in written),
+                "seconds": round(wrote_s, 1),
+                "per_kind": {k: sum(1 for p in wprompts if p["category"] == k)
+                             for k in prompts.KINDS}}
+            self.rec["tasks"] = {"prompts": len(tasks), "dropped": tasks_dropped}
+            log(f"prompts: {len(wprompts)} written by the model ({wdropped}), {len(tasks)} "
+                f"from templates")
+            self.lap("held-out and written prompts")
+            # interleave the two families so any prefix of the answers holds both
+            rows: list[tuple[str, dict[str, str]]] = []
+            for i in range(max(len(wprompts), len(tasks))):
+                if i < len(wprompts):
+                    rows.append(("written", wprompts[i]))
+                if i < len(tasks):
+                    rows.append(("tasks", tasks[i]))
+            ids = [chat(r["prompt"]) for _, r in rows]
+            t = time.monotonic()
+            answers = self.spread(urls, ids, a.train_tokens, until_tokens=a.answer_tokens)
+            gen_s = time.monotonic() - t
+        finally:
+            for h in handles:
+                h.stop()
+        n = len(answers)
+        n_tok = sum(len(o["output_ids"]) for o in answers)
+        self.rec["answers"] = {
+            "prompts": n, "answer_tokens": n_tok, "seconds": round(gen_s, 1),
+            "tok_per_s": round(n_tok / max(gen_s, 1e-9)),
+            "written": sum(1 for f, _ in rows[:n] if f == "written"),
+            "tasks": sum(1 for f, _ in rows[:n] if f == "tasks"),
+            "per_kind": {k: sum(1 for _f, r in rows[:n] if r["category"] == k)
+                         for k in prompts.KINDS},
+            "finished_by_eos": sum(1 for o in answers
+                                   if (o.get("finish") or {}).get("type") == "stop"),
+            "max_new_tokens": a.train_tokens}
+        log(f"answers: {n} prompts, {n_tok} tokens in {gen_s:.0f} s "
+            f"({self.rec['answers']['tok_per_s']} tok/s)")
+        path = self.work / "answers.jsonl.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            for (fam, r), p, o in zip(rows, ids, answers, strict=False):
+                if o["output_ids"]:
+                    f.write(json.dumps({"id": r["id"], "family": fam, "category": r["category"],
+                                        "prompt": r["prompt"], "prompt_ids": p,
+                                        "answer_ids": o["output_ids"]}) + "\n")
+        self.answers_path = path
+        prompts.write_jsonl([r for _, r in rows[:n]], self.out / "prompts-used.jsonl")
+        self.lap("answers")
+
+    def spread(self, urls: list[str], ids: list[list[int]], max_new: int,
+               until_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Greedy answers to every prompt (or, with until_tokens, to the first prompts until
+        that many answer tokens are in), batches handed out to all the servers at once."""
+        batch = gen.BATCH
+        chunks = [ids[i:i + batch] for i in range(0, len(ids), batch)]
+        results: list[list[dict[str, Any]] | None] = [None] * len(chunks)
+        lock = threading.Lock()
+        state = {"next": 0, "tokens": 0}
+        params = {"temperature": 0.0, "max_new_tokens": max_new}
+        t0 = time.monotonic()
+
+        def worker(url: str) -> None:
+            while True:
+                with lock:
+                    k = state["next"]
+                    if k >= len(chunks) or (until_tokens is not None
+                                            and state["tokens"] >= until_tokens):
+                        return
+                    state["next"] = k + 1
+                out = gen.post(url, {"input_ids": chunks[k], "sampling_params": params})
+                got = [{"output_ids": gen.answer_ids(item),
+                        "finish": (item.get("meta_info") or {}).get("finish_reason")}
+                       for item in out]
+                with lock:
+                    results[k] = got
+                    state["tokens"] += sum(len(g["output_ids"]) for g in got)
+                    if k % 50 == 0:
+                        log(f"generate: {k + 1}/{len(chunks)} batches, {state['tokens']} tokens, "
+                            f"{state['tokens'] / max(time.monotonic() - t0, 1e-9):.0f} tok/s")
+
+        threads = gen.THREADS
+        with cf.ThreadPoolExecutor(max_workers=threads * len(urls)) as pool:
+            futs = [pool.submit(worker, u) for u in urls for _ in range(threads)]
+            for f in futs:
+                f.result()
+        out: list[dict[str, Any]] = []
+        for part in results:  # in order, up to the first batch not sent
+            if part is None:
+                break
+            out.extend(part)
+        return out
+
+    def heldout_dump(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        import capture
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model: Any = AutoModelForCausalLM.from_pretrained(str(self.target), dtype=torch.bfloat16)
+        model = model.to(device).eval()
+        layers = capture.sglang_capture_layers(None, model.config.num_hidden_layers)
+        ids_cfg = capture.config_ids_for(layers)
+        meta = {"format": "specgate.hidden_states", "version": 1,
+                "aux_hidden_state_layer_ids": ids_cfg, "captured_layer_inputs": layers,
+                "target_model_type": "llama", "target_hidden_size": model.config.hidden_size,
+                "num_aux_hidden_states": 3, "dtype": "bfloat16",
+                "generated_by": "benchmarks/real_model/earn.py (SGLang answers, transformers "
+                                "forward)"}
+        seqs = [p + ans for _i, _c, p, ans in self.heldout]
+        caps, stats = capture.capture(model, seqs, [len(p) for _i, _c, p, _a in self.heldout],
+                                      device, ids_cfg)
+        self.heldout_dir = self.work / "dumps" / "heldout"
+        capture.write_samples(self.heldout_dir, [i for i, *_x in self.heldout], caps, full=True)
+        capture.finish_dump(self.heldout_dir, model.model.embed_tokens.weight.detach(), dict(
+            meta, **stats, chat_template=self.rec["heldout_template"]["name"],
+            max_new_tokens=profiles.MAX_NEW_TOKENS,
+            samples={i: {"category": c, "prompt_tokens": len(p), "tokens": len(p) + len(ans)}
+                     for i, c, p, ans in self.heldout}))
+        self.rec["capture_heldout"] = stats
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        self.lap("held-out dump")
+
+    # --- 3-4: maps and training -------------------------------------------------------------------
+
+    def maps(self) -> dict[str, Path]:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        import sf_train
+
+        rows = sf_train.read_rows(self.answers_path)
+        order = sf_train.data_order(len(rows), self.a.seed)
+        vocab_size = int(json.loads((self.target / "config.json").read_text())["vocab_size"])
+        out: dict[str, Path] = {}
+        self.rows_total = len(rows)
+        for name, k in {"trained": 1, **SIZES}.items():
+            part = order[:len(order) // k]
+            samples = [(np.asarray(rows[i]["answer_ids"]), np.ones(len(rows[i]["answer_ids"]),
+                                                                    dtype=np.uint8))
+                       for i in part]
+            counts = vocab.count_tokens(samples)
+            d2t, t2d = vocab.mappings(counts, self.a.draft_vocab, vocab_size)
+            path = self.work / "maps" / f"{name}.safetensors"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_file({"d2t": d2t, "t2d": t2d}, str(path))
+            out[name] = path
+            self.rec.setdefault("maps", {})[name] = {
+                "samples": len(part), "answer_tokens": int(sum(counts.values())),
+                "distinct_tokens": len(counts),
+                "coverage": round(vocab.coverage(counts, d2t), 5)}
+        self.lap("maps")
+        return out
+
+    def train(self, maps: dict[str, Path]) -> None:
+        a = self.a
+        drafters = self.work / "drafters"
+        procs: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+        common = ["--data", str(self.answers_path), "--target", str(self.target),
+                  "--specforge", str(a.specforge), "--epochs", str(a.epochs),
+                  "--seed", str(a.seed), "--batch-rows", str(a.batch_rows), "--lr", str(a.lr),
+                  "--heldout", str(self.heldout_dir)]
+        if a.train_device:
+            common += ["--device", a.train_device]
+        commands: dict[str, list[str]] = {}
+        for name in TRAININGS:
+            size = name if name in SIZES else "trained"
+            cmd = [*common, "--vocab-map", str(maps[size]), "--out", str(drafters / name)]
+            if name in SIZES:
+                cmd += ["--rows", str(self.rows_total // SIZES[name])]
+            commands[name] = cmd
+        self.rec["train_commands"] = {k: ["sf_train.py", *v] for k, v in commands.items()}
+        logs = self.work / "logs"
+        t = time.monotonic()
+        for name, cmd in commands.items():
+            fh = (logs / f"train-{name}.log").open("wb")
+            procs[name] = (subprocess.Popen([sys.executable, str(HERE / "sf_train.py"), *cmd],
+                                            stdout=fh, stderr=subprocess.STDOUT), fh)
+        limit = a.train_deadline
+        codes: dict[str, int | None] = {}
+        for name, (p, fh) in procs.items():
+            try:
+                codes[name] = p.wait(timeout=None if limit is None
+                                     else max(limit - time.time(), 1.0))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[name] = None
+                log(f"training {name}: stopped at the deadline")
+            fh.close()
+        self.rec["train_seconds"] = round(time.monotonic() - t, 1)
+        summaries: dict[str, Any] = {}
+        for name in TRAININGS:
+            s = drafters / name / "summary.json"
+            summaries[name] = json.loads(s.read_text()) if s.exists() else {
+                "exit": codes.get(name)}
+            dst = self.out / "drafters" / name
+            dst.mkdir(parents=True, exist_ok=True)
+            for f in ("summary.json", "config.json", "prediction.json", "logs/train.jsonl"):
+                if (drafters / name / f).exists():
+                    shutil.copy(drafters / name / f, dst / Path(f).name)
+            if (logs / f"train-{name}.log").exists():
+                shutil.copy(logs / f"train-{name}.log", dst / "train.log")
+        self.rec["drafters"] = {k: {f: v.get(f) for f in (
+            "sha256", "samples", "answer_tokens", "epochs", "updates", "train_s",
+            "answer_tokens_per_s", "predicted", "exit")} for k, v in summaries.items()}
+        same = (summaries["trained"].get("sha256") is not None
+                and summaries["trained"].get("sha256") == summaries["trained-again"].get("sha256"))
+        self.rec["sha256_reproduced"] = same
+        log(f"trainings done in {self.rec['train_seconds']} s; sha256 reproduced: {same}")
+        self.lap("training")
+
+    # --- 5-6: tune, probes, served curve ----------------------------------------------------------
+
+    def tune(self) -> int:
+        a = self.a
+        drafter = self.work / "drafters" / "trained"
+        doc = profiles.probe(self.target, drafter, self.heldout_dir, self.launcher, self.sim,
+                             max(a.steps), label="trained")
+        doc["name"] = f"{profiles.NAME}-trained-tune" + ("-sim" if self.sim else "")
+        doc.pop("eval", None)
+        doc["bench"].update({"prompts_per_category": a.tune_prompts,
+                             "max_new_tokens": a.tune_tokens, "max_repeats": 3,
+                             "request_timeout_s": 60.0})
+        doc["tune"] = {"steps": list(a.steps), "max_launches": a.tune_launches,
+                       "margin": 0.03, "repeats": 1}
+        prof = profiles.write(doc, self.work / "profiles" / "tune.toml")
+        reports = self.work / "reports" / "tune"
+        t = time.monotonic()
+        with (self.work / "logs" / "tune.log").open("w") as fh:
+            try:
+                code = subprocess.run(
+                    [sys.executable, "-m", "specgate.cli", "tune", "--profile", str(prof),
+                     "--reports", str(reports), "--no-baseline"], stdout=fh,
+                    stderr=subprocess.STDOUT, cwd=self.work, check=False,
+                    timeout=max(self.left() - a.after_tune_s, 60.0)).returncode
+            except subprocess.TimeoutExpired:
+                code = 124
+        dst = self.out / "tune"
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in ("tune.md", "tune.png", "recommended.toml", "tune.json"):
+            if (reports / "tune" / f).exists():
+                shutil.copy(reports / "tune" / f, dst / f)
+        shutil.copy(self.work / "logs" / "tune.log", dst / "tune.log")
+        shutil.copy(prof, dst / "profile.toml")
+        best = None
+        if (reports / "tune" / "tune.json").exists():
+            tj = json.loads((reports / "tune" / "tune.json").read_text())
+            b = tj.get("best")
+            if isinstance(b, dict):
+                best = (b.get("candidate") or {}).get("steps") or b.get("steps")
+        self.rec["tune"] = {"exit": code, "seconds": round(time.monotonic() - t, 1),
+                            "best_steps": best}
+        log(f"tune: exit {code}, best steps {best}")
+        self.lap("tune")
+        return int(best) if best else self.a.fallback_steps
+
+    def serve(self, steps: int) -> None:
+        a = self.a
+        drafters = self.work / "drafters"
+        probe_doc = profiles.probe(self.target, drafters / "trained", self.heldout_dir,
+                                   self.launcher, self.sim, steps, label="trained")
+        probe_doc["thresholds"]["regression_tolerance"] = 0.0
+        probe_toml = profiles.write(probe_doc, self.work / "profiles" / "probe.toml")
+        prof = profiles.load(probe_doc, self.work / "profiles" / "probe-loaded.toml")
+        size_profs = {}
+        for name in SIZES:
+            d = profiles.probe(self.target, drafters / name, self.heldout_dir, self.launcher,
+                               self.sim, steps, label=name)
+            size_profs[name] = profiles.load(d, self.work / "profiles" / f"{name}.toml")
+        jobs: dict[str, tuple[Any, str]] = {
+            "baseline-1": (prof, "baseline"), "baseline-2": (prof, "baseline"),
+            "spec-trained-1": (prof, "speculative"), "spec-trained-2": (prof, "speculative")}
+        for name in SIZES:
+            if (drafters / name / "model.safetensors").exists():
+                jobs[f"spec-{name}"] = (size_profs[name], "speculative")
+        logs = self.work / "logs"
+        handles: dict[str, Any] = {}
+        ready: dict[str, float] = {}
+        t = time.monotonic()
+        try:
+            with cf.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                ports = serve.free_ports(len(jobs))
+                futs = {pool.submit(serve.start, p, cfg, logs / f"{name}.log", port): name
+                        for (name, (p, cfg)), port in zip(jobs.items(), ports, strict=True)}
+                for fut in cf.as_completed(futs):
+                    name = futs[fut]
+                    try:
+                        handles[name], ready[name] = fut.result()
+                        log(f"{name}: ready after {ready[name]:.1f} s at {handles[name].url}")
+                    except Exception as exc:  # one server failing must not lose the others
+                        self.rec.setdefault("failed", {})[name] = str(exc)[:2000]
+                        log(f"{name}: FAILED to start: {str(exc)[:400]}")
+            self.rec["ready_s"] = {k: round(v, 1) for k, v in ready.items()}
+            self.rec["seconds"]["servers start"] = round(time.monotonic() - t, 1)
+            self.save()
+            for k in (1, 2):
+                b, s = handles.get(f"baseline-{k}"), handles.get(f"spec-trained-{k}")
+                if b is None or s is None or self.left() < 60:
+                    continue
+                t = time.monotonic()
+                self.rec[f"probe-{k}"] = serve.pytest_probe(
+                    self.work, probe_toml, f"probe-{k}",
+                    [f"{profiles.OPTIONS['server_url']}={s.url}",
+                     f"{profiles.OPTIONS['baseline_url']}={b.url}",
+                     f"{profiles.OPTIONS['reports']}={self.work / 'reports' / 'probe'}"],
+                    a.probe_timeout)
+                self.rec["seconds"][f"probe-{k}"] = round(time.monotonic() - t, 1)
+                self.save()
+            # the served accept length of the three data sizes (accept length does not depend
+            # on speed: measured at once)
+            names = [n for n in ("trained", *SIZES) if
+                     f"spec-{n}" in handles or (n == "trained" and "spec-trained-1" in handles)]
+            t = time.monotonic()
+            with cf.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
+                futs2 = {pool.submit(serve.accept_length,
+                                     handles["spec-trained-1" if n == "trained"
+                                             else f"spec-{n}"].url,
+                                     prof if n == "trained" else size_profs[n]): n
+                         for n in names}
+                for done in cf.as_completed(futs2):
+                    n = futs2[done]
+                    try:
+                        self.rec.setdefault("served_sizes", {})[n] = done.result()
+                        log(f"served accept length {n}: "
+                            f"{self.rec['served_sizes'][n]['accept_len']}")
+                    except Exception as exc:
+                        self.rec.setdefault("served_sizes", {})[n] = {"error": str(exc)[:1000]}
+            self.rec["seconds"]["served sizes"] = round(time.monotonic() - t, 1)
+            self.save()
+        finally:
+            for name, h in handles.items():
+                try:
+                    h.stop()
+                except Exception as exc:
+                    log(f"{name}: stop failed: {exc}")
+            for name in jobs:
+                src = logs / f"{name}.log"
+                if src.exists():
+                    lines = src.read_text(errors="replace").splitlines()
+                    dst = self.out / "servers"
+                    dst.mkdir(parents=True, exist_ok=True)
+                    (dst / f"{name}.log").write_text("\n".join(lines[:60] + ["[...]"]
+                                                               + lines[-60:]) + "\n")
+        self.lap("probes and served sizes")
+
+    def run(self) -> int:
+        code = 0
+        try:
+            self.data()
+            self.heldout_dump()
+            maps = self.maps()
+            self.train(maps)
+            if not (self.work / "drafters" / "trained" / "model.safetensors").exists():
+                log("no trained drafter: nothing to serve")
+                return 3
+            steps = self.tune()
+            self.rec["served_steps"] = steps
+            self.serve(steps)
+        except Exception as exc:
+            import traceback
+
+            self.rec["error"] = traceback.format_exc()[-4000:]
+            log(f"stopped: {exc!r}")
+            code = 2
+        finally:
+            self.save()
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--specforge", type=Path, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--launcher", default="python3 -m sglang.launch_server")
+    ap.add_argument("--sim", action="store_true", help="specgate's simulator serves (dry run)")
+    ap.add_argument("--n-tasks", type=int, default=60000)
+    ap.add_argument("--n-written", type=int, default=21000)
+    ap.add_argument("--write-tokens", type=int, default=160)
+    ap.add_argument("--train-tokens", type=int, default=384, help="max new tokens an answer")
+    ap.add_argument("--answer-tokens", type=int, default=10_000_000)
+    ap.add_argument("--gen-servers", type=int, default=2)
+    ap.add_argument("--gen-batch", type=int, default=512)
+    ap.add_argument("--gen-kv-tokens", type=int, default=1_000_000)
+    ap.add_argument("--gen-mem-fraction", type=float, default=0.4)
+    ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-rows", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--train-device", help="sf_train.py's --device")
+    ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[1, 2, 3, 4, 5])
+    ap.add_argument("--tune-launches", type=int, default=3)
+    ap.add_argument("--tune-prompts", type=int, default=2, help="prompts per category")
+    ap.add_argument("--tune-tokens", type=int, default=128)
+    ap.add_argument("--fallback-steps", type=int, default=3,
+                    help="the chain served when the tune recommends none")
+    ap.add_argument("--probe-timeout", type=float, default=600.0)
+    ap.add_argument("--deadline", type=float, help="Unix time by which everything must end")
+    ap.add_argument("--train-deadline", type=float,
+                    help="Unix time by which the trainings must end (they are stopped then)")
+    ap.add_argument("--after-tune-s", type=float, default=300.0,
+                    help="seconds kept for the probes after the tune")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return Earn(args).run()
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    sys.exit(main())
