@@ -570,6 +570,31 @@ def test_children_exist_and_follow_the_parent(dirs: tuple[Path, Path], tmp_path:
         assert not alive
 
 
+def test_a_second_sigterm_during_the_stop_changes_nothing(
+        dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A far-side wrapper TERMs the server's process group and then every tagged pid, so the
+    server may get a second TERM while the stop the first began is under way (here it drains
+    a stalled request). That stop goes on to its end, once, and the server exits 0."""
+    with running(tmp_path, *spec_flags(dirs, "--tp-size", "2"),
+                 env={"SPECGATE_SIM_FAULT": "stall_mid_stream"}) as sim, \
+            requests.post(sim.url + "/generate", json={**GEN, "stream": True}, stream=True,
+                          timeout=60) as reply:
+        events = reply.iter_lines(chunk_size=None)
+        assert next(line for line in events if line.startswith(b"data: "))  # it is running
+        children = psutil.Process(sim.proc.pid).children(recursive=True)
+        sim.proc.send_signal(signal.SIGTERM)
+        while "SIGTERM received" not in sim.log():
+            assert sim.proc.poll() is None, sim.log()
+            time.sleep(0.02)
+        sim.proc.send_signal(signal.SIGTERM)
+        assert sim.proc.wait(timeout=60) == 0, sim.log()
+        log = sim.log()
+        assert log.count("SIGTERM received") == 1, log
+        assert log.count("Gracefully exiting... Remaining number of requests 1.") == 1, log
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert not alive
+
+
 # --- fault modes ------------------------------------------------------------------------
 
 

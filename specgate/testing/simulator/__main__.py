@@ -6,12 +6,13 @@ import dataclasses
 import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
 from specgate.testing import fake_gpus
@@ -64,6 +65,37 @@ def _spawn_children(tp_size: int, placed: Sequence[int | None], env: Mapping[str
         [sys.executable, "-I", "-S", "-c", _CHILD_CODE, "sglang::detokenizer",
          str(os.getpid()), "polite"], stdin=subprocess.DEVNULL))
     return children
+
+
+class _TermSignal:
+    """SIGTERM as something the main thread waits for, and the stop it starts done in the main
+    thread's own flow, once.
+
+    A signal handler runs in the main thread wherever that thread is, and a TERM may come more
+    than once (the far-side wrapper sends it to the server's process group and then to every
+    tagged pid), the second while the stop the first began is under way. So the handler does
+    nothing that could wait on what the code it interrupted holds (a lock, an event's
+    condition, a child's waitpid lock): the C-level handler writes the signal's number to a
+    non-blocking pipe (signal.set_wakeup_fd), and the main thread waits on that pipe."""
+
+    def __init__(self) -> None:
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._received = False
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)  # full: a TERM is in it
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    @staticmethod
+    def _on_term(signum: int, frame: FrameType | None) -> None:
+        """Nothing: its byte is already in the pipe."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether SIGTERM has come, waiting up to timeout_s for it (0: a look)."""
+        if not self._received:
+            ready, _, _ = select.select([self._read], [], [], timeout_s)
+            if ready:
+                self._received = signal.SIGTERM in os.read(self._read, 512)
+        return self._received
 
 
 def _kill_children(children: Sequence[subprocess.Popen[bytes]]) -> None:
@@ -119,8 +151,10 @@ def _note_ready(env: Mapping[str, str], launch: model.LaunchTruth) -> None:
                              "t": time.monotonic()}, separators=(",", ":")) + "\n")
 
 
-def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
-    """The loading lines SGLang prints, spread over the start delay, then readiness."""
+def _start_up(state: SimState, model_path: str, host: str, port: int,
+              termed: Callable[[float], bool]) -> None:
+    """The loading lines SGLang prints, spread over the start delay, then readiness; cut short
+    when termed(seconds), the wait between them, says SIGTERM came."""
     faults, resolved = state.faults, state.resolved
     delay = faults.slow_start_s if faults.slow_start_s is not None else (
         resolved.params.timing.start_delay_s
@@ -129,12 +163,14 @@ def _start_up(state: SimState, model_path: str, host: str, port: int) -> None:
     if resolved.params.speculative:
         log(f"Load draft weight begin. draft model {resolved.args['speculative_draft_model_path']}")
     began = time.perf_counter()
-    time.sleep(delay / 2)
+    if termed(delay / 2):
+        return
     loaded = time.perf_counter()
     log(f"Load weight end. type={resolved.architectures[0]}, dtype=torch.bfloat16, "
         "avail mem=40.00 GB")
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=39.00 GB")
-    time.sleep(delay / 2)
+    if termed(delay / 2):
+        return
     captured = time.perf_counter()
     log(f"Capture cuda graph end. Time elapsed: {delay / 2:.2f} s. mem usage=1.00 GB.")
     # As SGLang's /server_info: the durations of this launch's start, timed as it went.
@@ -204,34 +240,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         _kill_children(stoppable)
         os._exit(1)
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        # As SGLang under uvicorn: stop accepting, drain, then close the open keep-alive
-        # connections from the server's side (their TIME_WAIT stays on this port; a new server
-        # binds it anyway, with SO_REUSEADDR like uvicorn).
-        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
-        httpd.shutdown()
-        httpd.server_close()
-        remaining = close_connections(state)
-        log(f"Gracefully exiting... Remaining number of requests {remaining}.")
-        _kill_children(stoppable)
-        os._exit(0)
-
     state.on_die = die
-    signal.signal(signal.SIGTERM, on_term)
+    term = _TermSignal()
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
 
     try:
-        _start_up(state, namespace.model_path, namespace.host, namespace.port)
+        _start_up(state, namespace.model_path, namespace.host, namespace.port, term.wait)
         if state.ready.is_set():
             _note_ready(env, launch)
-        while True:
-            time.sleep(0.5)
-            if any(child.poll() is not None for child in children):
+        while not term.wait(0.5):
+            # Ranks ended by a TERM sent to the whole group are no unexpected exit: that TERM
+            # reached this process before their exit could be seen here.
+            if any(child.poll() is not None for child in children) and not term.wait(0):
                 log("Subprocess exited unexpectedly; the server shuts down.")
                 die()
     except KeyboardInterrupt:
         _kill_children(stoppable)
-    return 0
+        return 0
+    # As SGLang under uvicorn: stop accepting, drain, then close the open keep-alive connections
+    # from the server's side (their TIME_WAIT stays on this port; a new server binds it anyway,
+    # with SO_REUSEADDR like uvicorn).
+    log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+    httpd.shutdown()
+    httpd.server_close()
+    remaining = close_connections(state)
+    log(f"Gracefully exiting... Remaining number of requests {remaining}.")
+    _kill_children(stoppable)
+    os._exit(0)
 
 
 if __name__ == "__main__":
