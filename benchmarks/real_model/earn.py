@@ -73,9 +73,14 @@ class Earn:
         self.sim: bool = args.sim
         self.out = self.work / "out"
         self.out.mkdir(parents=True, exist_ok=True)
-        self.rec: dict[str, Any] = {"seed": args.seed, "seconds": {}, "args": {
-            k: str(v) for k, v in vars(args).items()}}
+        self.rec: dict[str, Any] = {"seed": args.seed, "seconds": {}}
+        if (self.work / "earn.json").exists():  # a later stage: the record so far
+            self.rec = json.loads((self.work / "earn.json").read_text())
+        self.rec.setdefault("args", {})[",".join(args.stages)] = {
+            k: str(v) for k, v in vars(args).items()}
         self.lap_t = time.monotonic()
+        self.answers_path = self.work / "answers.jsonl.gz"
+        self.heldout_dir = self.work / "dumps" / "heldout"
 
     def left(self) -> float:
         return float("inf") if self.a.deadline is None else self.a.deadline - time.time()
@@ -140,8 +145,9 @@ class Earn:
             probe = probe_prompts.load_builtin()
             texts = [template.render(p.text) for p in probe]
             held = gen.generate(urls[0], texts, profiles.MAX_NEW_TOKENS, batch=8)
-            self.heldout = [(p.id, p.category, list(tok.encode(tx)), h["output_ids"])
-                            for p, tx, h in zip(probe, texts, held, strict=True)]
+            self.heldout: list[tuple[str, str, list[int], list[int]]] = [
+                (p.id, p.category, list(tok.encode(tx)), h["output_ids"])
+                for p, tx, h in zip(probe, texts, held, strict=True)]
             t = time.monotonic()
             # sampled, so that one ask gives many different requests; the answers are greedy
             written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
@@ -188,14 +194,13 @@ class Earn:
             "max_new_tokens": a.train_tokens}
         log(f"answers: {n} prompts, {n_tok} tokens in {gen_s:.0f} s "
             f"({self.rec['answers']['tok_per_s']} tok/s)")
-        path = self.work / "answers.jsonl.gz"
+        path = self.answers_path
         with gzip.open(path, "wt", encoding="utf-8") as f:
             for (fam, r), p, o in zip(rows, ids, answers, strict=False):
                 if o["output_ids"]:
                     f.write(json.dumps({"id": r["id"], "family": fam, "category": r["category"],
                                         "prompt": r["prompt"], "prompt_ids": p,
                                         "answer_ids": o["output_ids"]}) + "\n")
-        self.answers_path = path
         prompts.write_jsonl([r for _, r in rows[:n]], self.out / "prompts-used.jsonl")
         self.lap("answers")
 
@@ -246,10 +251,9 @@ class Earn:
         return out
 
     def heldout_dump(self) -> None:
+        import capture
         import torch
         from transformers import AutoModelForCausalLM
-
-        import capture
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model: Any = AutoModelForCausalLM.from_pretrained(str(self.target), dtype=torch.bfloat16)
@@ -265,7 +269,6 @@ class Earn:
         seqs = [p + ans for _i, _c, p, ans in self.heldout]
         caps, stats = capture.capture(model, seqs, [len(p) for _i, _c, p, _a in self.heldout],
                                       device, ids_cfg)
-        self.heldout_dir = self.work / "dumps" / "heldout"
         capture.write_samples(self.heldout_dir, [i for i, *_x in self.heldout], caps, full=True)
         capture.finish_dump(self.heldout_dir, model.model.embed_tokens.weight.detach(), dict(
             meta, **stats, chat_template=self.rec["heldout_template"]["name"],
@@ -282,9 +285,8 @@ class Earn:
 
     def maps(self) -> dict[str, Path]:
         import numpy as np
-        from safetensors.numpy import save_file
-
         import sf_train
+        from safetensors.numpy import save_file
 
         rows = sf_train.read_rows(self.answers_path)
         order = sf_train.data_order(len(rows), self.a.seed)
@@ -418,7 +420,6 @@ class Earn:
         drafters = self.work / "drafters"
         probe_doc = profiles.probe(self.target, drafters / "trained", self.heldout_dir,
                                    self.launcher, self.sim, steps, label="trained")
-        probe_doc["thresholds"]["regression_tolerance"] = 0.0
         probe_toml = profiles.write(probe_doc, self.work / "profiles" / "probe.toml")
         prof = profiles.load(probe_doc, self.work / "profiles" / "probe-loaded.toml")
         size_profs = {}
@@ -498,23 +499,27 @@ class Earn:
                     lines = src.read_text(errors="replace").splitlines()
                     dst = self.out / "servers"
                     dst.mkdir(parents=True, exist_ok=True)
-                    (dst / f"{name}.log").write_text("\n".join(lines[:60] + ["[...]"]
-                                                               + lines[-60:]) + "\n")
+                    (dst / f"{name}.log").write_text(
+                        "\n".join([*lines[:60], "[...]", *lines[-60:]]) + "\n")
         self.lap("probes and served sizes")
 
     def run(self) -> int:
         code = 0
+        stages = self.a.stages
         try:
-            self.data()
-            self.heldout_dump()
-            maps = self.maps()
-            self.train(maps)
-            if not (self.work / "drafters" / "trained" / "model.safetensors").exists():
+            if "data" in stages:
+                self.data()
+                self.heldout_dump()
+            if "train" in stages:
+                self.train(self.maps())
+            if {"tune", "serve"} & set(stages) and not (
+                    self.work / "drafters" / "trained" / "model.safetensors").exists():
                 log("no trained drafter: nothing to serve")
                 return 3
-            steps = self.tune()
-            self.rec["served_steps"] = steps
-            self.serve(steps)
+            if "tune" in stages:
+                self.rec["served_steps"] = self.tune()
+            if "serve" in stages:
+                self.serve(int(self.rec.get("served_steps") or self.a.fallback_steps))
         except Exception as exc:
             import traceback
 
@@ -560,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback-steps", type=int, default=3,
                     help="the chain served when the tune recommends none")
     ap.add_argument("--probe-timeout", type=float, default=600.0)
+    ap.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x],
+                    default=["data", "train", "tune", "serve"],
+                    help="which of data, train, tune, serve to run (a later stage reads what "
+                         "the earlier ones left in WORK)")
     ap.add_argument("--deadline", type=float, help="Unix time by which everything must end")
     ap.add_argument("--train-deadline", type=float,
                     help="Unix time by which the trainings must end (they are stopped then)")

@@ -75,8 +75,12 @@ say "target ready: $TARGET"
 DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
 [ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))
-"$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
-  --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" ${EARN_ARGS:-} || say "earn.py exit $?"
+# two processes: the data and the trainings, then the tune and the probes
+for stages in data,train tune,serve; do
+  "$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
+    --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" --stages $stages ${EARN_ARGS:-} \
+    || { say "earn.py --stages $stages: exit $?"; break; }
+done
 [ -e "$WORK/earn.json" ] && cp "$WORK/earn.json" "$OUT/"
 [ -d "$WORK/out" ] && cp -r "$WORK/out" "$OUT/"
 say "all finished; results in $OUT"

@@ -125,12 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import torch
-    from safetensors.torch import load_file
-
     import capture
+    import torch
     import train as rm_train
     import train_drafter as td
+    from safetensors.torch import load_file
 
     started = time.perf_counter()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
