@@ -148,6 +148,9 @@ class Earn:
             self.heldout: list[tuple[str, str, list[int], list[int]]] = [
                 (p.id, p.category, list(tok.encode(tx)), h["output_ids"])
                 for p, tx, h in zip(probe, texts, held, strict=True)]
+            (self.work / "heldout.json").write_text(json.dumps(
+                [{"id": i, "category": c, "prompt_ids": p, "answer_ids": ans}
+                 for i, c, p, ans in self.heldout]) + "\n")
             t = time.monotonic()
             # sampled, so that one ask gives many different requests; the answers are greedy
             written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
@@ -266,6 +269,9 @@ class Earn:
                 "num_aux_hidden_states": 3, "dtype": "bfloat16",
                 "generated_by": "benchmarks/real_model/earn.py (SGLang answers, transformers "
                                 "forward)"}
+        if not hasattr(self, "heldout"):  # the answers a data stage wrote
+            self.heldout = [(r["id"], r["category"], r["prompt_ids"], r["answer_ids"])
+                            for r in json.loads((self.work / "heldout.json").read_text())]
         seqs = [p + ans for _i, _c, p, ans in self.heldout]
         caps, stats = capture.capture(model, seqs, [len(p) for _i, _c, p, _a in self.heldout],
                                       device, ids_cfg)
@@ -342,9 +348,13 @@ class Earn:
             try:
                 codes[name] = p.wait(timeout=None if limit is None
                                      else max(limit - time.time(), 1.0))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[name] = None
+            except subprocess.TimeoutExpired:  # it saves what it has after its update
+                p.terminate()
+                try:
+                    codes[name] = p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    codes[name] = None
                 log(f"training {name}: stopped at the deadline")
             fh.close()
         self.rec["train_seconds"] = round(time.monotonic() - t, 1)
@@ -362,7 +372,7 @@ class Earn:
                 shutil.copy(logs / f"train-{name}.log", dst / "train.log")
         self.rec["drafters"] = {k: {f: v.get(f) for f in (
             "sha256", "samples", "answer_tokens", "epochs", "epochs_done", "updates", "train_s",
-            "answer_tokens_per_s", "predicted", "exit")} for k, v in summaries.items()}
+            "answer_tokens_per_s", "predicted", "stopped", "exit")} for k, v in summaries.items()}
         one, two = summaries["trained"], summaries["trained-again"]
         same = (one.get("sha256") is not None and one.get("sha256") == two.get("sha256")
                 and one.get("epochs_done") == two.get("epochs_done"))
@@ -510,6 +520,8 @@ class Earn:
             if "data" in stages:
                 self.data()
                 self.heldout_dump()
+            if "heldout" in stages:
+                self.heldout_dump()
             if "train" in stages:
                 self.train(self.maps())
             if {"tune", "serve"} & set(stages) and not (
@@ -553,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-mem-fraction", type=float, default=0.25)
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch-rows", type=int, default=16)
+    ap.add_argument("--batch-rows", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
@@ -568,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x],
                     default=["data", "train", "tune", "serve"],
                     help="which of data, train, tune, serve to run (a later stage reads what "
-                         "the earlier ones left in WORK)")
+                         "the earlier ones left in WORK); heldout remakes the held-out dump "
+                         "from WORK/heldout.json")
     ap.add_argument("--deadline", type=float, help="Unix time by which everything must end")
     ap.add_argument("--train-deadline", type=float,
                     help="Unix time by which the trainings must end (they are stopped then)")

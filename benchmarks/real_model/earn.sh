@@ -11,7 +11,8 @@
 #   file, or a Hugging Face folder that SGLang serves as it is.
 # --budget SECONDS: earn.py ends everything this many seconds after the start (default: no
 #   limit); --train-budget SECONDS: the trainings are stopped this long after the start (each
-#   keeps its last whole epoch). EARN_ARGS: more flags for earn.py.
+#   saves what it has after the update in progress). EARN_ARGS: more flags for earn.py;
+#   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve").
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -76,7 +77,7 @@ DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
 [ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))
 # two processes: the data and the trainings, then the tune and the probes
-for stages in data,train tune,serve; do
+for stages in ${EARN_STAGES:-data,train tune,serve}; do
   "$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
     --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" --stages $stages ${EARN_ARGS:-} \
     || { say "earn.py --stages $stages: exit $?"; break; }

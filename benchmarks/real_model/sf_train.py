@@ -228,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "summary.json").write_text(json.dumps(partial, indent=1) + "\n")
         return partial
 
+    # SIGTERM (a deadline) ends the run after the update in progress, saving what it has
+    import signal
+
+    stop = {"asked": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("asked", True))
     step = 0
     t_train = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -253,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 sums["loss"][k] += float(plosses[k].detach())
                 sums["correct"][k] += float(corrects[k])
                 sums["denom"][k] += float(denoms[k])
+            if stop["asked"]:
+                break
             if args.log_every and step % args.log_every == 0:
                 print(f"sf_train: epoch {epoch} update {step}/{total_steps}, step-0 accuracy "
                       f"{float(corrects[0]) / max(float(denoms[0]), 1e-9):.3f}, "
@@ -267,6 +274,14 @@ def main(argv: list[str] | None = None) -> int:
                    "seconds": round(time.perf_counter() - t_train, 2)})
         print(f"sf_train: epoch {epoch} done: {step} updates, step-0 accuracy {acc[0]:.4f}, "
               f"steps {[round(a, 3) for a in acc]}", flush=True)
+        if stop["asked"]:
+            partial = save(epoch - 1)
+            partial["stopped"] = (f"SIGTERM after update {step} of {total_steps} (epoch {epoch} "
+                                  "not finished)")
+            (args.out / "summary.json").write_text(json.dumps(partial, indent=1) + "\n")
+            print(f"sf_train: stopped: {partial['stopped']}; sha256 {partial['sha256']}",
+                  flush=True)
+            return 4
         if epoch < args.epochs:
             save(epoch)
     train_s = time.perf_counter() - t_train
