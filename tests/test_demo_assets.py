@@ -1,4 +1,5 @@
-"""The demonstration assets: written once, whole, however many processes ask at once."""
+"""The demonstration assets: written once, whole, however many processes ask at once; the demo
+profiles' floor, decided on a busy machine."""
 
 from __future__ import annotations
 
@@ -59,3 +60,25 @@ def test_processes_asking_at_once_all_get_whole_assets(tmp_path: Path) -> None:
     for part in ("target", "drafter", "reference"):
         assert (root / part / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "demo.lock"]
+
+
+# On a busy two-core machine the demo's baseline measures up to 5 % under the simulator's truth,
+# its 98.33 % interval reaching 11 % under it (the client reads messages tens of ms late in
+# decode windows of 155 ms, and the launch spread widens the interval by ±4.8 %).
+BUSY_LOW = 0.89
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-concurrency"])
+def test_the_demo_baseline_floor_is_decided_on_a_busy_machine(name: str) -> None:
+    from specgate.core.profile import default_profile_path, load_profile
+    from specgate.testing.simulator import model
+
+    profile = load_profile(default_profile_path().with_name(f"{name}.toml"))
+    demo.ensure_assets(profile.demo_assets(), profile.demo.kind)
+    truth = model.truth_for_profile(profile)
+    floor = profile.thresholds.baseline_tps_min
+    assert floor is not None
+    # The floor sits below the lowest interval a busy machine gives, with room to spare: the
+    # claim passes there, and a baseline 15 % slower than the demo's would not clear it.
+    assert floor < 0.97 * BUSY_LOW * truth.baseline_tps, (floor, truth.baseline_tps)
+    assert floor > 0.85 * truth.baseline_tps, (floor, truth.baseline_tps)

@@ -43,6 +43,10 @@ def test_cycle_fit_is_exact_on_a_line_and_uses_the_baseline_prior():
     assert pred.tps == pytest.approx(1750 / 2.0)
 
 
+# The share by which the demo's best chain must lead the next on the simulator's truth.
+DECIDED_GAP = 0.07
+
+
 @pytest.mark.slow
 def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
     from specgate.report import tune_report
@@ -58,6 +62,12 @@ def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
                                                       "num_draft_tokens": s + 1})
         truth[s] = model.truth_for_profile(profile.model_copy(update={"speculative": spec}))
     best = max(truth, key=lambda s: truth[s].spec_tps)
+    # The race compares launches measured by a client whose reads a busy two-core machine delays
+    # by up to tens of ms in decode windows of about 100 ms: one launch's mean moves by several
+    # per cent. The demo's best chain leads every other by more than that, so which one wins is
+    # decided there too; a closer field would make this test a draw.
+    runner_up = max(truth[s].spec_tps for s in truth if s != best)
+    assert runner_up <= (1 - DECIDED_GAP) * truth[best].spec_tps, (best, truth)
     result = tune.run_tune(profile, tmp_path)
     assert result.best == tune.Candidate(best)
     assert result.launches * 2 <= len(profile.tune.steps)

@@ -15,7 +15,7 @@ from specgate.testing import generate
 from specgate.testing.simulator.model import SIM_FILE
 
 # Bump when the assets change, so old ones are rebuilt.
-ASSETS_VERSION = "5"
+ASSETS_VERSION = "6"
 
 # The seeds' deployment (decode 12.2 ms = 82 tok/s, a ~30 ms verify cycle) scaled ten times
 # faster so a demo runs in seconds. Accept lengths and break-even are ratios: they do not scale.
@@ -39,9 +39,12 @@ DEMO_TIMING = {
     "draft_batch_ms_per_token": 0.032,
 }
 # Conditional acceptance per draft position. The profile's 2-step chain uses the first two; the
-# later, weaker positions are what `specgate tune --profile demo` weighs against the cycle cost:
-# 3 steps win (1366 tok/s against 1322 for 4 and 1265 for 2, on the simulator's truth).
-DEMO_ACCEPTANCE = [0.85, 0.8, 0.7, 0.35, 0.2]
+# later ones are what `specgate tune --profile demo` weighs against the cycle cost. The drafter
+# is strong for three positions and rarely right beyond, so 3 steps win on the simulator's truth
+# (1397 tok/s against 1292 for 4 and 1265 for 2) by more than 7 %: more than a busy two-core
+# machine moves one launch's measured tok/s (the client reads a message up to tens of ms late,
+# a large share of the demo's decode windows of about 100 ms), so the race is decided there too.
+DEMO_ACCEPTANCE = [0.85, 0.8, 0.8, 0.05, 0.05]
 REFERENCE_ACCEPTANCE = [0.8, 0.75]
 
 # Seeds: a 3.0 ms cycle (30 ms scaled) × 819.7 tok/s = break-even 2.46; the from-scratch drafter's
