@@ -89,3 +89,38 @@ def test_question_requests_are_seeded(prompts: ModuleType) -> None:
 def test_task_prompt_refuses_an_unknown_kind(prompts: ModuleType) -> None:
     with pytest.raises(ValueError, match="unknown kind"):
         prompts.task_prompt("poetry", random.Random(0), *MATERIAL)
+
+
+def test_written_requests_ask_for_every_kind_in_turn_and_are_seeded(prompts: ModuleType) -> None:
+    a = prompts.written_requests(21, 3)
+    assert a == prompts.written_requests(21, 3)
+    assert a != prompts.written_requests(21, 4)
+    assert [r["category"] for r in a] == list(prompts.KINDS) * 3
+    assert all("{" not in r["prompt"] and r["prompt"].startswith("Write") for r in a)
+
+
+def test_written_prompts_keep_asks_wrap_passages_and_drop_the_rest(
+        prompts: ModuleType, probe_texts: list[str]) -> None:
+    keep = prompts.ProbeFilter(probe_texts)
+    asks = [{"id": f"w{i}", "category": k, "prompt": "..."} for i, k in enumerate(
+        ["chat", "summarization", "translation", "math", "extraction", "chat", "coding"])]
+    passage = "The harbour was quiet on Monday. Fishing boats stayed in because of the storm."
+    answers = ['"How do I keep my balcony plants alive in winter?"',
+               passage,
+               "Too short.",
+               "Question: A tank holds 40 litres and leaks 3 litres an hour. When is it empty?",
+               "Ana paid 40 euros on May 3 for the harbour tour; Ben paid 25.",
+               "How do I keep my balcony plants alive in winter?",
+               probe_texts[0]]
+    rows, dropped = prompts.written_prompts(asks, answers, 0, keep)
+    got = {r["category"]: r["prompt"] for r in rows}
+    assert got["chat"] == "How do I keep my balcony plants alive in winter?"
+    assert got["math"].startswith("A tank holds 40 litres")
+    # a passage reaches the model inside a request of its own kind, word for word
+    assert passage in got["summarization"] and got["summarization"] != passage
+    assert any(got["summarization"] == w.format(text=passage)
+               for w in prompts.WRAP["summarization"])
+    assert "Ana paid 40 euros" in got["extraction"]
+    assert "translation" not in got  # the passage was too short to translate
+    assert dropped == {"unusable": 1, "probe": 1, "duplicate": 1}
+    assert rows == prompts.written_prompts(asks, answers, 0, keep)[0]

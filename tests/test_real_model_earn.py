@@ -1,0 +1,137 @@
+"""benchmarks/real_model/sf_train.py's data order and batches, and earn.py's generation loop (a
+stand-in for SGLang's /generate): the smaller data sets are prefixes of the larger one, every
+sample is in exactly one batch, and generation stops handing out batches once enough answer
+tokens are in, keeping the answers in prompt order. Where SpecForge 0.2.0 can be imported
+($SPECFORGE_ROOT: an unpacked wheel), two runs of the same training command write the same
+weights."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from script_support import load_real_model_script
+
+
+@pytest.fixture(scope="module")
+def sf_train() -> ModuleType:
+    return load_real_model_script("sf_train")
+
+
+@pytest.fixture(scope="module")
+def earn() -> ModuleType:
+    return load_real_model_script("earn")
+
+
+def test_smaller_data_sets_are_prefixes_of_the_seeded_order(sf_train: ModuleType) -> None:
+    order = sf_train.data_order(900, 0)
+    assert sorted(order) == list(range(900))
+    assert order == sf_train.data_order(900, 0)
+    assert order != sf_train.data_order(900, 1)
+    ninth, third = set(order[:100]), set(order[:300])
+    assert ninth < third < set(order)
+
+
+def test_every_sample_is_in_one_batch_of_similar_lengths(sf_train: ModuleType) -> None:
+    rng = random.Random(5)
+    lengths = [rng.randrange(10, 900) for _ in range(203)]
+    got = sf_train.batches(lengths, 16, random.Random(1))
+    flat = [i for b in got for i in b]
+    assert sorted(flat) == list(range(203))
+    assert sorted(len(b) for b in got) == [11] + [16] * 12
+    # length-sorted buckets: a batch spans far less than the whole range of lengths
+    assert max(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in got) < 200
+    assert got == sf_train.batches(lengths, 16, random.Random(1))
+    assert got != sf_train.batches(lengths, 16, random.Random(2))
+
+
+def test_rows_without_an_answer_are_left_out_and_bad_rows_are_named(
+        sf_train: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "answers.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"prompt_ids": [1, 2], "answer_ids": [3, 4]}) + "\n")
+        f.write(json.dumps({"prompt_ids": [1], "answer_ids": []}) + "\n")
+    assert len(sf_train.read_rows(path)) == 1
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"prompt_ids": "1 2", "answer_ids": [3]}) + "\n")
+    with pytest.raises(SystemExit, match=r"answers.jsonl.gz:1: no prompt_ids list"):
+        sf_train.read_rows(path)
+
+
+class _Server:
+    """/generate's stand-in: each prompt's answer is `per_prompt` tokens."""
+
+    def __init__(self, per_prompt: int) -> None:
+        self.per_prompt = per_prompt
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def post(self, url: str, body: dict[str, Any], timeout_s: float = 0.0) -> Any:
+        with self.lock:
+            self.requests += 1
+        first = body["input_ids"]
+        return [{"output_ids": [p[0]] * self.per_prompt, "meta_info": {
+            "finish_reason": {"type": "length"}}} for p in first]
+
+
+def test_generation_stops_handing_out_batches_once_enough_tokens_are_in(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _Server(per_prompt=10)
+    monkeypatch.setattr(earn.gen, "post", server.post)
+    monkeypatch.setattr(earn.gen, "THREADS", 1)
+    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    runner = object.__new__(earn.Earn)
+    prompts = [[i] for i in range(100)]  # 25 batches of 4 prompts, 40 tokens each
+    out = runner.spread(["http://a"], prompts, 10, until_tokens=200)
+    assert server.requests == 5  # 5 batches = 200 tokens; the 6th is never sent
+    assert [o["output_ids"][0] for o in out] == list(range(20))
+    everything = runner.spread(["http://a", "http://b"], prompts, 10)
+    assert [o["output_ids"][0] for o in everything] == list(range(100))
+
+
+@pytest.mark.slow
+def test_the_same_training_command_writes_the_same_weights(
+        sf_train: ModuleType, tmp_path: Path) -> None:
+    root = os.environ.get("SPECFORGE_ROOT")
+    if not root:
+        pytest.skip("SpecForge 0.2.0 is not importable here: set SPECFORGE_ROOT to an unpacked "
+                    "specforge-0.2.0 wheel")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    vocab = load_real_model_script("vocab")
+    from collections import Counter
+
+    from safetensors.numpy import save_file
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+        tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(str(tmp_path / "t"))
+    rng = random.Random(0)
+    rows = [{"prompt_ids": [rng.randrange(3, 128) for _ in range(6)],
+             "answer_ids": [rng.randrange(3, 60) for _ in range(rng.randrange(4, 20))]}
+            for _ in range(24)]
+    data = tmp_path / "answers.jsonl.gz"
+    with gzip.open(data, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    d2t, t2d = vocab.mappings(Counter(t for r in rows for t in r["answer_ids"]), 32, 128)
+    save_file({"d2t": d2t, "t2d": t2d}, str(tmp_path / "map.safetensors"))
+    sums = []
+    for k in (1, 2):
+        args = ["--data", str(data), "--target", str(tmp_path / "t"), "--vocab-map",
+                str(tmp_path / "map.safetensors"), "--out", str(tmp_path / f"d{k}"),
+                "--specforge", root, "--epochs", "1", "--batch-rows", "8", "--ttt", "3",
+                "--device", "cpu", "--log-every", "0"]
+        assert sf_train.main(args) == 0
+        sums.append(json.loads((tmp_path / f"d{k}" / "summary.json").read_text()))
+    assert sums[0]["sha256"] == sums[1]["sha256"]
+    assert sums[0]["updates"] == 3 and sums[0]["epochs_done"] == 1
