@@ -134,4 +134,5 @@ def test_the_same_training_command_writes_the_same_weights(
         assert sf_train.main(args) == 0
         sums.append(json.loads((tmp_path / f"d{k}" / "summary.json").read_text()))
     assert sums[0]["sha256"] == sums[1]["sha256"]
-    assert sums[0]["updates"] == 3 and sums[0]["epochs_done"] == 1
+    assert sums[0]["updates"] == 3
+    assert sums[0]["epochs_done"] == 1

@@ -117,7 +117,8 @@ def test_written_prompts_keep_asks_wrap_passages_and_drop_the_rest(
     assert got["chat"] == "How do I keep my balcony plants alive in winter?"
     assert got["math"].startswith("A tank holds 40 litres")
     # a passage reaches the model inside a request of its own kind, word for word
-    assert passage in got["summarization"] and got["summarization"] != passage
+    assert passage in got["summarization"]
+    assert got["summarization"] != passage
     assert any(got["summarization"] == w.format(text=passage)
                for w in prompts.WRAP["summarization"])
     assert "Ana paid 40 euros" in got["extraction"]
