@@ -444,6 +444,9 @@ class Earn:
             if (drafters / name / "model.safetensors").exists():
                 jobs[f"spec-{name}"] = (size_profs[name], "speculative")
         logs = self.work / "logs"
+        # the two probes share one history (probe-2's regress.* compare with probe-1), and only
+        # this run's
+        shutil.rmtree(self.work / "reports" / "probe", ignore_errors=True)
         handles: dict[str, Any] = {}
         ready: dict[str, float] = {}
         t = time.monotonic()
@@ -471,9 +474,9 @@ class Earn:
                 self.rec[f"probe-{k}"] = serve.pytest_probe(
                     self.work, probe_toml, f"probe-{k}",
                     [f"{profiles.OPTIONS['server_url']}={s.url}",
-                     f"{profiles.OPTIONS['baseline_url']}={b.url}",
-                     f"{profiles.OPTIONS['reports']}={self.work / 'reports' / 'probe'}"],
-                    min(a.probe_timeout, max(self.left() - 30, 60.0)))
+                     f"{profiles.OPTIONS['baseline_url']}={b.url}"],
+                    min(a.probe_timeout, max(self.left() - 30, 60.0)),
+                    reports=self.work / "reports" / "probe")
                 self.rec["seconds"][f"probe-{k}"] = round(time.monotonic() - t, 1)
                 self.save()
             # the served accept length of the three data sizes (accept length does not depend

@@ -49,10 +49,13 @@ def log(msg: str) -> None:
 
 
 def pytest_probe(work: Path, prof: Path, name: str, extra: list[str],
-                 timeout_s: float) -> dict[str, Any]:
-    """One `pytest -m probe`; its verdict, live results and log copied to WORK/out/NAME."""
-    reports = work / "reports" / name
-    shutil.rmtree(reports, ignore_errors=True)
+                 timeout_s: float, reports: Path | None = None) -> dict[str, Any]:
+    """One `pytest -m probe`; its verdict, live results and log copied to WORK/out/NAME. With
+    `reports`, the run writes there, beside earlier runs' history (regress.* compare with them);
+    else into a fresh WORK/reports/NAME."""
+    if reports is None:
+        reports = work / "reports" / name
+        shutil.rmtree(reports, ignore_errors=True)
     out = work / "out" / name
     out.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()
