@@ -136,3 +136,31 @@ def test_the_same_training_command_writes_the_same_weights(
     assert sums[0]["sha256"] == sums[1]["sha256"]
     assert sums[0]["updates"] == 3
     assert sums[0]["epochs_done"] == 1
+
+
+def test_the_report_sets_the_accept_length_each_chain_needs_against_what_it_reached(
+        tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = tmp_path / "out"
+    (out / "drafters" / "trained").mkdir(parents=True)
+    (out / "tune").mkdir()
+    (out / "probe-1").mkdir()
+    (out / "earn.json").write_text(json.dumps({"served_steps": 2, "served_sizes": {
+        "trained": {"accept_len": 1.9}}}))
+    (out / "drafters" / "trained" / "summary.json").write_text(json.dumps(
+        {"answer_tokens": 1000, "samples": 10, "sha256": "ab" * 32}))
+    (out / "drafters" / "trained" / "prediction.json").write_text(json.dumps(
+        {"groups": {"all": {"predicted_per_request": {"steps2_topk1_draft3": 1.8}}}}))
+    (out / "probe-1" / "verdict.json").write_text(json.dumps(
+        {"outcome": "failed", "claims": [], "figures": {"baseline_tps": {"value": 600.0}}}))
+    (out / "tune" / "tune.json").write_text(json.dumps({
+        "best": "s2-k1-d3", "predictions": {"s1-k1-d2": {"tau": 1.5, "cycle_ms": 3.0},
+                                            "s2-k1-d3": {"tau": 1.7, "cycle_ms": 3.5}},
+        "trials": [{"key": "s2-k1-d3", "run": {"measurement": {"stats": {
+            "cycle_ms": {"mean": 4.0}, "tau_decode": {"mean": 1.9}}}}}]}))
+    text, curve = rep.report(out)
+    # launched: the measured cycle 4.0 ms x 600 tok/s = 2.4 needed, 1.9 reached, 0.5 short
+    assert "| s2-k1-d3 | yes | 4.00 | 2.400 | 1.900 | 1.800 | 0.500 |" in text
+    # not launched: the tune's model, 3.0 ms x 600 = 1.8 needed against 1.5
+    assert "| s1-k1-d2 | no (predicted) | 3.00 | 1.800 | 1.500 | — | 0.300 |" in text
+    assert curve == [(1000.0, 1.9, 1.8, "trained")]

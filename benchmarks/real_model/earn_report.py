@@ -1,0 +1,168 @@
+"""The tables of an earn.py run: data, trainings, the chain physics, the probes, the data-size
+curve (and its plot).
+
+usage: python3 earn_report.py OUT [--md OUT/summary.md] [--plot OUT/data-size.png]
+OUT: the run's out/ folder (earn.json, drafters/*/summary.json and prediction.json,
+tune/tune.json, probe-*/verdict.json). Per chain the accept length needed is the measured
+verify cycle x the baseline's tok/s (probe-1's baseline); the accept length reached is the
+served one where the tune launched that chain, its model's prediction elsewhere, beside the
+drafter's offline prediction on the probe's prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SIZES = ("ninth", "third", "trained")
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _chain(key: str) -> int:
+    return int(key[1:key.index("-")])
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def offline(pred: Any, steps: int) -> float | None:
+    """The offline served walk's accept length per request at `steps`, over all prompts."""
+    if not isinstance(pred, dict):
+        return None
+    group = (pred.get("groups") or {}).get("all") or {}
+    value = (group.get("predicted_per_request") or {}).get(f"steps{steps}_topk1_draft{steps + 1}")
+    return float(value) if value is not None else None
+
+
+def figure(verdict: Any, name: str) -> dict[str, Any] | None:
+    return ((verdict or {}).get("figures") or {}).get(name)
+
+
+def claim(verdict: Any, cid: str) -> dict[str, Any] | None:
+    return next((c for c in (verdict or {}).get("claims", []) if c["id"] == cid), None)
+
+
+def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None, str]]]:
+    earn = _load(out / "earn.json") or {}
+    lines: list[str] = []
+    a = earn.get("answers") or {}
+    w = earn.get("written") or {}
+    lines += ["## Data", "",
+              f"- prompts written by the model: {w.get('kept')} usable of {w.get('requests')} "
+              f"asks ({w.get('dropped')}), {w.get('tokens')} tokens in {w.get('seconds')} s",
+              f"- answers: {a.get('prompts')} prompts ({a.get('written')} written, "
+              f"{a.get('tasks')} templated), {a.get('answer_tokens')} answer tokens in "
+              f"{a.get('seconds')} s = {a.get('tok_per_s')} tok/s; per kind {a.get('per_kind')}",
+              ""]
+    lines += ["## Drafters", "",
+              "| drafter | samples | answer tokens | epochs | updates | train s | sha256 | "
+              "predicted accept length, 1-5 steps |", "|---|---|---|---|---|---|---|---|"]
+    for name in ("trained", "trained-again", "third", "ninth"):
+        s = _load(out / "drafters" / name / "summary.json") or {}
+        pred = _load(out / "drafters" / name / "prediction.json")
+        preds = ", ".join(_fmt(offline(pred, k)) for k in range(1, 6))
+        lines.append(f"| {name} | {s.get('samples')} | {s.get('answer_tokens')} | "
+                     f"{s.get('epochs_done')}/{s.get('epochs')} | {s.get('updates')} | "
+                     f"{s.get('train_s')} | `{str(s.get('sha256'))[:16]}…` | {preds} |")
+    lines += ["", f"sha256 reproduced: {earn.get('sha256_reproduced')}", ""]
+
+    p1 = _load(out / "probe-1" / "verdict.json")
+    base = figure(p1, "baseline_tps")
+    base_tps = float(base["value"]) if base else None
+    tune = _load(out / "tune" / "tune.json")
+    trained_pred = _load(out / "drafters" / "trained" / "prediction.json")
+    if tune:
+        lines += ["## Chains (tune)", "",
+                  f"Best: {tune.get('best')}; baseline for break-even: probe-1's "
+                  f"{_fmt(base_tps, 1)} tok/s.", "",
+                  "| chain | launched | cycle ms | break-even (needed) | accept length reached "
+                  "| offline prediction | short by |", "|---|---|---|---|---|---|---|"]
+        measured = {t["key"]: t for t in tune.get("trials", [])}
+        for key, p in sorted((tune.get("predictions") or {}).items(), key=lambda kv:
+                             _chain(kv[0])):
+            t = measured.get(key)
+            stats = (((t or {}).get("run") or {}).get("measurement") or {}).get("stats") or {}
+            cycle = (stats.get("cycle_ms") or {}).get("mean") or p.get("cycle_ms")
+            reached = (stats.get("tau_decode") or {}).get("mean") or p.get("tau")
+            need = cycle * base_tps / 1000.0 if cycle and base_tps else None
+            short = need - reached if need is not None and reached is not None else None
+            lines.append(f"| {key} | {'yes' if t else 'no (predicted)'} | {_fmt(cycle, 2)} | "
+                         f"{_fmt(need)} | {_fmt(reached)} | "
+                         f"{_fmt(offline(trained_pred, _chain(key)))} | {_fmt(short)} |")
+        lines.append("")
+    lines += ["## Probes", "", "| probe | outcome | baseline tok/s | accept length | break-even | "
+              "speed-up | regress.accept_len | regress.tps |", "|---|---|---|---|---|---|---|---|"]
+    for k in (1, 2):
+        v = _load(out / f"probe-{k}" / "verdict.json")
+        if v is None:
+            continue
+        cells = [(figure(v, f) or {}).get("text", "—")
+                 for f in ("baseline_tps", "accept_len", "breakeven", "speedup")]
+        regs = [(claim(v, c) or {}).get("status", "—")
+                for c in ("regress.accept_len", "regress.tps")]
+        lines.append(f"| probe-{k} | {v.get('outcome')} | " + " | ".join(cells + regs) + " |")
+    lines.append("")
+    curve: list[tuple[float, float | None, float | None, str]] = []
+    served = earn.get("served_sizes") or {}
+    steps = int(earn.get("served_steps") or 3)
+    for name in SIZES:
+        s = _load(out / "drafters" / name / "summary.json") or {}
+        pred = offline(_load(out / "drafters" / name / "prediction.json"), steps)
+        got = (served.get(name) or {}).get("accept_len")
+        if s.get("answer_tokens"):
+            curve.append((float(s["answer_tokens"]), got, pred, name))
+    lines += [f"## Data size (served at {steps} steps)", "",
+              "| drafter | answer tokens | served accept length | offline prediction |",
+              "|---|---|---|---|"]
+    lines += [f"| {n} | {int(t)} | {_fmt(g)} | {_fmt(p)} |" for t, g, p, n in curve]
+    return "\n".join(lines) + "\n", curve
+
+
+def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [t / 1e6 for t, *_ in curve]
+    ax.plot(xs, [g for _, g, _, _ in curve], "o-", label="served (SGLang)")
+    ax.plot(xs, [p for _, _, p, _ in curve], "s--", label="offline prediction")
+    for x, (_, g, _, n) in zip(xs, curve, strict=True):
+        if g is not None:
+            ax.annotate(n, (x, g), textcoords="offset points", xytext=(4, 4))
+    ax.set_xscale("log")
+    ax.set_xlabel("training answer tokens (millions)")
+    ax.set_ylabel("accept length (tokens per verify)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    if not (args.out / "earn.json").exists():
+        print(f"{args.out}: no earn.json (the out/ folder of an earn.py run)", file=sys.stderr)
+        return 2
+    text, curve = report(args.out)
+    (args.md or args.out / "summary.md").write_text(text)
+    if curve:
+        plot(curve, args.plot or args.out / "data-size.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
