@@ -73,6 +73,7 @@ class Earn:
         self.sim: bool = args.sim
         self.out = self.work / "out"
         self.out.mkdir(parents=True, exist_ok=True)
+        (self.work / "logs").mkdir(parents=True, exist_ok=True)
         self.rec: dict[str, Any] = {"seed": args.seed, "seconds": {}}
         if (self.work / "earn.json").exists():  # a later stage: the record so far
             self.rec = json.loads((self.work / "earn.json").read_text())
