@@ -164,3 +164,48 @@ def test_the_report_sets_the_accept_length_each_chain_needs_against_what_it_reac
     # not launched: the tune's model, 3.0 ms x 600 = 1.8 needed against 1.5
     assert "| s1-k1-d2 | no (predicted) | 3.00 | 1.800 | 1.500 | — | 0.300 |" in text
     assert curve == [(1000.0, 1.9, 1.8, "trained")]
+
+
+def test_a_second_run_is_compared_only_when_both_runs_finished_their_epochs(
+        earn: ModuleType) -> None:
+    done = {"epochs": 1, "epochs_done": 1, "updates": 94}
+    got = earn.reproduced({
+        "ninth": {**done, "sha256": "aa"}, "ninth-again": {**done, "sha256": "aa"},
+        "third": {**done, "sha256": "bb"}, "third-again": {**done, "sha256": "cc"},
+        "trained": {**done, "sha256": "dd"},
+        "trained-again": {"epochs": 1, "epochs_done": 0, "updates": 300, "sha256": "ee",
+                          "stopped": "SIGTERM after update 300 of 844"}})
+    assert got["ninth"]["same"] is True
+    assert got["third"]["same"] is False
+    assert got["trained"]["same"] is None
+    assert got["trained"]["why"] == "not compared: trained-again did not finish its epochs"
+    assert got["trained"]["updates"] == [94, 300]
+    # a second run without its first names nothing
+    assert earn.reproduced({"ninth-again": {**done, "sha256": "aa"}}) == {}
+
+
+def test_training_names_are_sizes_or_their_second_runs(earn: ModuleType) -> None:
+    import argparse
+
+    assert earn.names_arg("trained, third,ninth-again") == ["trained", "third", "ninth-again"]
+    assert earn.base_name("trained-again") == "trained"
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'half': a training is one of"):
+        earn.names_arg("trained,half")
+
+
+def test_the_report_says_which_second_runs_wrote_the_same_bytes(tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = tmp_path / "out"
+    for name in ("ninth", "ninth-again", "trained"):
+        (out / "drafters" / name).mkdir(parents=True)
+        (out / "drafters" / name / "summary.json").write_text(json.dumps(
+            {"answer_tokens": 10, "sha256": "ab" * 32 if "ninth" in name else "cd" * 32}))
+    (out / "earn.json").write_text(json.dumps({
+        "sha256_reproduced": {"ninth": {"same": True, "first": "ab" * 32, "again": "ab" * 32}},
+        "again_skipped": "trained-again: not started, 100 s left"}))
+    text, _ = rep.report(out)
+    drafters = text.split("## Drafters")[1].split("The same command")[0]
+    rows = [line.split(" | ")[0] for line in drafters.splitlines() if line.startswith("| ")]
+    assert rows[1:] == ["| trained", "| ninth", "| ninth-again"]
+    assert f"- ninth: the same sha256 (`{'ab' * 8}…`, `{'ab' * 8}…`)" in text
+    assert "- trained-again: not started, 100 s left" in text

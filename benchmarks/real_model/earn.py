@@ -16,9 +16,11 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    forward, capture.py) that the prediction and eval.live_agreement replay.
 3. Draft vocabularies (vocab.py, SpecForge's construction) of each data size.
 4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded), at
-   once on the GPU: "trained" (all the data), "trained-again" (the same command: the sha256 must
-   match), "third" and "ninth" (the first third and ninth of the data's seeded order, the same
-   epochs).
+   once on the GPU (--trainings): "trained" (all the data), "third" and "ninth" (the first third
+   and ninth of the data's seeded order, the same epochs), and NAME-again, NAME's own command run
+   a second time: its sha256 must match NAME's. Stage "again" runs the --again trainings later,
+   alone on the GPU, when the time left allows one (a box with a time limit trains the verdict's
+   drafters first).
 5. `specgate tune` on the trained drafter picks the chain (--steps, --tune-launches).
 6. All at once: two baselines and two speculative servers of the trained drafter at the tuned
    chain (two launches of each), and the third and ninth drafters at that chain. `pytest -m
@@ -58,6 +60,46 @@ import vocab  # noqa: E402
 DRAFT_VOCAB = 16384
 SIZES = {"third": 3, "ninth": 9}
 TRAININGS = ("trained", "trained-again", "third", "ninth")
+AGAIN = "-again"
+
+
+def base_name(name: str) -> str:
+    """The training whose command NAME runs: "trained-again" runs "trained"'s."""
+    return name[:-len(AGAIN)] if name.endswith(AGAIN) else name
+
+
+def names_arg(text: str) -> list[str]:
+    """--trainings / --again: drafter names, each a size or a size's second run."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    sizes = ("trained", *SIZES)
+    for n in names:
+        if base_name(n) not in sizes:
+            raise argparse.ArgumentTypeError(
+                f"{n!r}: a training is one of {', '.join(sizes)}, or one of them + {AGAIN!r}")
+    return names
+
+
+def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per NAME-again that ran: both sha256, and whether the second run wrote the same bytes
+    (None when either run did not finish its epochs: nothing to compare)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, again in summaries.items():
+        if not name.endswith(AGAIN) or base_name(name) not in summaries:
+            continue
+        one = summaries[base_name(name)]
+        row: dict[str, Any] = {"first": one.get("sha256"), "again": again.get("sha256"),
+                               "updates": [one.get("updates"), again.get("updates")]}
+        done = [s.get("epochs_done") is not None and s.get("epochs_done") == s.get("epochs")
+                and not s.get("stopped") for s in (one, again)]
+        if not all(done):
+            row["same"] = None
+            row["why"] = ("not compared: " + " and ".join(
+                n for n, d in zip((base_name(name), name), done, strict=True) if not d)
+                + " did not finish its epochs")
+        else:
+            row["same"] = one.get("sha256") == again.get("sha256")
+        out[base_name(name)] = row
+    return out
 
 
 def log(msg: str) -> None:
@@ -318,7 +360,8 @@ class Earn:
         self.lap("maps")
         return out
 
-    def train(self, maps: dict[str, Path]) -> None:
+    def train(self, maps: dict[str, Path], names: list[str], limit: float | None) -> None:
+        """Train `names` at once (each its own process), stopping them at Unix time `limit`."""
         a = self.a
         drafters = self.work / "drafters"
         procs: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
@@ -329,13 +372,14 @@ class Earn:
         if a.train_device:
             common += ["--device", a.train_device]
         commands: dict[str, list[str]] = {}
-        for name in TRAININGS:
-            size = name if name in SIZES else "trained"
+        for name in names:
+            size = base_name(name)
             cmd = [*common, "--vocab-map", str(maps[size]), "--out", str(drafters / name)]
-            if name in SIZES:
-                cmd += ["--rows", str(self.rows_total // SIZES[name])]
+            if size in SIZES:
+                cmd += ["--rows", str(self.rows_total // SIZES[size])]
             commands[name] = cmd
-        self.rec["train_commands"] = {k: ["sf_train.py", *v] for k, v in commands.items()}
+        self.rec.setdefault("train_commands", {}).update(
+            {k: ["sf_train.py", *v] for k, v in commands.items()})
         logs = self.work / "logs"
         t = time.monotonic()
         for name, cmd in commands.items():
@@ -343,7 +387,6 @@ class Earn:
             env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
             procs[name] = (subprocess.Popen([sys.executable, str(HERE / "sf_train.py"), *cmd],
                                             stdout=fh, stderr=subprocess.STDOUT, env=env), fh)
-        limit = a.train_deadline
         codes: dict[str, int | None] = {}
         for name, (p, fh) in procs.items():
             try:
@@ -358,9 +401,9 @@ class Earn:
                     codes[name] = None
                 log(f"training {name}: stopped at the deadline")
             fh.close()
-        self.rec["train_seconds"] = round(time.monotonic() - t, 1)
+        self.rec.setdefault("train_seconds", {})[",".join(names)] = round(time.monotonic() - t, 1)
         summaries: dict[str, Any] = {}
-        for name in TRAININGS:
+        for name in names:
             s = drafters / name / "summary.json"
             summaries[name] = json.loads(s.read_text()) if s.exists() else {
                 "exit": codes.get(name)}
@@ -371,15 +414,31 @@ class Earn:
                     shutil.copy(drafters / name / f, dst / Path(f).name)
             if (logs / f"train-{name}.log").exists():
                 shutil.copy(logs / f"train-{name}.log", dst / "train.log")
-        self.rec["drafters"] = {k: {f: v.get(f) for f in (
+        self.rec.setdefault("drafters", {}).update({k: {f: v.get(f) for f in (
             "sha256", "samples", "answer_tokens", "epochs", "epochs_done", "updates", "train_s",
-            "answer_tokens_per_s", "predicted", "stopped", "exit")} for k, v in summaries.items()}
-        one, two = summaries["trained"], summaries["trained-again"]
-        same = (one.get("sha256") is not None and one.get("sha256") == two.get("sha256")
-                and one.get("epochs_done") == two.get("epochs_done"))
-        self.rec["sha256_reproduced"] = same
-        log(f"trainings done in {self.rec['train_seconds']} s; sha256 reproduced: {same}")
-        self.lap("training")
+            "answer_tokens_per_s", "batch_rows", "lr", "predicted", "stopped", "exit")}
+            for k, v in summaries.items()})
+        self.rec["sha256_reproduced"] = reproduced(self.rec["drafters"])
+        log(f"trainings {', '.join(names)} done in {time.monotonic() - t:.0f} s; sha256 "
+            f"reproduced: { {k: v['same'] for k, v in self.rec['sha256_reproduced'].items()} }")
+        self.lap("training " + ",".join(names))
+
+    def train_again(self) -> None:
+        """The --again trainings, alone on the GPU, when the time left holds one: the first
+        run's own training time is the estimate (it shared the GPU, so it is an upper bound)."""
+        names = [n for n in self.a.again if n not in (self.rec.get("drafters") or {})
+                 or (self.rec["drafters"][n].get("sha256") is None)]
+        first = [(self.rec.get("drafters") or {}).get(base_name(n)) or {} for n in names]
+        need = max([float(f.get("train_s") or 0.0) for f in first] or [0.0]) + 60.0
+        if names and self.left() < need:
+            self.rec["again_skipped"] = (
+                f"{', '.join(names)}: not started, {self.left():.0f} s left of the --deadline "
+                f"and the first run trained for {need - 60.0:.0f} s (sharing the GPU)")
+            log(self.rec["again_skipped"])
+            self.save()
+            return
+        if names:
+            self.train(self.maps(), names, self.a.deadline)
 
     # --- 5-6: tune, probes, served curve ----------------------------------------------------------
 
@@ -527,7 +586,9 @@ class Earn:
             if "heldout" in stages:
                 self.heldout_dump()
             if "train" in stages:
-                self.train(self.maps())
+                self.train(self.maps(), self.a.trainings,
+                           self.a.train_deadline if self.a.train_deadline is not None
+                           else self.a.deadline)
             if {"tune", "serve"} & set(stages) and not (
                     self.work / "drafters" / "trained" / "model.safetensors").exists():
                 log("no trained drafter: nothing to serve")
@@ -536,6 +597,8 @@ class Earn:
                 self.rec["served_steps"] = self.tune()
             if "serve" in stages:
                 self.serve(int(self.rec.get("served_steps") or self.a.fallback_steps))
+            if "again" in stages:
+                self.train_again()
         except Exception as exc:
             import traceback
 
@@ -569,10 +632,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-mem-fraction", type=float, default=0.25)
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch-rows", type=int, default=32)
+    ap.add_argument("--batch-rows", type=int, default=64,
+                    help="samples an update (summary.json: tokens_per_update)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
+    ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
+                    help="the drafters the train stage trains at once")
+    ap.add_argument("--again", type=names_arg, default=["trained-again"],
+                    help="the second runs stage \"again\" trains, alone, if time allows")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 2, 3, 4])
     ap.add_argument("--tune-launches", type=int, default=3)
@@ -583,9 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-timeout", type=float, default=600.0)
     ap.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x],
                     default=["data", "train", "tune", "serve"],
-                    help="which of data, train, tune, serve to run (a later stage reads what "
-                         "the earlier ones left in WORK); heldout remakes the held-out dump "
-                         "from WORK/heldout.json")
+                    help="which of data, train, tune, serve, again to run (a later stage "
+                         "reads what the earlier ones left in WORK); heldout remakes the "
+                         "held-out dump from WORK/heldout.json")
     ap.add_argument("--deadline", type=float, help="Unix time by which everything must end")
     ap.add_argument("--train-deadline", type=float,
                     help="Unix time by which the trainings must end (they are stopped then)")

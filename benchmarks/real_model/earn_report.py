@@ -64,14 +64,28 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
     lines += ["## Drafters", "",
               "| drafter | samples | answer tokens | epochs | updates | train s | sha256 | "
               "predicted accept length, 1-5 steps |", "|---|---|---|---|---|---|---|---|"]
-    for name in ("trained", "trained-again", "third", "ninth"):
+    trained = sorted(p.name for p in (out / "drafters").glob("*") if p.is_dir()) \
+        if (out / "drafters").is_dir() else []
+    order = ["trained", "trained-again", "third", "third-again", "ninth", "ninth-again"]
+    for name in sorted(trained, key=lambda n: (order.index(n) if n in order else len(order), n)):
         s = _load(out / "drafters" / name / "summary.json") or {}
         pred = _load(out / "drafters" / name / "prediction.json")
         preds = ", ".join(_fmt(offline(pred, k)) for k in range(1, 6))
         lines.append(f"| {name} | {s.get('samples')} | {s.get('answer_tokens')} | "
                      f"{s.get('epochs_done')}/{s.get('epochs')} | {s.get('updates')} | "
                      f"{s.get('train_s')} | `{str(s.get('sha256'))[:16]}…` | {preds} |")
-    lines += ["", f"sha256 reproduced: {earn.get('sha256_reproduced')}", ""]
+    lines += ["", "The same command run twice:", ""]
+    again = earn.get("sha256_reproduced") or {}
+    if not isinstance(again, dict) or not again:
+        lines.append("- no second run")
+    for name, row in (again.items() if isinstance(again, dict) else []):
+        same = row.get("same")
+        lines.append(f"- {name}: " + ("the same sha256" if same else "DIFFERENT sha256"
+                                      if same is False else str(row.get("why"))) +
+                     f" (`{str(row.get('first'))[:16]}…`, `{str(row.get('again'))[:16]}…`)")
+    if earn.get("again_skipped"):
+        lines.append(f"- {earn['again_skipped']}")
+    lines.append("")
 
     p1 = _load(out / "probe-1" / "verdict.json")
     base = figure(p1, "baseline_tps")

@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": str(args.data), "data_sha256": sha256(args.data), "samples": len(samples),
         "answer_tokens": answer_tokens, "rows": args.rows, "seed": args.seed,
         "epochs": args.epochs, "updates": step, "batch_rows": args.batch_rows,
+        "tokens_per_update": round(sum(len(ids) for ids, _ in samples) * args.epochs
+                                   / max(step, 1)),
         "max_len": args.max_len, "lr": args.lr, "warmup_ratio": args.warmup_ratio,
         "max_grad_norm": args.max_grad_norm, "ttt": args.ttt, "ploss_decay": PLOSS_DECAY,
         "aux_layer_ids": list(aux_ids), "captured_layer_inputs": list(layers),
