@@ -209,3 +209,170 @@ def test_the_report_says_which_second_runs_wrote_the_same_bytes(tmp_path: Path) 
     assert rows[1:] == ["| trained", "| ninth", "| ninth-again"]
     assert f"- ninth: the same sha256 (`{'ab' * 8}…`, `{'ab' * 8}…`)" in text
     assert "- trained-again: not started, 100 s left" in text
+
+
+def test_each_generation_server_is_given_the_memory_of_those_before_it(earn: ModuleType) -> None:
+    assert [earn.gen_memory_fraction(0.25, i) for i in range(3)] == [0.25, 0.5, 0.75]
+    assert earn.gen_memory_fraction(0.4, 3) == 0.95  # never the whole GPU
+
+
+def _held(tmp_path: Path, name: str, code: int = 0) -> list[str]:
+    """A command that says it started, then runs until the test releases it."""
+    import sys
+
+    body = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); "
+            f"(d / 'started-{name}').touch(); "
+            f"exec('while not (d / \\'release-{name}\\').exists(): time.sleep(0.005)'); "
+            f"raise SystemExit({code})")
+    return [sys.executable, "-c", body]
+
+
+def _wait_for(path: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + 120.0  # a ceiling on a stuck pool, not a timing
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.005)
+
+
+def test_the_pool_runs_at_most_its_width_at_once_in_order(
+        earn: ModuleType, tmp_path: Path) -> None:
+    import concurrent.futures as cf
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    commands = {n: _held(tmp_path, n, code) for n, code in
+                (("a", 0), ("b", 4), ("c", 0), ("d", 0))}
+    with cf.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(earn.run_pool, commands, 2, None, logs, dict(os.environ),
+                           lambda _m: None)
+        try:
+            _wait_for(tmp_path / "started-a")
+            _wait_for(tmp_path / "started-b")
+            assert not (tmp_path / "started-c").exists()  # two run; c waits for one to end
+            (tmp_path / "release-b").touch()
+            _wait_for(tmp_path / "started-c")
+            assert not (tmp_path / "started-d").exists()
+            (tmp_path / "release-a").touch()
+            _wait_for(tmp_path / "started-d")
+        finally:
+            for n in commands:
+                (tmp_path / f"release-{n}").touch()
+        codes = done.result()
+    assert codes == {"a": 0, "b": 4, "c": 0, "d": 0}
+    assert sorted(p.name for p in logs.iterdir()) == [f"train-{n}.log" for n in "abcd"]
+
+
+def test_the_pool_starts_nothing_after_the_deadline(earn: ModuleType, tmp_path: Path) -> None:
+    import time
+
+    said: list[str] = []
+    codes = earn.run_pool({"a": _held(tmp_path, "a")}, 2, time.time() - 1, tmp_path,
+                          dict(os.environ), say=said.append)
+    assert codes == {"a": None}
+    assert not (tmp_path / "started-a").exists()
+    assert said == ["training a: not started before the deadline"]
+
+
+def test_the_pool_stops_what_runs_at_the_deadline(earn: ModuleType, tmp_path: Path) -> None:
+    import sys
+    import time
+
+    # runs until SIGTERM; it says so in its log before the deadline can matter
+    body = ("import signal, sys, time; "
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(4)); "
+            "print('up', flush=True); signal.pause()")
+    said: list[str] = []
+    limit = time.time() + 2.0
+    codes = earn.run_pool({"long": [sys.executable, "-c", body]}, 1, limit, tmp_path,
+                          dict(os.environ), say=said.append)
+    # 4 from its handler; -15 when the signal came before Python installed it: either way the
+    # pool's SIGTERM ended it, before any SIGKILL
+    assert codes["long"] in (4, -15)
+    assert said == ["training long: stopped at the deadline"]
+
+
+def test_a_server_that_comes_up_during_generation_gets_work(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first server's third batch waits until the second server has answered one: it
+    finishes only if the second, which appears after the first has answered two, gets work."""
+    helped = threading.Event()
+    seen = {"a": 0, "b": 0}
+    lock = threading.Lock()
+
+    def post(url: str, body: dict[str, Any], timeout_s: float = 0.0) -> Any:
+        with lock:
+            seen[url] += 1
+            mine = seen[url]
+        if url == "a" and mine == 3:
+            assert helped.wait(120.0), "the second server never got a batch"
+        if url == "b":
+            helped.set()
+        return [{"output_ids": [p[0]] * 10, "meta_info": {}} for p in body["input_ids"]]
+
+    monkeypatch.setattr(earn.gen, "post", post)
+    monkeypatch.setattr(earn.gen, "THREADS", 1)
+    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    runner = object.__new__(earn.Earn)
+
+    def urls() -> list[str]:
+        with lock:
+            return ["a", "b"] if seen["a"] >= 2 else ["a"]
+
+    out = runner.spread(urls, [[i] for i in range(40)], 10)
+    assert [o["output_ids"][0] for o in out] == list(range(40))
+    assert seen["b"] >= 1
+    assert seen["a"] + seen["b"] == 10
+
+
+class _Handle:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_fleet_starts_servers_one_after_another_and_stops_them_all(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    release, entered = threading.Event(), threading.Event()
+    order: list[str] = []
+    handles: list[_Handle] = []
+
+    def start(prof: Any, config: str, log_path: Path, port: int) -> tuple[_Handle, float]:
+        order.append(log_path.name)
+        if log_path.name == "g1.log":
+            raise RuntimeError("Loaded weights leave no GPU memory for the KV cache")
+        if log_path.name == "g2.log":
+            entered.set()
+            assert release.wait(120.0)
+        handles.append(_Handle(f"http://{log_path.stem}"))
+        return handles[-1], 1.0
+
+    monkeypatch.setattr(earn.serve, "start", start)
+    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    fleet = earn.Fleet([(None, tmp_path / f"g{i}.log") for i in range(3)])
+    assert fleet.wait_first() == "http://g0"
+    assert entered.wait(120.0)  # g1 failed before g2's start began
+    assert fleet.urls() == ["http://g0"]  # g2 is starting: not served until it is ready
+    release.set()
+    started = fleet.stop()
+    assert order == ["g0.log", "g1.log", "g2.log"]
+    assert [h.url for h, _, _ in started] == ["http://g0", "http://g2"]
+    assert all(h.stopped for h in handles)
+    assert fleet.failed == ["g1.log: Loaded weights leave no GPU memory for the KV cache"]
+
+
+def test_no_generation_server_is_an_error_naming_why(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def start(prof: Any, config: str, log_path: Path, port: int) -> tuple[_Handle, float]:
+        raise RuntimeError("exited with code -9")
+
+    monkeypatch.setattr(earn.serve, "start", start)
+    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    fleet = earn.Fleet([(None, tmp_path / "g0.log")])
+    with pytest.raises(RuntimeError, match=r"no generation server started: g0.log: exited"):
+        fleet.wait_first()
+    assert fleet.stop() == []

@@ -10,17 +10,18 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    gives many different requests) and family "tasks" (templates). The model writes them on the
    generation servers.
 2. Answers: --gen-servers SGLang servers configured for throughput (decode CUDA graphs up to
-   --gen-batch, that many requests running, a large KV pool) answer greedily until
-   --answer-tokens answer tokens are in; their tok/s is recorded. The probe's 42 prompts,
-   rendered as the probe renders them, are answered too: the held-out dump (transformers'
-   forward, capture.py) that the prediction and eval.live_agreement replay.
+   --gen-batch, that many requests running, a large KV pool; started one after another, see
+   gen_memory_fraction) answer greedily until --answer-tokens answer tokens are in; their tok/s
+   is recorded. The probe's 42 prompts, rendered as the probe renders them, are answered too:
+   the held-out dump (transformers' forward, capture.py) that the prediction and
+   eval.live_agreement replay.
 3. Draft vocabularies (vocab.py, SpecForge's construction) of each data size.
-4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded), at
-   once on the GPU (--trainings): "trained" (all the data), "third" and "ninth" (the first third
-   and ninth of the data's seeded order, the same epochs), and NAME-again, NAME's own command run
-   a second time: its sha256 must match NAME's. Stage "again" runs the --again trainings later,
-   alone on the GPU, when the time left allows one (a box with a time limit trains the verdict's
-   drafters first).
+4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded),
+   --train-parallel at a time (--trainings): "trained" (all the data), "third" and "ninth" (the
+   first third and ninth of the data's seeded order, the same epochs), and NAME-again, NAME's
+   own command run a second time: its sha256 must match NAME's. Stage "again" runs the --again
+   trainings later, alone on the GPU, when the time left allows one (a box with a time limit
+   trains the verdict's drafters first).
 5. `specgate tune` on the trained drafter picks the chain (--steps, --tune-launches).
 6. All at once: two baselines and two speculative servers of the trained drafter at the tuned
    chain (two launches of each), and the third and ninth drafters at that chain. `pytest -m
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,125 @@ def names_arg(text: str) -> list[str]:
             raise argparse.ArgumentTypeError(
                 f"{n!r}: a training is one of {', '.join(sizes)}, or one of them + {AGAIN!r}")
     return names
+
+
+class Fleet:
+    """Generation servers started one after another in a thread of their own (each sizes its KV
+    pool from the memory the ones before it left, gen_memory_fraction): generation starts on the
+    first while the others come up. `urls` grows as they become ready."""
+
+    def __init__(self, servers: list[tuple[Any, Path]]) -> None:
+        self.lock = threading.Lock()
+        self.started: list[tuple[Any, float, float]] = []  # handle, start-to-ready s, ready at
+        self.failed: list[str] = []
+        self.halt = threading.Event()
+        self.first = threading.Event()
+        ports = serve.free_ports(len(servers))
+        self.thread = threading.Thread(target=self._start_all, args=(servers, ports),
+                                       daemon=True)
+        self.thread.start()
+
+    def _start_all(self, servers: list[tuple[Any, Path]], ports: list[int]) -> None:
+        try:
+            for (prof, log_path), port in zip(servers, ports, strict=True):
+                if self.halt.is_set():
+                    return
+                try:
+                    handle, ready = serve.start(prof, "baseline", log_path, port)
+                except Exception as exc:  # the others carry on without it
+                    with self.lock:
+                        self.failed.append(f"{log_path.name}: {str(exc)[:1000]}")
+                    log(f"generation server {log_path.name} failed to start: {str(exc)[:300]}")
+                    continue
+                with self.lock:
+                    self.started.append((handle, ready, time.monotonic()))
+                log(f"generation server {len(self.started)} ready after {ready:.0f} s")
+                self.first.set()
+        finally:
+            self.first.set()
+
+    def urls(self) -> list[str]:
+        with self.lock:
+            return [h.url for h, _, _ in self.started]
+
+    def wait_first(self) -> str:
+        """The first server's URL, once one is ready; ServerError-like RuntimeError when none
+        started."""
+        self.first.wait()
+        got = self.urls()
+        if not got:
+            self.thread.join()
+            raise RuntimeError("no generation server started: " + "; ".join(self.failed))
+        return got[0]
+
+    def stop(self) -> list[tuple[Any, float, float]]:
+        """Stops starting more, waits for a start in progress, stops every server."""
+        self.halt.set()
+        self.thread.join()
+        for h, _, _ in self.started:
+            try:
+                h.stop()
+            except Exception as exc:
+                log(f"generation server {h.url}: stop failed: {exc}")
+        return list(self.started)
+
+
+def gen_memory_fraction(per_server: float, index: int) -> float:
+    """--mem-fraction-static of generation server `index` (0-based) when each is to hold
+    `per_server` of the GPU: SGLang 0.5.17 sizes the KV pool as the memory free at its start
+    minus (1 - fraction) of the whole GPU, so the memory the servers started before it hold
+    counts against its fraction ("Loaded weights leave no GPU memory for the KV cache under
+    --mem-fraction-static=0.25 ... minimum viable = 1 - available/pre"). The servers start one
+    after another with fractions per_server, 2 x per_server, ..."""
+    return round(min(per_server * (index + 1), 0.95), 4)
+
+
+def run_pool(commands: dict[str, list[str]], parallel: int, limit: float | None,
+             logs: Path, env: dict[str, str], say: Any = print) -> dict[str, int | None]:
+    """Run `commands` (name -> argv), at most `parallel` at once, in their order; each writes
+    logs/train-NAME.log. At Unix time `limit` the running ones get SIGTERM (then 120 s to end)
+    and those not started stay so. The exit codes: None for a command stopped by SIGKILL or
+    never started."""
+    pending = list(commands.items())
+    running: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+    codes: dict[str, int | None] = {}
+    while pending or running:
+        while pending and len(running) < max(parallel, 1) and (
+                limit is None or time.time() < limit):
+            name, argv = pending.pop(0)
+            fh = (logs / f"train-{name}.log").open("wb")
+            running[name] = (subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                              env=env), fh)
+        if not running:
+            break
+        ended = [n for n, (p, _) in running.items() if p.poll() is not None]
+        if not ended and limit is not None and time.time() >= limit:
+            for name, (p, _) in running.items():
+                p.terminate()
+                say(f"training {name}: stopped at the deadline")
+            for name, (p, _) in running.items():
+                try:
+                    codes[name] = p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    codes[name] = None
+            ended = list(running)
+        elif not ended:  # the first of them to end, or the deadline
+            first = next(iter(running.values()))[0]
+            try:
+                first.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            continue
+        for name in ended:
+            p, fh = running.pop(name)
+            codes.setdefault(name, p.returncode)
+            fh.close()
+    for name, _argv in pending:
+        codes[name] = None
+        say(f"training {name}: not started before the deadline")
+    return codes
 
 
 def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -141,14 +262,18 @@ class Earn:
 
     # --- 1-2: prompts, answers, held-out ---------------------------------------------------------
 
-    def gen_profile(self) -> Any:
+    def gen_profile(self, index: int = 0) -> Any:
+        """Generation server `index` (0-based): --mem-fraction-static is
+        gen_memory_fraction(index), since SGLang counts what the servers already running hold
+        against the fraction it is given."""
         over = {"--max-running-requests": str(self.a.gen_batch),
                 "--max-total-tokens": str(self.a.gen_kv_tokens),
-                "--mem-fraction-static": str(self.a.gen_mem_fraction)}
+                "--mem-fraction-static": str(gen_memory_fraction(self.a.gen_mem_fraction,
+                                                                 index))}
         if not self.sim:
             over["--cuda-graph-max-bs-decode"] = str(self.a.gen_batch)
         doc = profiles.base("generation", self.target, self.launcher, self.sim, over)
-        return profiles.load(doc, self.work / "profiles" / "generation.toml")
+        return profiles.load(doc, self.work / "profiles" / f"generation-{index}.toml")
 
     def data(self) -> None:
         from transformers import AutoTokenizer
@@ -171,23 +296,19 @@ class Earn:
         self.rec["heldout_template"] = {"name": template.name, "source": template.source}
         logs = self.work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        ports = serve.free_ports(a.gen_servers)
-        t = time.monotonic()
-        with cf.ThreadPoolExecutor(max_workers=a.gen_servers) as pool:
-            futs = [pool.submit(serve.start, prof, "baseline", logs / f"generation-{i}.log", p)
-                    for i, p in enumerate(ports)]
-            started = [f.result() for f in futs]
-        handles = [h for h, _ in started]
-        self.rec["generation_servers"] = {"count": len(handles),
-                                          "ready_s": [round(r, 1) for _, r in started],
-                                          "flags": list(prof.server.args)}
-        log(f"{len(handles)} generation servers ready after {time.monotonic() - t:.0f} s")
-        self.lap("generation servers start")
+        t_fleet = time.monotonic()
+        fleet = Fleet([(self.gen_profile(i), logs / f"generation-{i}.log")
+                       for i in range(a.gen_servers)])
         try:
-            urls = [h.url for h in handles]
+            first = fleet.wait_first()
+            log(f"generation server 1 of {a.gen_servers} ready after "
+                f"{time.monotonic() - t_fleet:.0f} "
+                "s; the others start one after another while it generates")
+            self.lap("generation servers start")
+            urls = fleet.urls
             probe = probe_prompts.load_builtin()
             texts = [template.render(p.text) for p in probe]
-            held = gen.generate(urls[0], texts, profiles.MAX_NEW_TOKENS, batch=8)
+            held = gen.generate(first, texts, profiles.MAX_NEW_TOKENS, batch=8)
             self.heldout: list[tuple[str, str, list[int], list[int]]] = [
                 (p.id, p.category, list(tok.encode(tx)), h["output_ids"])
                 for p, tx, h in zip(probe, texts, held, strict=True)]
@@ -224,8 +345,14 @@ class Earn:
             answers = self.spread(urls, ids, a.train_tokens, until_tokens=a.answer_tokens)
             gen_s = time.monotonic() - t
         finally:
-            for h in handles:
-                h.stop()
+            started = fleet.stop()
+            self.rec["generation_servers"] = {
+                "count": len(started), "asked": a.gen_servers,
+                "ready_s": [round(r, 1) for _, r, _ in started],
+                "ready_after_s": [round(at - t_fleet, 1) for _, _, at in started],
+                "mem_fraction_static": [gen_memory_fraction(a.gen_mem_fraction, i)
+                                        for i in range(len(started))],
+                "failed": fleet.failed, "flags": list(prof.server.args)}
         n = len(answers)
         n_tok = sum(len(o["output_ids"]) for o in answers)
         self.rec["answers"] = {
@@ -250,7 +377,8 @@ class Earn:
         prompts.write_jsonl([r for _, r in rows[:n]], self.out / "prompts-used.jsonl")
         self.lap("answers")
 
-    def spread(self, urls: list[str], ids: list[list[int]], max_new: int,
+    def spread(self, urls: list[str] | Callable[[], list[str]], ids: list[list[int]],
+               max_new: int,
                until_tokens: int | None = None,
                sampling: dict[str, float] | None = None) -> list[dict[str, Any]]:
         """Answers to every prompt (or, with until_tokens, to the first prompts until that many
@@ -285,10 +413,20 @@ class Earn:
                             f"{state['tokens'] / max(time.monotonic() - t0, 1e-9):.0f} tok/s")
 
         threads = gen.THREADS
-        with cf.ThreadPoolExecutor(max_workers=threads * len(urls)) as pool:
-            futs = [pool.submit(worker, u) for u in urls for _ in range(threads)]
-            for f in futs:
-                f.result()
+        live = urls if callable(urls) else (lambda: list(urls))
+        serving: set[str] = set()
+        futs: list[cf.Future[None]] = []
+        with cf.ThreadPoolExecutor(max_workers=64) as pool:
+            while True:  # a server that comes up meanwhile gets workers too
+                for u in live():
+                    if u not in serving:
+                        serving.add(u)
+                        futs += [pool.submit(worker, u) for _ in range(threads)]
+                done, running = cf.wait(futs, timeout=1.0)
+                for f in done:
+                    f.result()
+                if not running:  # a worker ends only when nothing is left to hand out
+                    break
         out: list[dict[str, Any]] = []
         for part in results:  # in order, up to the first batch not sent
             if part is None:
@@ -361,10 +499,10 @@ class Earn:
         return out
 
     def train(self, maps: dict[str, Path], names: list[str], limit: float | None) -> None:
-        """Train `names` at once (each its own process), stopping them at Unix time `limit`."""
+        """Train `names`, --train-parallel at once (each its own process), stopping them at
+        Unix time `limit`."""
         a = self.a
         drafters = self.work / "drafters"
-        procs: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
         common = ["--data", str(self.answers_path), "--target", str(self.target),
                   "--specforge", str(a.specforge), "--epochs", str(a.epochs),
                   "--seed", str(a.seed), "--batch-rows", str(a.batch_rows), "--lr", str(a.lr),
@@ -382,25 +520,9 @@ class Earn:
             {k: ["sf_train.py", *v] for k, v in commands.items()})
         logs = self.work / "logs"
         t = time.monotonic()
-        for name, cmd in commands.items():
-            fh = (logs / f"train-{name}.log").open("wb")
-            env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
-            procs[name] = (subprocess.Popen([sys.executable, str(HERE / "sf_train.py"), *cmd],
-                                            stdout=fh, stderr=subprocess.STDOUT, env=env), fh)
-        codes: dict[str, int | None] = {}
-        for name, (p, fh) in procs.items():
-            try:
-                codes[name] = p.wait(timeout=None if limit is None
-                                     else max(limit - time.time(), 1.0))
-            except subprocess.TimeoutExpired:  # it saves what it has after its update
-                p.terminate()
-                try:
-                    codes[name] = p.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    codes[name] = None
-                log(f"training {name}: stopped at the deadline")
-            fh.close()
+        env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
+        codes = run_pool({k: [sys.executable, str(HERE / "sf_train.py"), *v]
+                          for k, v in commands.items()}, a.train_parallel, limit, logs, env, log)
         self.rec.setdefault("train_seconds", {})[",".join(names)] = round(time.monotonic() - t, 1)
         summaries: dict[str, Any] = {}
         for name in names:
@@ -637,8 +759,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
+    ap.add_argument("--train-parallel", type=int, default=2,
+                    help="trainings at once (at 64 samples an update one holds up to about 37 "
+                         "GiB of GPU memory on the longest batches; on an H200 a second one "
+                         "beside it added about a fifth to the samples per second)")
     ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
-                    help="the drafters the train stage trains at once")
+                    help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],
                     help="the second runs stage \"again\" trains, alone, if time allows")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],

@@ -15,7 +15,10 @@
 #   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve").
 # --data DIR: the data of an earlier run (its answers.jsonl.gz, heldout.json and earn.json):
 #   no generation; the held-out dump is remade from heldout.json, then the trainings, the tune
-#   and the probes run (EARN_STAGES defaults to "heldout,train tune,serve").
+#   and the probes run (EARN_STAGES defaults to "heldout,train tune,serve"). With the run's
+#   drafters/ there too (trained, third, ninth: each as sf_train.py wrote it), they are judged
+#   as they are: the tune and the probes (EARN_STAGES "heldout,tune,serve"); answers.jsonl.gz
+#   may then be left out.
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -79,11 +82,22 @@ fi
 say "target ready: $TARGET"
 
 if [ -n "$DATA" ]; then
-  for f in answers.jsonl.gz heldout.json earn.json; do
+  for f in heldout.json earn.json; do
     cp "$DATA/$f" "$WORK/$f" || { say "--data $DATA: no $f there"; exit 2; }
   done
-  EARN_STAGES=${EARN_STAGES:-heldout,train tune,serve}
-  say "data from $DATA: $(sha256sum "$WORK/answers.jsonl.gz" | cut -c1-16)…"
+  if [ -e "$DATA/answers.jsonl.gz" ]; then
+    cp "$DATA/answers.jsonl.gz" "$WORK/" || exit 2
+    say "data from $DATA: $(sha256sum "$WORK/answers.jsonl.gz" | cut -c1-16)…"
+  fi
+  if [ -d "$DATA/drafters/trained" ]; then
+    rm -rf "$WORK/drafters" && cp -r "$DATA/drafters" "$WORK/drafters" || exit 2
+    say "drafters from $DATA: $(cd "$WORK/drafters" && echo *)"
+    EARN_STAGES=${EARN_STAGES:-heldout,tune,serve}
+  elif [ -e "$WORK/answers.jsonl.gz" ]; then
+    EARN_STAGES=${EARN_STAGES:-heldout,train tune,serve}
+  else
+    say "--data $DATA: neither answers.jsonl.gz nor drafters/trained there"; exit 2
+  fi
 fi
 DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
