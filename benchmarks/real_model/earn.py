@@ -529,13 +529,7 @@ class Earn:
             s = drafters / name / "summary.json"
             summaries[name] = json.loads(s.read_text()) if s.exists() else {
                 "exit": codes.get(name)}
-            dst = self.out / "drafters" / name
-            dst.mkdir(parents=True, exist_ok=True)
-            for f in ("summary.json", "config.json", "prediction.json", "logs/train.jsonl"):
-                if (drafters / name / f).exists():
-                    shutil.copy(drafters / name / f, dst / Path(f).name)
-            if (logs / f"train-{name}.log").exists():
-                shutil.copy(logs / f"train-{name}.log", dst / "train.log")
+            self.keep_drafter(name)
         self.rec.setdefault("drafters", {}).update({k: {f: v.get(f) for f in (
             "sha256", "samples", "answer_tokens", "epochs", "epochs_done", "updates", "train_s",
             "answer_tokens_per_s", "batch_rows", "lr", "predicted", "stopped", "exit")}
@@ -544,6 +538,17 @@ class Earn:
         log(f"trainings {', '.join(names)} done in {time.monotonic() - t:.0f} s; sha256 "
             f"reproduced: { {k: v['same'] for k, v in self.rec['sha256_reproduced'].items()} }")
         self.lap("training " + ",".join(names))
+
+    def keep_drafter(self, name: str) -> None:
+        """What a result keeps of drafter NAME: its summary, config, prediction and logs."""
+        src, dst = self.work / "drafters" / name, self.out / "drafters" / name
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in ("summary.json", "config.json", "prediction.json", "logs/train.jsonl"):
+            if (src / f).exists():
+                shutil.copy(src / f, dst / Path(f).name)
+        log_path = self.work / "logs" / f"train-{name}.log"
+        if log_path.exists():
+            shutil.copy(log_path, dst / "train.log")
 
     def train_again(self) -> None:
         """The --again trainings, alone on the GPU, when the time left holds one: the first
@@ -715,6 +720,9 @@ class Earn:
                     self.work / "drafters" / "trained" / "model.safetensors").exists():
                 log("no trained drafter: nothing to serve")
                 return 3
+            if "train" not in stages:  # drafters trained earlier (earn.sh --data)
+                for d in sorted((self.work / "drafters").glob("*/summary.json")):
+                    self.keep_drafter(d.parent.name)
             if "tune" in stages:
                 self.rec["served_steps"] = self.tune()
             if "serve" in stages:
