@@ -211,19 +211,30 @@ def test_the_report_says_which_second_runs_wrote_the_same_bytes(tmp_path: Path) 
     assert "- trained-again: not started, 100 s left" in text
 
 
-def test_each_generation_server_is_given_the_memory_of_those_before_it(earn: ModuleType) -> None:
-    assert [earn.gen_memory_fraction(0.25, i) for i in range(3)] == [0.25, 0.5, 0.75]
-    assert earn.gen_memory_fraction(0.4, 3) == 0.95  # never the whole GPU
+def test_each_generation_server_is_given_its_share_of_what_the_others_left(
+        earn: ModuleType) -> None:
+    got = [earn.gen_memory_fraction(0.25, i) for i in range(3)]
+    assert got == [0.25, 0.3333, 0.5]
+    free = 1.0
+    for f in got:  # each takes its fraction of what is free when it starts
+        free -= f * free
+    assert free == pytest.approx(0.25, abs=1e-4)
+    with pytest.raises(ValueError, match=r"3 generation servers of 0\.4 of the GPU each do not"):
+        earn.gen_memory_fraction(0.4, 2)
 
 
-def _held(tmp_path: Path, name: str, code: int = 0) -> list[str]:
-    """A command that says it started, then runs until the test releases it."""
+def _held(tmp_path: Path, name: str, code: int = 0, after: int = 0) -> list[str]:
+    """A command that says it started, then runs until the test releases it. It exits 9 at once
+    if fewer than `after` others had been released when it started (the pool started it too
+    early)."""
     import sys
 
     body = (f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); "
+            f"early = len(list(d.glob('release-*'))) < {after}; "
             f"(d / 'started-{name}').touch(); "
-            f"exec('while not (d / \\'release-{name}\\').exists(): time.sleep(0.005)'); "
-            f"raise SystemExit({code})")
+            f"exec('while not early and not (d / \\'release-{name}\\').exists(): "
+            f"time.sleep(0.005)'); "
+            f"raise SystemExit(9 if early else {code})")
     return [sys.executable, "-c", body]
 
 
@@ -242,8 +253,9 @@ def test_the_pool_runs_at_most_its_width_at_once_in_order(
 
     logs = tmp_path / "logs"
     logs.mkdir()
-    commands = {n: _held(tmp_path, n, code) for n, code in
-                (("a", 0), ("b", 4), ("c", 0), ("d", 0))}
+    # c may start once one of a, b has been released, d once two have
+    commands = {n: _held(tmp_path, n, code, after) for n, code, after in
+                (("a", 0, 0), ("b", 4, 0), ("c", 0, 1), ("d", 0, 2))}
     with cf.ThreadPoolExecutor(1) as pool:
         done = pool.submit(earn.run_pool, commands, 2, None, logs, dict(os.environ),
                            lambda _m: None)
@@ -259,8 +271,9 @@ def test_the_pool_runs_at_most_its_width_at_once_in_order(
         finally:
             for n in commands:
                 (tmp_path / f"release-{n}").touch()
-        codes = done.result()
+        codes, wall = done.result()
     assert codes == {"a": 0, "b": 4, "c": 0, "d": 0}
+    assert sorted(wall) == ["a", "b", "c", "d"]
     assert sorted(p.name for p in logs.iterdir()) == [f"train-{n}.log" for n in "abcd"]
 
 
@@ -268,9 +281,10 @@ def test_the_pool_starts_nothing_after_the_deadline(earn: ModuleType, tmp_path: 
     import time
 
     said: list[str] = []
-    codes = earn.run_pool({"a": _held(tmp_path, "a")}, 2, time.time() - 1, tmp_path,
-                          dict(os.environ), say=said.append)
+    codes, wall = earn.run_pool({"a": _held(tmp_path, "a")}, 2, time.time() - 1, tmp_path,
+                                dict(os.environ), say=said.append)
     assert codes == {"a": None}
+    assert wall == {}
     assert not (tmp_path / "started-a").exists()
     assert said == ["training a: not started before the deadline"]
 
@@ -279,14 +293,13 @@ def test_the_pool_stops_what_runs_at_the_deadline(earn: ModuleType, tmp_path: Pa
     import sys
     import time
 
-    # runs until SIGTERM; it says so in its log before the deadline can matter
-    body = ("import signal, sys, time; "
-            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(4)); "
-            "print('up', flush=True); signal.pause()")
+    # runs until SIGTERM (an alarm ends it, failing the test, if the pool never stops it)
+    body = ("import signal, sys; signal.alarm(300); "
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(4)); signal.pause()")
     said: list[str] = []
     limit = time.time() + 2.0
-    codes = earn.run_pool({"long": [sys.executable, "-c", body]}, 1, limit, tmp_path,
-                          dict(os.environ), say=said.append)
+    codes, _wall = earn.run_pool({"long": [sys.executable, "-c", body]}, 1, limit, tmp_path,
+                                 dict(os.environ), say=said.append)
     # 4 from its handler; -15 when the signal came before Python installed it: either way the
     # pool's SIGTERM ended it, before any SIGKILL
     assert codes["long"] in (4, -15)
@@ -320,7 +333,7 @@ def test_a_server_that_comes_up_during_generation_gets_work(
         with lock:
             return ["a", "b"] if seen["a"] >= 2 else ["a"]
 
-    out = runner.spread(urls, [[i] for i in range(40)], 10)
+    out = runner.spread(urls, [[i] for i in range(40)], 10, max_servers=2)
     assert [o["output_ids"][0] for o in out] == list(range(40))
     assert seen["b"] >= 1
     assert seen["a"] + seen["b"] == 10
@@ -343,6 +356,7 @@ def test_the_fleet_starts_servers_one_after_another_and_stops_them_all(
 
     def start(prof: Any, config: str, log_path: Path, port: int) -> tuple[_Handle, float]:
         order.append(log_path.name)
+        assert port == 7000 + len(order)  # picked just before this start
         if log_path.name == "g1.log":
             raise RuntimeError("Loaded weights leave no GPU memory for the KV cache")
         if log_path.name == "g2.log":
@@ -351,8 +365,9 @@ def test_the_fleet_starts_servers_one_after_another_and_stops_them_all(
         handles.append(_Handle(f"http://{log_path.stem}"))
         return handles[-1], 1.0
 
+    picked = iter(range(7001, 7010))
     monkeypatch.setattr(earn.serve, "start", start)
-    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn.serve, "free_ports", lambda n: [next(picked) for _ in range(n)])
     fleet = earn.Fleet([(None, tmp_path / f"g{i}.log") for i in range(3)])
     assert fleet.wait_first() == "http://g0"
     assert entered.wait(120.0)  # g1 failed before g2's start began
@@ -360,7 +375,7 @@ def test_the_fleet_starts_servers_one_after_another_and_stops_them_all(
     release.set()
     started = fleet.stop()
     assert order == ["g0.log", "g1.log", "g2.log"]
-    assert [h.url for h, _, _ in started] == ["http://g0", "http://g2"]
+    assert [(i, h.url) for i, h, _, _ in started] == [(0, "http://g0"), (2, "http://g2")]
     assert all(h.stopped for h in handles)
     assert fleet.failed == ["g1.log: Loaded weights leave no GPU memory for the KV cache"]
 
@@ -376,3 +391,69 @@ def test_no_generation_server_is_an_error_naming_why(
     with pytest.raises(RuntimeError, match=r"no generation server started: g0.log: exited"):
         fleet.wait_first()
     assert fleet.stop() == []
+
+
+def _runner(earn: ModuleType, tmp_path: Path, **args: Any) -> Any:
+    """An Earn with only the record, WORK and the arguments these methods read."""
+    import argparse
+
+    runner = object.__new__(earn.Earn)
+    runner.a = argparse.Namespace(**{"deadline": None, "train_deadline": None,
+                                     "after_tune_s": 270.0, "tune_s": 240.0,
+                                     "again": ["trained-again"], **args})
+    runner.work = tmp_path
+    runner.out = tmp_path / "out"
+    runner.rec = {"seconds": {}, "errors": {}}
+    runner.save = lambda: None
+    return runner
+
+
+def test_the_trainings_stop_in_time_for_the_tune_and_the_probes(
+        earn: ModuleType, tmp_path: Path) -> None:
+    assert _runner(earn, tmp_path).train_limit() is None
+    assert _runner(earn, tmp_path, deadline=10_000.0).train_limit() == 10_000.0 - 270 - 240
+    assert _runner(earn, tmp_path, deadline=10_000.0, train_deadline=9_000.0
+                   ).train_limit() == 9_000.0
+
+
+def test_a_second_run_starts_only_after_a_finished_first_run_and_when_time_holds_it(
+        earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    done = {"epochs": 1, "epochs_done": 1, "sha256": "aa"}
+    calls: list[tuple[list[str], float | None]] = []
+    runner = _runner(earn, tmp_path, deadline=time.time() + 10_000)
+    runner.maps = lambda: {}
+    runner.train = lambda maps, names, limit: calls.append((names, limit))
+    runner.rec["drafters"] = {"trained": {**done, "stopped": "SIGTERM after update 3 of 9"}}
+    runner.train_again()
+    assert calls == []
+    assert runner.rec["again_skipped"] == ("trained-again: not started, trained did not finish "
+                                           "its epochs")
+    runner.rec["drafters"] = {"trained": done}
+    runner.rec["train_wall_s"] = {"trained": 12_000.0}
+    runner.train_again()
+    assert calls == []
+    assert "needs about 12180 s (the first run's 12000 s" in runner.rec["again_skipped"]
+    runner.rec["train_wall_s"] = {"trained": 500.0}
+    runner.train_again()
+    assert calls == [(["trained-again"], runner.a.deadline - 130.0)]
+    assert "again_skipped" not in runner.rec
+    runner.rec["drafters"]["trained-again"] = done  # finished: not run a third time
+    runner.train_again()
+    assert len(calls) == 1
+
+
+def test_a_stage_forgets_what_an_earlier_run_left_for_it(earn: ModuleType, tmp_path: Path) -> None:
+    for rel in ("drafters/trained/summary.json", "out/probe-1/verdict.json",
+                "out/drafters/trained/summary.json", "out/prompts-used.jsonl",
+                "reports/probe/history.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    runner = _runner(earn, tmp_path)
+    runner.rec.update({"drafters": {"trained": {}}, "probe-1": {}, "answers": {"prompts": 3}})
+    runner.forget(("drafters", "probe-1"), ("drafters", "out/drafters", "out/probe-*",
+                                            "reports"))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "out", "out/prompts-used.jsonl"]
+    assert runner.rec == {"seconds": {}, "errors": {}, "answers": {"prompts": 3}}

@@ -63,6 +63,7 @@ DRAFT_VOCAB = 16384
 SIZES = {"third": 3, "ninth": 9}
 TRAININGS = ("trained", "trained-again", "third", "ninth")
 AGAIN = "-again"
+GRACE_S = 120.0  # a training's time to save and end after SIGTERM
 
 
 def base_name(name: str) -> str:
@@ -83,46 +84,45 @@ def names_arg(text: str) -> list[str]:
 
 class Fleet:
     """Generation servers started one after another in a thread of their own (each sizes its KV
-    pool from the memory the ones before it left, gen_memory_fraction): generation starts on the
+    pool from the memory free when it starts, gen_memory_fraction): generation starts on the
     first while the others come up. `urls` grows as they become ready."""
 
     def __init__(self, servers: list[tuple[Any, Path]]) -> None:
         self.lock = threading.Lock()
-        self.started: list[tuple[Any, float, float]] = []  # handle, start-to-ready s, ready at
+        # (index asked, handle, start-to-ready s, ready at)
+        self.started: list[tuple[int, Any, float, float]] = []
         self.failed: list[str] = []
         self.halt = threading.Event()
         self.first = threading.Event()
-        ports = serve.free_ports(len(servers))
-        self.thread = threading.Thread(target=self._start_all, args=(servers, ports),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._start_all, args=(servers,), daemon=True)
         self.thread.start()
 
-    def _start_all(self, servers: list[tuple[Any, Path]], ports: list[int]) -> None:
+    def _start_all(self, servers: list[tuple[Any, Path]]) -> None:
         try:
-            for (prof, log_path), port in zip(servers, ports, strict=True):
+            for index, (prof, log_path) in enumerate(servers):
                 if self.halt.is_set():
                     return
-                try:
-                    handle, ready = serve.start(prof, "baseline", log_path, port)
+                try:  # the port is picked just before it is bound
+                    handle, ready = serve.start(prof, "baseline", log_path,
+                                                serve.free_ports(1)[0])
                 except Exception as exc:  # the others carry on without it
                     with self.lock:
                         self.failed.append(f"{log_path.name}: {str(exc)[:1000]}")
-                    log(f"generation server {log_path.name} failed to start: {str(exc)[:300]}")
+                    log(f"generation server {index + 1} failed to start: {str(exc)[:300]}")
                     continue
                 with self.lock:
-                    self.started.append((handle, ready, time.monotonic()))
-                log(f"generation server {len(self.started)} ready after {ready:.0f} s")
+                    self.started.append((index, handle, ready, time.monotonic()))
+                log(f"generation server {index + 1} ready after {ready:.0f} s")
                 self.first.set()
         finally:
             self.first.set()
 
     def urls(self) -> list[str]:
         with self.lock:
-            return [h.url for h, _, _ in self.started]
+            return [h.url for _, h, _, _ in self.started]
 
     def wait_first(self) -> str:
-        """The first server's URL, once one is ready; ServerError-like RuntimeError when none
-        started."""
+        """The first ready server's URL; RuntimeError naming why when none started."""
         self.first.wait()
         got = self.urls()
         if not got:
@@ -130,11 +130,12 @@ class Fleet:
             raise RuntimeError("no generation server started: " + "; ".join(self.failed))
         return got[0]
 
-    def stop(self) -> list[tuple[Any, float, float]]:
-        """Stops starting more, waits for a start in progress, stops every server."""
+    def stop(self) -> list[tuple[int, Any, float, float]]:
+        """Starts no more servers, waits for a start in progress (at most its startup timeout:
+        a server half started cannot be stopped cleanly), then stops every server."""
         self.halt.set()
         self.thread.join()
-        for h, _, _ in self.started:
+        for _, h, _, _ in self.started:
             try:
                 h.stop()
             except Exception as exc:
@@ -142,62 +143,91 @@ class Fleet:
         return list(self.started)
 
 
-def gen_memory_fraction(per_server: float, index: int) -> float:
-    """--mem-fraction-static of generation server `index` (0-based) when each is to hold
-    `per_server` of the GPU: SGLang 0.5.17 sizes the KV pool as the memory free at its start
-    minus (1 - fraction) of the whole GPU, so the memory the servers started before it hold
-    counts against its fraction ("Loaded weights leave no GPU memory for the KV cache under
-    --mem-fraction-static=0.25 ... minimum viable = 1 - available/pre"). The servers start one
-    after another with fractions per_server, 2 x per_server, ..."""
-    return round(min(per_server * (index + 1), 0.95), 4)
+def gen_memory_fraction(share: float, index: int) -> float:
+    """--mem-fraction-static of generation server `index` (0-based) for each to hold `share` of
+    the GPU when they start one after another. SGLang 0.5.17 keeps (1 - fraction) of the memory
+    free when a server starts for everything else ("Loaded weights leave no GPU memory for the
+    KV cache under --mem-fraction-static=0.25 ... minimum viable = 1 - available/pre"), so the
+    fraction is of what the servers before it left: share / (1 - index x share)."""
+    left = 1.0 - index * share
+    if left <= share:
+        raise ValueError(f"{index + 1} generation servers of {share} of the GPU each do not fit")
+    return round(share / left, 4)
 
 
 def run_pool(commands: dict[str, list[str]], parallel: int, limit: float | None,
-             logs: Path, env: dict[str, str], say: Any = print) -> dict[str, int | None]:
+             logs: Path, env: dict[str, str], say: Any = print,
+             grace_s: float = 120.0) -> tuple[dict[str, int | None], dict[str, float]]:
     """Run `commands` (name -> argv), at most `parallel` at once, in their order; each writes
-    logs/train-NAME.log. At Unix time `limit` the running ones get SIGTERM (then 120 s to end)
-    and those not started stay so. The exit codes: None for a command stopped by SIGKILL or
-    never started."""
+    logs/train-NAME.log. At Unix time `limit` the running ones get SIGTERM and together
+    `grace_s` seconds to end (then SIGKILL); those not started stay so. Returns the exit codes
+    (None: killed, or never started) and each one's seconds from start to end. Whatever runs
+    when this function is left by an exception is stopped too."""
     pending = list(commands.items())
-    running: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
+    running: dict[str, tuple[subprocess.Popen[bytes], Any, float]] = {}
     codes: dict[str, int | None] = {}
-    while pending or running:
-        while pending and len(running) < max(parallel, 1) and (
-                limit is None or time.time() < limit):
-            name, argv = pending.pop(0)
-            fh = (logs / f"train-{name}.log").open("wb")
-            running[name] = (subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                              env=env), fh)
-        if not running:
-            break
-        ended = [n for n, (p, _) in running.items() if p.poll() is not None]
-        if not ended and limit is not None and time.time() >= limit:
-            for name, (p, _) in running.items():
-                p.terminate()
-                say(f"training {name}: stopped at the deadline")
-            for name, (p, _) in running.items():
-                try:
-                    codes[name] = p.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-                    codes[name] = None
-            ended = list(running)
-        elif not ended:  # the first of them to end, or the deadline
-            first = next(iter(running.values()))[0]
+    wall: dict[str, float] = {}
+
+    def end(name: str) -> None:
+        p, fh, t0 = running.pop(name)
+        codes.setdefault(name, p.returncode)
+        wall[name] = round(time.monotonic() - t0, 1)
+        fh.close()
+
+    def stop_all(why: str) -> None:
+        for name, (p, _, _) in running.items():
+            p.terminate()
+            say(f"training {name}: {why}")
+        until = time.monotonic() + grace_s
+        for name, (p, _, _) in list(running.items()):
             try:
-                first.wait(timeout=1.0)
+                p.wait(timeout=max(until - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                codes[name] = None
+            end(name)
+
+    try:
+        while pending or running:
+            while pending and len(running) < max(parallel, 1) and (
+                    limit is None or time.time() < limit):
+                name, argv = pending.pop(0)
+                fh = (logs / f"train-{name}.log").open("wb")
+                try:
+                    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+                except BaseException:
+                    fh.close()
+                    raise
+                running[name] = (proc, fh, time.monotonic())
+            if not running:
+                break
+            ended = [n for n, (p, _, _) in running.items() if p.poll() is not None]
+            for name in ended:
+                end(name)
+            if ended:
+                continue
+            if limit is not None and time.time() >= limit:
+                stop_all("stopped at the deadline")
+                continue
+            try:  # the first of them to end, or the deadline
+                next(iter(running.values()))[0].wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 pass
-            continue
-        for name in ended:
-            p, fh = running.pop(name)
-            codes.setdefault(name, p.returncode)
-            fh.close()
+    finally:
+        if running:
+            stop_all("stopped: the pool was interrupted")
     for name, _argv in pending:
         codes[name] = None
         say(f"training {name}: not started before the deadline")
-    return codes
+    return codes, wall
+
+
+def finished(summary: dict[str, Any]) -> bool:
+    """Whether a training's summary says it did all its epochs."""
+    return (summary.get("epochs_done") is not None
+            and summary.get("epochs_done") == summary.get("epochs")
+            and not summary.get("stopped") and summary.get("sha256") is not None)
 
 
 def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -210,8 +240,7 @@ def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
         one = summaries[base_name(name)]
         row: dict[str, Any] = {"first": one.get("sha256"), "again": again.get("sha256"),
                                "updates": [one.get("updates"), again.get("updates")]}
-        done = [s.get("epochs_done") is not None and s.get("epochs_done") == s.get("epochs")
-                and not s.get("stopped") for s in (one, again)]
+        done = [finished(s) for s in (one, again)]
         if not all(done):
             row["same"] = None
             row["why"] = ("not compared: " + " and ".join(
@@ -238,8 +267,11 @@ class Earn:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
         self.rec: dict[str, Any] = {"seed": args.seed, "seconds": {}}
-        if (self.work / "earn.json").exists():  # a later stage: the record so far
-            self.rec = json.loads((self.work / "earn.json").read_text())
+        if "data" not in args.stages and (self.work / "earn.json").exists():
+            self.rec = json.loads((self.work / "earn.json").read_text())  # the record so far
+        self.rec.setdefault("seconds", {})
+        if not isinstance(self.rec.get("errors"), dict):
+            self.rec["errors"] = {}
         self.rec.setdefault("args", {})[",".join(args.stages)] = {
             k: str(v) for k, v in vars(args).items()}
         self.lap_t = time.monotonic()
@@ -301,9 +333,9 @@ class Earn:
                        for i in range(a.gen_servers)])
         try:
             first = fleet.wait_first()
-            log(f"generation server 1 of {a.gen_servers} ready after "
-                f"{time.monotonic() - t_fleet:.0f} "
-                "s; the others start one after another while it generates")
+            log(f"a first generation server of {a.gen_servers} ready after "
+                f"{time.monotonic() - t_fleet:.0f} s; the others start one after another "
+                "while it generates")
             self.lap("generation servers start")
             urls = fleet.urls
             probe = probe_prompts.load_builtin()
@@ -319,7 +351,8 @@ class Earn:
             # sampled, so that one ask gives many different requests; the answers are greedy
             written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
                                   sampling={"temperature": a.write_temperature,
-                                            "top_p": a.write_top_p})
+                                            "top_p": a.write_top_p},
+                                  max_servers=a.gen_servers)
             wrote_s = time.monotonic() - t
             texts_w = [tok.decode(w["output_ids"], skip_special_tokens=True) for w in written]
             wprompts, wdropped = prompts.written_prompts(asks, texts_w, a.seed + 2, keep)
@@ -342,17 +375,19 @@ class Earn:
                     rows.append(("tasks", tasks[i]))
             ids = [chat(r["prompt"]) for _, r in rows]
             t = time.monotonic()
-            answers = self.spread(urls, ids, a.train_tokens, until_tokens=a.answer_tokens)
+            answers = self.spread(urls, ids, a.train_tokens, until_tokens=a.answer_tokens,
+                                  max_servers=a.gen_servers)
             gen_s = time.monotonic() - t
         finally:
             started = fleet.stop()
             self.rec["generation_servers"] = {
                 "count": len(started), "asked": a.gen_servers,
-                "ready_s": [round(r, 1) for _, r, _ in started],
-                "ready_after_s": [round(at - t_fleet, 1) for _, _, at in started],
-                "mem_fraction_static": [gen_memory_fraction(a.gen_mem_fraction, i)
-                                        for i in range(len(started))],
-                "failed": fleet.failed, "flags": list(prof.server.args)}
+                "started": [{"server": i + 1, "ready_s": round(r, 1),
+                             "ready_after_s": round(at - t_fleet, 1),
+                             "mem_fraction_static": gen_memory_fraction(a.gen_mem_fraction, i)}
+                            for i, _, r, at in started],
+                "failed": fleet.failed,
+                "flags": list(prof.server.args)}
         n = len(answers)
         n_tok = sum(len(o["output_ids"]) for o in answers)
         self.rec["answers"] = {
@@ -380,10 +415,12 @@ class Earn:
     def spread(self, urls: list[str] | Callable[[], list[str]], ids: list[list[int]],
                max_new: int,
                until_tokens: int | None = None,
-               sampling: dict[str, float] | None = None) -> list[dict[str, Any]]:
+               sampling: dict[str, float] | None = None,
+               max_servers: int | None = None) -> list[dict[str, Any]]:
         """Answers to every prompt (or, with until_tokens, to the first prompts until that many
         answer tokens are in), batches handed out to all the servers at once; greedy unless
-        `sampling` says otherwise."""
+        `sampling` says otherwise. `urls`: the servers, or a callable that gives those ready now
+        (a server that comes up meanwhile gets workers too; max_servers bounds how many)."""
         batch = gen.BATCH
         chunks = [ids[i:i + batch] for i in range(0, len(ids), batch)]
         results: list[list[dict[str, Any]] | None] = [None] * len(chunks)
@@ -416,7 +453,8 @@ class Earn:
         live = urls if callable(urls) else (lambda: list(urls))
         serving: set[str] = set()
         futs: list[cf.Future[None]] = []
-        with cf.ThreadPoolExecutor(max_workers=64) as pool:
+        servers = max_servers if max_servers is not None else len(live())
+        with cf.ThreadPoolExecutor(max_workers=max(threads * servers, 1)) as pool:
             while True:  # a server that comes up meanwhile gets workers too
                 for u in live():
                     if u not in serving:
@@ -503,6 +541,10 @@ class Earn:
         Unix time `limit`."""
         a = self.a
         drafters = self.work / "drafters"
+        for name in names:  # what an earlier run left under these names is not this run's
+            shutil.rmtree(drafters / name, ignore_errors=True)
+            shutil.rmtree(self.out / "drafters" / name, ignore_errors=True)
+            (self.rec.get("drafters") or {}).pop(name, None)
         common = ["--data", str(self.answers_path), "--target", str(self.target),
                   "--specforge", str(a.specforge), "--epochs", str(a.epochs),
                   "--seed", str(a.seed), "--batch-rows", str(a.batch_rows), "--lr", str(a.lr),
@@ -521,9 +563,12 @@ class Earn:
         logs = self.work / "logs"
         t = time.monotonic()
         env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
-        codes = run_pool({k: [sys.executable, str(HERE / "sf_train.py"), *v]
-                          for k, v in commands.items()}, a.train_parallel, limit, logs, env, log)
-        self.rec.setdefault("train_seconds", {})[",".join(names)] = round(time.monotonic() - t, 1)
+        codes, wall = run_pool({k: [sys.executable, str(HERE / "sf_train.py"), *v]
+                                for k, v in commands.items()}, a.train_parallel, limit, logs,
+                               env, log, grace_s=GRACE_S)
+        self.rec.setdefault("train_wall_s", {}).update(wall)
+        self.rec.setdefault("train_stage_s", {})[",".join(names)] = round(
+            time.monotonic() - t, 1)
         summaries: dict[str, Any] = {}
         for name in names:
             s = drafters / name / "summary.json"
@@ -551,21 +596,34 @@ class Earn:
             shutil.copy(log_path, dst / "train.log")
 
     def train_again(self) -> None:
-        """The --again trainings, alone on the GPU, when the time left holds one: the first
-        run's own training time is the estimate (it shared the GPU, so it is an upper bound)."""
-        names = [n for n in self.a.again if n not in (self.rec.get("drafters") or {})
-                 or (self.rec["drafters"][n].get("sha256") is None)]
-        first = [(self.rec.get("drafters") or {}).get(base_name(n)) or {} for n in names]
-        need = max([float(f.get("train_s") or 0.0) for f in first] or [0.0]) + 60.0
+        """The --again trainings, alone on the GPU, when the time left holds one: the estimate is
+        the first run's own time from start to end (it shared the GPU), the stop's grace and a
+        minute for the maps and the start. A second run of a first run that did not finish
+        compares nothing: it is not started."""
+        self.rec.pop("again_skipped", None)
+        done = self.rec.get("drafters") or {}
+        names, why = [], []
+        for n in self.a.again:
+            if not finished(done.get(base_name(n)) or {}):
+                why.append(f"{n}: not started, {base_name(n)} did not finish its epochs")
+            elif not finished(done.get(n) or {}):
+                names.append(n)
+        walls = self.rec.get("train_wall_s") or {}
+        need = max([float(walls.get(base_name(n)) or 0.0) for n in names] or [0.0]) \
+            + GRACE_S + 60.0
         if names and self.left() < need:
-            self.rec["again_skipped"] = (
-                f"{', '.join(names)}: not started, {self.left():.0f} s left of the --deadline "
-                f"and the first run trained for {need - 60.0:.0f} s (sharing the GPU)")
+            why.append(f"{', '.join(names)}: not started, {self.left():.0f} s left of the "
+                       f"--deadline and a run needs about {need:.0f} s (the first run's "
+                       f"{need - GRACE_S - 60.0:.0f} s, sharing the GPU, + {GRACE_S:.0f} s to "
+                       "stop + 60 s to start)")
+            names = []
+        if why:
+            self.rec["again_skipped"] = "; ".join(why)
             log(self.rec["again_skipped"])
             self.save()
-            return
         if names:
-            self.train(self.maps(), names, self.a.deadline)
+            limit = None if self.a.deadline is None else self.a.deadline - GRACE_S - 10.0
+            self.train(self.maps(), names, limit)
 
     # --- 5-6: tune, probes, served curve ----------------------------------------------------------
 
@@ -703,19 +761,47 @@ class Earn:
                         "\n".join([*lines[:60], "[...]", *lines[-60:]]) + "\n")
         self.lap("probes and served sizes")
 
+    def forget(self, keys: tuple[str, ...], paths: tuple[str, ...]) -> None:
+        """An earlier run's results that a stage about to run replaces: record keys and paths
+        under WORK (a reused WORK, or earn.sh --data)."""
+        for k in keys:
+            self.rec.pop(k, None)
+        for rel in paths:
+            for path in self.work.glob(rel):
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+
+    def train_limit(self) -> float | None:
+        """When the trainings stop: --train-deadline, else --deadline less the tune's and the
+        probes' time (--tune-s, --after-tune-s)."""
+        a = self.a
+        if a.train_deadline is not None:
+            return float(a.train_deadline)
+        return None if a.deadline is None else a.deadline - a.after_tune_s - a.tune_s
+
     def run(self) -> int:
         code = 0
         stages = self.a.stages
+        key = ",".join(stages)
+        self.rec["errors"].pop(key, None)
+        served = ("tune", "served_steps", "probe-1", "probe-2", "served_sizes", "failed",
+                  "ready_s")
         try:
             if "data" in stages:
+                self.forget((), ("out/*", "drafters", "reports", "dumps", "maps"))
                 self.data()
                 self.heldout_dump()
             if "heldout" in stages:
                 self.heldout_dump()
             if "train" in stages:
-                self.train(self.maps(), self.a.trainings,
-                           self.a.train_deadline if self.a.train_deadline is not None
-                           else self.a.deadline)
+                self.forget(("drafters", "sha256_reproduced", "again_skipped", "train_commands",
+                             "train_wall_s", "train_stage_s", *served),
+                            ("drafters", "out/drafters", "out/tune", "out/probe-*",
+                             "out/servers", "reports"))
+                self.train(self.maps(), self.a.trainings, self.train_limit())
+            elif "tune" in stages:
+                self.forget(served, ("out/tune", "out/probe-*", "out/servers", "reports"))
+            elif "serve" in stages:
+                self.forget(served[2:], ("out/probe-*", "out/servers", "reports/probe"))
             if {"tune", "serve"} & set(stages) and not (
                     self.work / "drafters" / "trained" / "model.safetensors").exists():
                 log("no trained drafter: nothing to serve")
@@ -732,7 +818,7 @@ class Earn:
         except Exception as exc:
             import traceback
 
-            self.rec["error"] = traceback.format_exc()[-4000:]
+            self.rec["errors"][key] = traceback.format_exc()[-4000:]
             log(f"stopped: {exc!r}")
             code = 2
         finally:
@@ -769,8 +855,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
     ap.add_argument("--train-parallel", type=int, default=2,
                     help="trainings at once (at 64 samples an update one holds up to about 37 "
-                         "GiB of GPU memory on the longest batches; on an H200 a second one "
-                         "beside it added about a fifth to the samples per second)")
+                         "GiB of GPU memory on the longest batches; on an H200 a 32-sample "
+                         "training beside a 64-sample one added about a fifth to the samples "
+                         "per second)")
     ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
                     help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],
@@ -793,6 +880,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="Unix time by which the trainings must end (they are stopped then)")
     ap.add_argument("--after-tune-s", type=float, default=270.0,
                     help="seconds kept for the probes after the tune")
+    ap.add_argument("--tune-s", type=float, default=240.0,
+                    help="seconds kept for the tune after the trainings, when only --deadline "
+                         "bounds them")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

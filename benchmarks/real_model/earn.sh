@@ -12,7 +12,8 @@
 # --budget SECONDS: earn.py ends everything this many seconds after the start (default: no
 #   limit); --train-budget SECONDS: the trainings are stopped this long after the start (each
 #   saves what it has after the update in progress). EARN_ARGS: more flags for earn.py;
-#   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve").
+#   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve"); the first
+#   that fails ends the run, and its exit status is earn.sh's.
 # --data DIR: the data of an earlier run (its answers.jsonl.gz, heldout.json and earn.json):
 #   no generation; the held-out dump is remade from heldout.json, then the trainings, the tune
 #   and the probes run (EARN_STAGES defaults to "heldout,train tune,serve"). With the run's
@@ -78,11 +79,13 @@ DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
 [ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))
 # two processes: the data and the trainings, then the tune and the probes
+RC=0
 for stages in ${EARN_STAGES:-data,train tune,serve}; do
   "$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
     --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" --stages $stages ${EARN_ARGS:-} \
-    || { say "earn.py --stages $stages: exit $?"; break; }
+    || { RC=$?; say "earn.py --stages $stages: exit $RC"; break; }
 done
 [ -e "$WORK/earn.json" ] && cp "$WORK/earn.json" "$OUT/"
 [ -d "$WORK/out" ] && cp -r "$WORK/out" "$OUT/"
 say "all finished; results in $OUT"
+exit "$RC"

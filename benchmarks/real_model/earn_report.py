@@ -75,8 +75,10 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
                      f"{s.get('epochs_done')}/{s.get('epochs')} | {s.get('updates')} | "
                      f"{s.get('train_s')} | `{str(s.get('sha256'))[:16]}…` | {preds} |")
     lines += ["", "The same command run twice:", ""]
-    again = earn.get("sha256_reproduced") or {}
-    if not isinstance(again, dict) or not again:
+    again = earn.get("sha256_reproduced")
+    if isinstance(again, bool):  # a record that kept one answer for trained / trained-again
+        lines.append(f"- trained: {'the same sha256' if again else 'DIFFERENT sha256'}")
+    elif not again:
         lines.append("- no second run")
     for name, row in (again.items() if isinstance(again, dict) else []):
         same = row.get("same")
