@@ -295,9 +295,8 @@ class Earn:
     # --- 1-2: prompts, answers, held-out ---------------------------------------------------------
 
     def gen_profile(self, index: int = 0) -> Any:
-        """Generation server `index` (0-based): --mem-fraction-static is
-        gen_memory_fraction(index), since SGLang counts what the servers already running hold
-        against the fraction it is given."""
+        """Generation server `index` (0-based), started after the ones before it:
+        --mem-fraction-static is gen_memory_fraction(index), its share of the memory they left."""
         over = {"--max-running-requests": str(self.a.gen_batch),
                 "--max-total-tokens": str(self.a.gen_kv_tokens),
                 "--mem-fraction-static": str(gen_memory_fraction(self.a.gen_mem_fraction,
