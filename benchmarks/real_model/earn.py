@@ -853,10 +853,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
     ap.add_argument("--train-parallel", type=int, default=2,
-                    help="trainings at once (at 64 samples an update one holds up to about 37 "
-                         "GiB of GPU memory on the longest batches; on an H200 a 32-sample "
-                         "training beside a 64-sample one added about a fifth to the samples "
-                         "per second)")
+                    help="trainings at once (at 64 samples an update one held 31-41 GiB of "
+                         "an H200; a 32-sample training beside a 64-sample one added about a "
+                         "fifth to the samples per second)")
     ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
                     help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],
