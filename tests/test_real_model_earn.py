@@ -96,6 +96,36 @@ def test_generation_stops_handing_out_batches_once_enough_tokens_are_in(
     assert [o["output_ids"][0] for o in everything] == list(range(100))
 
 
+def test_generation_sends_no_batch_once_told_to_stop(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _Server(per_prompt=10)
+    monkeypatch.setattr(earn.gen, "post", server.post)
+    monkeypatch.setattr(earn.gen, "THREADS", 1)
+    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    runner = object.__new__(earn.Earn)
+    out = runner.spread(["http://a"], [[i] for i in range(100)], 10,
+                        stop=lambda: server.requests >= 3)
+    assert server.requests == 3
+    assert [o["output_ids"][0] for o in out] == list(range(12))
+
+
+def test_the_writing_stops_at_its_share_of_the_generation_time_and_the_answers_at_the_end(
+        earn: ModuleType) -> None:
+    clock = [1000.0]
+    write, answer = earn.gen_stops(1100.0, now=lambda: clock[0])
+    assert write is not None and answer is not None
+    clock[0] = 1000.0 + 100 * earn.WRITE_SHARE - 0.5
+    assert not write() and not answer()
+    clock[0] = 1000.0 + 100 * earn.WRITE_SHARE
+    assert write() and not answer()
+    clock[0] = 1100.0
+    assert write() and answer()
+    assert earn.gen_stops(None) == (None, None)
+    late_write, late_answer = earn.gen_stops(900.0, now=lambda: clock[0])  # already past
+    assert late_write is not None and late_answer is not None
+    assert late_write() and late_answer()
+
+
 @pytest.mark.slow
 def test_the_same_training_command_writes_the_same_weights(
         sf_train: ModuleType, tmp_path: Path) -> None:

