@@ -113,17 +113,23 @@ def test_the_writing_stops_at_its_share_of_the_generation_time_and_the_answers_a
         earn: ModuleType) -> None:
     clock = [1000.0]
     write, answer = earn.gen_stops(1100.0, now=lambda: clock[0])
-    assert write is not None and answer is not None
+    assert write is not None
+    assert answer is not None
     clock[0] = 1000.0 + 100 * earn.WRITE_SHARE - 0.5
-    assert not write() and not answer()
+    assert not write()
+    assert not answer()
     clock[0] = 1000.0 + 100 * earn.WRITE_SHARE
-    assert write() and not answer()
+    assert write()
+    assert not answer()
     clock[0] = 1100.0
-    assert write() and answer()
+    assert write()
+    assert answer()
     assert earn.gen_stops(None) == (None, None)
     late_write, late_answer = earn.gen_stops(900.0, now=lambda: clock[0])  # already past
-    assert late_write is not None and late_answer is not None
-    assert late_write() and late_answer()
+    assert late_write is not None
+    assert late_answer is not None
+    assert late_write()
+    assert late_answer()
 
 
 @pytest.mark.slow
