@@ -408,6 +408,9 @@ class Earn:
                 "flags": list(prof.server.args)}
         n = len(answers)
         n_tok = sum(len(o["output_ids"]) for o in answers)
+        if n == 0:
+            raise RuntimeError("no answers: the generation servers answered none "
+                               + ("before --gen-deadline" if a.gen_deadline else "of the prompts"))
         self.rec["answers"] = {
             "prompts": n, "answer_tokens": n_tok, "seconds": round(gen_s, 1),
             "tok_per_s": round(n_tok / max(gen_s, 1e-9)),
