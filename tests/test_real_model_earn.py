@@ -247,6 +247,24 @@ def test_the_report_says_which_second_runs_wrote_the_same_bytes(tmp_path: Path) 
     assert "- trained-again: not started, 100 s left" in text
 
 
+def test_the_report_says_when_the_generation_deadline_cut_the_data(tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "earn.json").write_text(json.dumps({
+        "written": {"requests": 300, "written": 120, "kept": 110, "tokens": 900},
+        "answers": {"prompts": 50, "answer_tokens": 700, "stopped_by_gen_deadline": True}}))
+    data = rep.report(out)[0].split("## Data")[1].split("## Drafters")[0]
+    assert "- the writing stopped at its share of the generation time: 120 of 300 asks" in data
+    assert "700 answer tokens" in data
+    assert "(stopped by the generation deadline)" in data
+    (out / "earn.json").write_text(json.dumps({
+        "written": {"requests": 300, "written": 300, "kept": 280, "tokens": 900},
+        "answers": {"prompts": 50, "answer_tokens": 700, "stopped_by_gen_deadline": False}}))
+    data = rep.report(out)[0].split("## Data")[1].split("## Drafters")[0]
+    assert "stopped" not in data
+
+
 def test_each_generation_server_is_given_its_share_of_what_the_others_left(
         earn: ModuleType) -> None:
     got = [earn.gen_memory_fraction(0.25, i) for i in range(3)]

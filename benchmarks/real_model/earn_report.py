@@ -59,8 +59,13 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
               f"asks ({w.get('dropped')}), {w.get('tokens')} tokens in {w.get('seconds')} s",
               f"- answers: {a.get('prompts')} prompts ({a.get('written')} written, "
               f"{a.get('tasks')} templated), {a.get('answer_tokens')} answer tokens in "
-              f"{a.get('seconds')} s = {a.get('tok_per_s')} tok/s; per kind {a.get('per_kind')}",
+              f"{a.get('seconds')} s = {a.get('tok_per_s')} tok/s; per kind {a.get('per_kind')}"
+              + (" (stopped by the generation deadline)" if a.get("stopped_by_gen_deadline")
+                 else ""),
               ""]
+    if w.get("written") is not None and w.get("written") != w.get("requests"):
+        lines.insert(-3, f"- the writing stopped at its share of the generation time: "
+                         f"{w.get('written')} of {w.get('requests')} asks written")
     lines += ["## Drafters", "",
               "| drafter | samples | answer tokens | epochs | updates | train s | sha256 | "
               "predicted accept length, 1-5 steps |", "|---|---|---|---|---|---|---|---|"]
