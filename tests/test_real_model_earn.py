@@ -125,6 +125,13 @@ def test_the_writing_stops_at_its_share_of_the_generation_time_and_the_answers_a
     assert write()
     assert answer()
     assert earn.gen_stops(None) == (None, None)
+    clock[0] = 1000.0
+    half_write, _ = earn.gen_stops(1100.0, now=lambda: clock[0], share=0.5)
+    assert half_write is not None
+    clock[0] = 1049.0
+    assert not half_write()
+    clock[0] = 1050.0
+    assert half_write()
     late_write, late_answer = earn.gen_stops(900.0, now=lambda: clock[0])  # already past
     assert late_write is not None
     assert late_answer is not None
