@@ -139,6 +139,118 @@ def test_the_writing_stops_at_its_share_of_the_generation_time_and_the_answers_a
     assert late_answer()
 
 
+class _Tokenizer:
+    """transformers' tokenizer, as far as earn.py's data stage uses it: a chat is one token id
+    per distinct text, and a written answer decodes to a request of usable length."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **_kw: Any) -> list[int]:
+        return [self.ids.setdefault(messages[0]["content"], len(self.ids) + 1)]
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ids.setdefault(text, len(self.ids) + 1)]
+
+    def decode(self, ids: list[int], **_kw: Any) -> str:
+        return (f"What would a careful engineer check first when request number {ids[0]} "
+                "comes back slower than it did yesterday?")
+
+
+class _Fleet:
+    def __init__(self, *_a: Any) -> None:
+        self.urls = ["http://a"]
+        self.failed: list[str] = []
+
+    def wait_first(self) -> str:
+        return "http://a"
+
+    def stop(self) -> list[Any]:
+        return []
+
+
+def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 gen_deadline: float | None, clock: list[float]) -> Any:
+    """earn.py's data stage against stand-ins for SGLang (each /generate request moves the
+    clock 10 s on), transformers' tokenizer and the generation servers."""
+    import argparse
+    from types import SimpleNamespace
+
+    import transformers
+
+    from specgate.measure import prompts as probe_prompts
+
+    def post(url: str, body: dict[str, Any], timeout_s: float = 0.0) -> Any:
+        clock[0] += 10.0
+        return [{"output_ids": [p[0], 7, 7], "meta_info": {"finish_reason": {"type": "stop"}}}
+                for p in body["input_ids"]]
+
+    monkeypatch.setattr(earn.gen, "post", post)
+    monkeypatch.setattr(earn.gen, "THREADS", 1)
+    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    monkeypatch.setattr(earn.gen, "generate", lambda url, texts, *_a, **_k: [
+        {"output_ids": [5, 6]} for _ in texts])
+    monkeypatch.setattr(earn, "Fleet", _Fleet)
+    tok = _Tokenizer()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: tok)
+    monkeypatch.setattr(probe_prompts, "choose_template", lambda *_a: SimpleNamespace(
+        name="plain", source="test", render=lambda text: text))
+    runner = object.__new__(earn.Earn)
+    runner.a = argparse.Namespace(
+        n_tasks=12, n_written=40, seed=0, write_tokens=8, write_temperature=0.7,
+        write_top_p=0.95, train_tokens=8, answer_tokens=10_000, gen_servers=1,
+        gen_mem_fraction=0.25, gen_deadline=gen_deadline, write_share=0.5)
+    runner.work = tmp_path
+    runner.target = tmp_path / "target"
+    runner.sim = True
+    runner.out = tmp_path / "out"
+    runner.out.mkdir()
+    runner.rec = {"seconds": {}, "errors": {}}
+    runner.lap_t = 0.0
+    runner.answers_path = tmp_path / "answers.jsonl.gz"
+    runner.heldout_dir = tmp_path / "dumps" / "heldout"
+    runner.now = lambda: clock[0]
+    monkeypatch.setattr(runner, "gen_profile", lambda index=0: SimpleNamespace(
+        bench=SimpleNamespace(chat_template=None), server=SimpleNamespace(args=[])))
+    return runner
+
+
+def test_the_data_stage_stops_writing_and_answering_at_the_generation_deadline(
+        earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline 100 s away with half for the writing: 5 batches of 4 asks written (the clock
+    at 50 s), then 5 batches of 4 answers (at 100 s) of the 32 prompts there were."""
+    clock = [0.0]
+    runner = _data_runner(earn, tmp_path, monkeypatch, 100.0, clock)
+    runner.data()
+    rec = json.loads((tmp_path / "earn.json").read_text())
+    assert rec["written"]["requests"] == 40
+    assert rec["written"]["written"] == 20
+    assert rec["written"]["kept"] == 20
+    assert rec["answers"]["prompts"] == 20
+    assert rec["answers"]["stopped_by_gen_deadline"] is True
+    with gzip.open(tmp_path / "answers.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 20
+    assert {r["family"] for r in rows} == {"written", "tasks"}
+
+
+def test_the_data_stage_without_a_deadline_answers_every_prompt(
+        earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = _data_runner(earn, tmp_path, monkeypatch, None, [0.0])
+    runner.data()
+    rec = json.loads((tmp_path / "earn.json").read_text())
+    assert rec["written"]["written"] == 40
+    assert rec["answers"]["prompts"] == 40 + 12
+    assert rec["answers"]["stopped_by_gen_deadline"] is False
+
+
+def test_a_data_stage_that_got_no_answer_in_time_says_so(
+        earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = _data_runner(earn, tmp_path, monkeypatch, 100.0, [100.0])
+    with pytest.raises(RuntimeError, match=r"no answers: .* before --gen-deadline"):
+        runner.data()
+
+
 @pytest.mark.slow
 def test_the_same_training_command_writes_the_same_weights(
         sf_train: ModuleType, tmp_path: Path) -> None:

@@ -64,8 +64,10 @@ SIZES = {"third": 3, "ninth": 9}
 TRAININGS = ("trained", "trained-again", "third", "ninth")
 AGAIN = "-again"
 # of the generation's time, at most, for writing requests (the rest: answers). On an H200 with
-# SmolLM2-135M the writing ran at about 21,000 tok/s (sampled, one server for most of it) and the
-# answers at 68,000: the ~47,000 asks that 10 M answer tokens need take a little over half.
+# SmolLM2-135M the writing ran at about 21,000 tok/s (sampled; one server for about its first
+# 70 s, two for the next 75 s, then three) and the answers at 68,000 tok/s; 10 M answer tokens
+# need about 52,000 asks (189 answer tokens a prompt, 89 % of the written requests usable): a
+# little over half of the time.
 WRITE_SHARE = 0.55
 GRACE_S = 120.0  # a training's time to save and end after SIGTERM
 
@@ -294,6 +296,7 @@ class Earn:
         self.lap_t = time.monotonic()
         self.answers_path = self.work / "answers.jsonl.gz"
         self.heldout_dir = self.work / "dumps" / "heldout"
+        self.now: Callable[[], float] = time.time  # the clock of the generation deadline
 
     def left(self) -> float:
         return float("inf") if self.a.deadline is None else self.a.deadline - time.time()
@@ -364,7 +367,8 @@ class Earn:
                 [{"id": i, "category": c, "prompt_ids": p, "answer_ids": ans}
                  for i, c, p, ans in self.heldout]) + "\n")
             t = time.monotonic()
-            write_stop, answer_stop = gen_stops(a.gen_deadline, share=a.write_share)
+            write_stop, answer_stop = gen_stops(a.gen_deadline, now=self.now,
+                                                share=a.write_share)
             # sampled, so that one ask gives many different requests; the answers are greedy
             written = self.spread(urls, [chat(r["prompt"]) for r in asks], a.write_tokens,
                                   sampling={"temperature": a.write_temperature,

@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     *) MODEL=$1; shift ;;
   esac
 done
-[ -n "$MODEL" ] && [ -n "$SPECFORGE" ] || { echo "usage: $0 MODEL --specforge DIR [--budget SECONDS]"; exit 2; }
+[ -n "$MODEL" ] && [ -n "$SPECFORGE" ] || { echo "usage: $0 MODEL --specforge DIR [--budget SECONDS] [--gen-budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]"; exit 2; }
 MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 SPECFORGE=$(cd "$SPECFORGE" && pwd)
 OUT=${OUT:-/tmp/earn-out}

@@ -55,8 +55,9 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
     a = earn.get("answers") or {}
     w = earn.get("written") or {}
     lines += ["## Data", "",
-              f"- prompts written by the model: {w.get('kept')} usable of {w.get('requests')} "
-              f"asks ({w.get('dropped')}), {w.get('tokens')} tokens in {w.get('seconds')} s",
+              f"- prompts written by the model: {w.get('kept')} usable of "
+              f"{w.get('written', w.get('requests'))} asks written ({w.get('dropped')}), "
+              f"{w.get('tokens')} tokens in {w.get('seconds')} s",
               f"- answers: {a.get('prompts')} prompts ({a.get('written')} written, "
               f"{a.get('tasks')} templated), {a.get('answer_tokens')} answer tokens in "
               f"{a.get('seconds')} s = {a.get('tok_per_s')} tok/s; per kind {a.get('per_kind')}"
