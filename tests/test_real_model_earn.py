@@ -81,13 +81,18 @@ class _Server:
             "finish_reason": {"type": "length"}}} for p in first]
 
 
+def _serial(earn: ModuleType, monkeypatch: pytest.MonkeyPatch, post: Any) -> Any:
+    """An Earn whose generation posts to `post`, one batch of 4 prompts at a time."""
+    monkeypatch.setattr(earn.gen, "post", post)
+    monkeypatch.setattr(earn.gen, "THREADS", 1)
+    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    return object.__new__(earn.Earn)
+
+
 def test_generation_stops_handing_out_batches_once_enough_tokens_are_in(
         earn: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     server = _Server(per_prompt=10)
-    monkeypatch.setattr(earn.gen, "post", server.post)
-    monkeypatch.setattr(earn.gen, "THREADS", 1)
-    monkeypatch.setattr(earn.gen, "BATCH", 4)
-    runner = object.__new__(earn.Earn)
+    runner = _serial(earn, monkeypatch, server.post)
     prompts = [[i] for i in range(100)]  # 25 batches of 4 prompts, 40 tokens each
     out = runner.spread(["http://a"], prompts, 10, until_tokens=200)
     assert server.requests == 5  # 5 batches = 200 tokens; the 6th is never sent
@@ -99,10 +104,7 @@ def test_generation_stops_handing_out_batches_once_enough_tokens_are_in(
 def test_generation_sends_no_batch_once_told_to_stop(
         earn: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     server = _Server(per_prompt=10)
-    monkeypatch.setattr(earn.gen, "post", server.post)
-    monkeypatch.setattr(earn.gen, "THREADS", 1)
-    monkeypatch.setattr(earn.gen, "BATCH", 4)
-    runner = object.__new__(earn.Earn)
+    runner = _serial(earn, monkeypatch, server.post)
     out = runner.spread(["http://a"], [[i] for i in range(100)], 10,
                         stop=lambda: server.requests >= 3)
     assert server.requests == 3
@@ -185,9 +187,7 @@ def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         return [{"output_ids": [p[0], 7, 7], "meta_info": {"finish_reason": {"type": "stop"}}}
                 for p in body["input_ids"]]
 
-    monkeypatch.setattr(earn.gen, "post", post)
-    monkeypatch.setattr(earn.gen, "THREADS", 1)
-    monkeypatch.setattr(earn.gen, "BATCH", 4)
+    runner = _serial(earn, monkeypatch, post)
     monkeypatch.setattr(earn.gen, "generate", lambda url, texts, *_a, **_k: [
         {"output_ids": [5, 6]} for _ in texts])
     monkeypatch.setattr(earn, "Fleet", _Fleet)
@@ -195,7 +195,6 @@ def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: tok)
     monkeypatch.setattr(probe_prompts, "choose_template", lambda *_a: SimpleNamespace(
         name="plain", source="test", render=lambda text: text))
-    runner = object.__new__(earn.Earn)
     runner.a = argparse.Namespace(
         n_tasks=12, n_written=40, seed=0, write_tokens=8, write_temperature=0.7,
         write_top_p=0.95, train_tokens=8, answer_tokens=10_000, gen_servers=1,
