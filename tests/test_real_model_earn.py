@@ -176,9 +176,8 @@ def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """earn.py's data stage against stand-ins for SGLang (each /generate request moves the
     clock 10 s on), transformers' tokenizer and the generation servers."""
     import argparse
+    import sys
     from types import SimpleNamespace
-
-    import transformers
 
     from specgate.measure import prompts as probe_prompts
 
@@ -192,7 +191,9 @@ def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         {"output_ids": [5, 6]} for _ in texts])
     monkeypatch.setattr(earn, "Fleet", _Fleet)
     tok = _Tokenizer()
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: tok)
+    # the data stage imports transformers' AutoTokenizer when it runs (installed or not here)
+    monkeypatch.setitem(sys.modules, "transformers", SimpleNamespace(
+        AutoTokenizer=SimpleNamespace(from_pretrained=lambda *_a, **_k: tok)))
     monkeypatch.setattr(probe_prompts, "choose_template", lambda *_a: SimpleNamespace(
         name="plain", source="test", render=lambda text: text))
     runner.a = argparse.Namespace(
