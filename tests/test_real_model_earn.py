@@ -396,6 +396,16 @@ def test_each_generation_server_is_given_its_share_of_what_the_others_left(
         earn.gen_memory_fraction(0.4, 2)
 
 
+def test_trainings_at_once_are_what_the_gpu_memory_holds(earn: ModuleType) -> None:
+    assert earn.trainings_at_once(0, 139.8, 64) == 2  # a 141 GB H200
+    assert earn.trainings_at_once(0, 79.6, 64) == 1  # an 80 GB H100: two would need ~84 GiB
+    assert earn.trainings_at_once(0, 79.6, 32) == 2  # half the batch, half the memory
+    assert earn.trainings_at_once(0, 200.0, 16) == 2  # never more than two
+    assert earn.trainings_at_once(0, 20.0, 64) == 1  # too small for one: still one
+    assert earn.trainings_at_once(0, None, 64) == 1  # no GPU found
+    assert earn.trainings_at_once(3, 79.6, 64) == 3  # asked for
+
+
 def _held(tmp_path: Path, name: str, code: int = 0, after: int = 0) -> list[str]:
     """A command that says it started, then runs until the test releases it. It exits 9 at once
     if fewer than `after` others had been released when it started (the pool started it too

@@ -17,7 +17,7 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    eval.live_agreement replay.
 3. Draft vocabularies (vocab.py, SpecForge's construction) of each data size.
 4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded),
-   --train-parallel at a time (--trainings): "trained" (all the data), "third" and "ninth" (the
+   as many at a time as the GPU's memory holds (--train-parallel; --trainings): "trained" (all the data), "third" and "ninth" (the
    first third and ninth of the data's seeded order, the same epochs), and NAME-again, NAME's
    own command run a second time: its sha256 must match NAME's. Stage "again" runs the --again
    trainings later, alone on the GPU, when the time left allows one (a box with a time limit
@@ -70,6 +70,9 @@ AGAIN = "-again"
 # little over half of the time.
 WRITE_SHARE = 0.55
 GRACE_S = 120.0  # a training's time to save and end after SIGTERM
+# GPU memory one training holds at 64 samples an update: 31-41 GiB of an H200 (nvidia-smi, the
+# longest batches highest); two at once need a GPU of over 84 GiB.
+TRAIN_GIB = 42.0
 
 
 def base_name(name: str) -> str:
@@ -160,6 +163,30 @@ def gen_stops(deadline: float | None, now: Callable[[], float] = time.time,
     start = now()
     write_end = start + max(deadline - start, 0.0) * share
     return (lambda: now() >= write_end), (lambda: now() >= deadline)
+
+
+def gpu_memory_gib() -> float | None:
+    """The first GPU's memory in GiB (nvidia-smi), or None where there is none."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        return round(float(out.split()[0]) / 1024, 1)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def trainings_at_once(requested: int, gpu_gib: float | None, batch_rows: int) -> int:
+    """How many trainings run at once: `requested` when above 0; else as many as the GPU's
+    memory holds at TRAIN_GIB each (scaled with the batch), at most two (a second training
+    beside the first added about a fifth to the samples per second; more were not measured);
+    one where no GPU was found."""
+    if requested > 0:
+        return requested
+    if gpu_gib is None:
+        return 1
+    per = TRAIN_GIB * batch_rows / 64
+    return max(1, min(2, int(gpu_gib // per)))
 
 
 def gen_memory_fraction(share: float, index: int) -> float:
@@ -594,10 +621,16 @@ class Earn:
         self.rec.setdefault("train_commands", {}).update(
             {k: ["sf_train.py", *v] for k, v in commands.items()})
         logs = self.work / "logs"
+        gib = None if a.train_parallel > 0 else gpu_memory_gib()
+        at_once = trainings_at_once(a.train_parallel, gib, a.batch_rows)
+        self.rec["train_parallel"] = {"at_once": at_once, "requested": a.train_parallel,
+                                      "gpu_gib": gib}
+        log(f"trainings {', '.join(names)}: {at_once} at a time"
+            + ("" if a.train_parallel > 0 else f" ({gib} GiB of GPU memory)"))
         t = time.monotonic()
         env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
         codes, wall = run_pool({k: [sys.executable, str(HERE / "sf_train.py"), *v]
-                                for k, v in commands.items()}, a.train_parallel, limit, logs,
+                                for k, v in commands.items()}, at_once, limit, logs,
                                env, log, grace_s=GRACE_S)
         self.rec.setdefault("train_wall_s", {}).update(wall)
         self.rec.setdefault("train_stage_s", {})[",".join(names)] = round(
@@ -892,10 +925,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--train-device", help="sf_train.py's --device")
     ap.add_argument("--train-threads", type=int, default=4, help="CPU threads per training")
-    ap.add_argument("--train-parallel", type=int, default=2,
-                    help="trainings at once (at 64 samples an update one held 31-41 GiB of "
-                         "an H200; a 32-sample training beside a 64-sample one added about a "
-                         "fifth to the samples per second)")
+    ap.add_argument("--train-parallel", type=int, default=0,
+                    help="trainings at once; 0: as many as the GPU's memory holds, at most two "
+                         "(at 64 samples an update one held 31-41 GiB of an H200; a 32-sample "
+                         "training beside a 64-sample one added about a fifth to the samples "
+                         "per second)")
     ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
                     help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],
