@@ -17,8 +17,9 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    eval.live_agreement replay.
 3. Draft vocabularies (vocab.py, SpecForge's construction) of each data size.
 4. Drafters (sf_train.py: SpecForge 0.2.0's training code, --epochs over the data, seeded),
-   as many at a time as the GPU's memory holds (--train-parallel; --trainings): "trained" (all the data), "third" and "ninth" (the
-   first third and ninth of the data's seeded order, the same epochs), and NAME-again, NAME's
+   as many at a time as the GPU's memory holds (--train-parallel; --trainings): "trained" (all
+   the data), "third" and "ninth" (the first third and ninth of the data's seeded order, the
+   same epochs), and NAME-again, NAME's
    own command run a second time: its sha256 must match NAME's. Stage "again" runs the --again
    trainings later, alone on the GPU, when the time left allows one (a box with a time limit
    trains the verdict's drafters first).
