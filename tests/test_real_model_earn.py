@@ -14,7 +14,7 @@ import random
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from script_support import load_real_model_script
@@ -640,3 +640,136 @@ def test_a_stage_forgets_what_an_earlier_run_left_for_it(earn: ModuleType, tmp_p
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
         "out", "out/prompts-used.jsonl"]
     assert runner.rec == {"seconds": {}, "errors": {}, "answers": {"prompts": 3}}
+
+
+class _Proc:
+    """A stand-in for subprocess.Popen that runs past its time: wait() times out until it is
+    sent SIGTERM, after which it ends (or, with `stubborn`, only after SIGKILL)."""
+
+    def __init__(self, stubborn: bool) -> None:
+        self.stubborn = stubborn
+        self.signals: list[str] = []
+        self.code: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
+        if self.code is None and not (self.signals and not self.stubborn):
+            if timeout is None:
+                raise AssertionError("an unbounded wait on a process that does not end")
+            raise subprocess.TimeoutExpired("tune", timeout)
+        if self.code is None:
+            self.code = -15
+        return self.code
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def terminate(self) -> None:
+        self.signals.append("TERM")
+
+    def kill(self) -> None:
+        self.signals.append("KILL")
+        self.code = -9
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_a_tune_past_its_time_is_asked_to_stop_before_it_is_killed(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        stubborn: bool) -> None:
+    procs: list[_Proc] = []
+
+    def popen(argv: list[str], **kw: Any) -> _Proc:
+        procs.append(_Proc(stubborn))
+        return procs[-1]
+
+    monkeypatch.setattr(earn.subprocess, "Popen", popen)
+    assert earn.run_until(["specgate", "tune"], None, tmp_path, 5.0, 90.0) == 124
+    # SIGTERM first (specgate tune stops its server and writes tune.json); SIGKILL only for a
+    # process still there after the grace
+    assert procs[0].signals == (["TERM", "KILL"] if stubborn else ["TERM"])
+
+
+def test_a_process_that_ends_in_time_keeps_its_exit_status(
+        earn: ModuleType, tmp_path: Path) -> None:
+    import sys
+
+    argv = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    assert earn.run_until(argv, None, tmp_path, 600.0, 1.0) == 3
+
+
+class _WarmHandle:
+    url = "http://warm"
+
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+class _Client:
+    asked: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
+
+    def __init__(self, url: str, api_key: str | None, timeout_s: float) -> None:
+        self.url = url
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def generate(self, text: str, params: dict[str, Any]) -> None:
+        self.asked.append((self.url, text, params))
+
+
+def _warm_runner(earn: ModuleType, tmp_path: Path) -> Any:
+    runner = _runner(earn, tmp_path)
+    runner.target = tmp_path / "target"
+    runner.launcher = ["python3", "-m", "sglang.launch_server"]
+    runner.sim = False
+    runner.target.mkdir()
+    return runner
+
+
+def test_the_warm_up_server_starts_beside_the_trainings_answers_once_and_stops(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import specgate.serving.client as client_module
+
+    handle = _WarmHandle()
+    started: list[tuple[list[str], str, float]] = []
+
+    def start(prof: Any, config: str, log_path: Path, port: int | None = None
+              ) -> tuple[_WarmHandle, float]:
+        started.append((list(prof.server.args), config, prof.server.startup_timeout_s))
+        return handle, 12.34
+
+    monkeypatch.setattr(earn.serve, "start", start)
+    monkeypatch.setattr(earn.profiles, "chat_template", lambda target: None)
+    monkeypatch.setattr(client_module, "SGLangClient", _Client)
+    _Client.asked.clear()
+    thread, rec = _warm_runner(earn, tmp_path).warm_up()
+    thread.join()
+    args, config, timeout = started[0]
+    assert config == "baseline"
+    assert timeout == earn.WARM_UP_TIMEOUT_S
+    # the fraction that lets it start beside a training; the probe's KV pool
+    assert args[args.index("--mem-fraction-static") + 1] == str(earn.WARM_UP_MEM_FRACTION)
+    assert args[args.index("--max-total-tokens") + 1] == "65536"
+    assert [(u, p["max_new_tokens"]) for u, _, p in _Client.asked] == [("http://warm", 16)]
+    assert handle.stopped == 1
+    assert rec == {"ready_s": 12.3, "answered": True, "seconds": rec["seconds"]}
+
+
+def test_a_warm_up_server_that_fails_is_recorded_and_nothing_raises(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def start(prof: Any, config: str, log_path: Path, port: int | None = None
+              ) -> tuple[_WarmHandle, float]:
+        raise RuntimeError("exited with code 1: out of memory")
+
+    monkeypatch.setattr(earn.serve, "start", start)
+    monkeypatch.setattr(earn.profiles, "chat_template", lambda target: None)
+    thread, rec = _warm_runner(earn, tmp_path).warm_up()
+    thread.join()
+    assert rec == {"error": "exited with code 1: out of memory"}

@@ -22,10 +22,12 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    same epochs), and NAME-again, NAME's
    own command run a second time: its sha256 must match NAME's. Stage "again" runs the --again
    trainings later, alone on the GPU, when the time left allows one (a box with a time limit
-   trains the verdict's drafters first).
+   trains the verdict's drafters first). While they train, one baseline server starts, answers
+   once and stops (Earn.warm_up, --no-warm-up): the later starts find SGLang's kernels compiled.
 5. `specgate tune` on the trained drafter picks the chain (--steps, --tune-launches).
 6. All at once: two baselines and two speculative servers of the trained drafter at the tuned
-   chain (two launches of each), and the third and ninth drafters at that chain. `pytest -m
+   chain (two launches of each), and the third and ninth drafters at that chain (each with
+   --mem-fraction-static SERVE_MEM_FRACTION, to start beside the others). `pytest -m
    probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
    compare with probe-1 when it passed); then the served accept length of the three data sizes.
 WORK/earn.json records every figure and time; WORK/out holds what a result keeps.
@@ -74,7 +76,14 @@ GRACE_S = 120.0  # a training's time to save and end after SIGTERM
 # GPU memory one training holds at 64 samples an update: 31-41 GiB of an H200 (nvidia-smi, the
 # longest batches highest); two at once need a GPU of over 84 GiB.
 TRAIN_GIB = 42.0
-
+# SGLang's --mem-fraction-static counts against the memory free when each server starts: it
+# keeps (1 - fraction) of the whole GPU for everything else. A server started beside a training
+# (31-41 GiB) or beside five other servers must keep less for the others; the KV pool stays the
+# probe's 65,536 tokens (--max-total-tokens caps it), so speed is unchanged.
+WARM_UP_MEM_FRACTION = 0.85
+SERVE_MEM_FRACTION = 0.6
+WARM_UP_TIMEOUT_S = 420.0
+TUNE_STOP_GRACE_S = 90.0  # the tune's time to stop its server and write tune.json after SIGTERM
 
 def base_name(name: str) -> str:
     """The training whose command NAME runs: "trained-again" runs "trained"'s."""
@@ -268,6 +277,27 @@ def run_pool(commands: dict[str, list[str]], parallel: int, limit: float | None,
         codes[name] = None
         say(f"training {name}: not started before the deadline")
     return codes, wall
+
+
+def run_until(argv: list[str], out: Any, cwd: Path, limit_s: float, grace_s: float) -> int:
+    """Run argv for at most limit_s seconds, then SIGTERM and grace_s seconds to end (specgate
+    tune then stops its server and writes what it measured), then SIGKILL. Returns its exit
+    status; 124 when it was stopped."""
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+    try:
+        return proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 124
+    finally:
+        if proc.poll() is None:  # left by an exception
+            proc.kill()
+            proc.wait()
 
 
 def finished(summary: dict[str, Any]) -> bool:
@@ -651,6 +681,43 @@ class Earn:
             f"reproduced: { {k: v['same'] for k, v in self.rec['sha256_reproduced'].items()} }")
         self.lap("training " + ",".join(names))
 
+    def warm_up(self) -> tuple[threading.Thread, dict[str, Any]]:
+        """One baseline server started while the trainings run, sent one request, then stopped:
+        SGLang's first start on a machine compiles its kernels (on an H100, 179 s to ready
+        against about 70 s for later starts), and the tune's launches after the trainings find
+        them compiled. Its --mem-fraction-static lets it start beside a training. Returns the
+        thread and the record it fills (read after join)."""
+        doc = profiles.base("warm-up", self.target, self.launcher, self.sim,
+                            {"--mem-fraction-static": str(WARM_UP_MEM_FRACTION)})
+        doc["server"]["startup_timeout_s"] = WARM_UP_TIMEOUT_S
+        prof = profiles.load(doc, self.work / "profiles" / "warm-up.toml")
+        rec: dict[str, Any] = {}
+
+        def run() -> None:
+            from specgate.serving.client import SGLangClient
+
+            t = time.monotonic()
+            try:
+                handle, ready = serve.start(prof, "baseline", self.work / "logs" / "warm-up.log")
+            except Exception as exc:  # the trainings go on; the tune then compiles
+                rec["error"] = str(exc)[:1000]
+                return
+            try:
+                rec["ready_s"] = round(ready, 1)
+                with SGLangClient(handle.url, None, timeout_s=60.0) as client:
+                    client.generate("Name three colours.", {"max_new_tokens": 16,
+                                                            "temperature": 0.0})
+                rec["answered"] = True
+            except Exception as exc:
+                rec["error"] = str(exc)[:1000]
+            finally:
+                handle.stop()
+                rec["seconds"] = round(time.monotonic() - t, 1)
+
+        thread = threading.Thread(target=run, name="warm-up", daemon=True)
+        thread.start()
+        return thread, rec
+
     def keep_drafter(self, name: str) -> None:
         """What a result keeps of drafter NAME: its summary, config, prediction and logs."""
         src, dst = self.work / "drafters" / name, self.out / "drafters" / name
@@ -710,14 +777,10 @@ class Earn:
         reports = self.work / "reports" / "tune"
         t = time.monotonic()
         with (self.work / "logs" / "tune.log").open("w") as fh:
-            try:
-                code = subprocess.run(
-                    [sys.executable, "-m", "specgate.cli", "tune", "--profile", str(prof),
-                     "--reports", str(reports), "--no-baseline"], stdout=fh,
-                    stderr=subprocess.STDOUT, cwd=self.work, check=False,
-                    timeout=max(self.left() - a.after_tune_s, 60.0)).returncode
-            except subprocess.TimeoutExpired:
-                code = 124
+            code = run_until(
+                [sys.executable, "-m", "specgate.cli", "tune", "--profile", str(prof),
+                 "--reports", str(reports), "--no-baseline"], fh, self.work,
+                max(self.left() - a.after_tune_s - TUNE_STOP_GRACE_S, 60.0), TUNE_STOP_GRACE_S)
         dst = self.out / "tune"
         dst.mkdir(parents=True, exist_ok=True)
         for f in ("tune.md", "tune.png", "recommended.toml", "tune.json"):
@@ -740,14 +803,16 @@ class Earn:
     def serve(self, steps: int) -> None:
         a = self.a
         drafters = self.work / "drafters"
+        over = {"--mem-fraction-static": str(SERVE_MEM_FRACTION)}  # six servers at once
         probe_doc = profiles.probe(self.target, drafters / "trained", self.heldout_dir,
-                                   self.launcher, self.sim, steps, label="trained")
+                                   self.launcher, self.sim, steps, label="trained",
+                                   overrides=over)
         probe_toml = profiles.write(probe_doc, self.work / "profiles" / "probe.toml")
         prof = profiles.load(probe_doc, self.work / "profiles" / "probe-loaded.toml")
         size_profs = {}
         for name in SIZES:
             d = profiles.probe(self.target, drafters / name, self.heldout_dir, self.launcher,
-                               self.sim, steps, label=name)
+                               self.sim, steps, label=name, overrides=over)
             size_profs[name] = profiles.load(d, self.work / "profiles" / f"{name}.toml")
         jobs: dict[str, tuple[Any, str]] = {
             "baseline-1": (prof, "baseline"), "baseline-2": (prof, "baseline"),
@@ -864,7 +929,14 @@ class Earn:
                              "train_wall_s", "train_stage_s", *served),
                             ("drafters", "out/drafters", "out/tune", "out/probe-*",
                              "out/servers", "reports"))
-                self.train(self.maps(), self.a.trainings, self.train_limit())
+                warm = self.warm_up() if self.a.warm_up else None
+                try:
+                    self.train(self.maps(), self.a.trainings, self.train_limit())
+                finally:
+                    if warm is not None:
+                        warm[0].join()
+                        self.rec["warm_up"] = warm[1]
+                        log(f"warm-up server: {warm[1]}")
             elif "tune" in stages:
                 self.forget(served, ("out/tune", "out/probe-*", "out/servers", "reports"))
             elif "serve" in stages:
@@ -931,6 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(at 64 samples an update one held 31-41 GiB of an H200; a 32-sample "
                          "training beside a 64-sample one added about a fifth to the samples "
                          "per second)")
+    ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                    help="start no baseline server during the trainings (see Earn.warm_up)")
     ap.add_argument("--trainings", type=names_arg, default=list(TRAININGS),
                     help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],

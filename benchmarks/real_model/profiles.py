@@ -88,10 +88,11 @@ def speculative(steps: int) -> dict[str, Any]:
 
 
 def probe(target: Path, drafter: Path, heldout: Path, launcher: list[str], sim: bool,
-          steps: int, label: str = "trained") -> dict[str, Any]:
+          steps: int, label: str = "trained",
+          overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """`pytest -m probe`: the drafter against the baseline, with the prediction on the held-out
     dump of the probe's own prompts (eval.live_agreement)."""
-    doc = base(f"{label}-s{steps}-k1-d{steps + 1}", target, launcher, sim)
+    doc = base(f"{label}-s{steps}-k1-d{steps + 1}", target, launcher, sim, overrides)
     doc["drafter"] = {"path": str(drafter), "expect": expect(target)}
     doc["speculative"] = speculative(steps)
     doc["eval"] = {"hidden_states": str(heldout), "device": "auto"}
