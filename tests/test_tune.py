@@ -105,6 +105,21 @@ def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
     assert (tmp_path / "tune" / tune.RESULT_FILE).exists()
     table = tune_report.write_outputs(result, tmp_path)["table"].read_text()
     assert f"s{max(profile.tune.steps)}-k1" in table
+    # the chains predicted faster were not launched because the run stopped, not because they
+    # were predicted slower; the recommendation says it is not the race's answer
+    best_tps = result.trial(result.best).measurement.stat("tps").mean
+    faster = [c.key for c in result.candidates
+              if result.trial(c) is None and result.predictions[c.key].tps >= best_tps]
+    assert faster
+    for line in table.splitlines():
+        key = line.split(" | ")[0].lstrip("| ")
+        if key in faster:
+            assert "not launched: the race stopped first (interrupted after 1 launches)" in line
+    assert "predicted slower" not in " ".join(
+        line for line in table.splitlines() if line.split(" | ")[0].lstrip("| ") in faster)
+    assert "Not settled: the race stopped (interrupted after 1 launches) before launching" \
+        in table
+    assert "longer one may be faster still" not in table
 
 
 @pytest.mark.parametrize("argv", [["--steps", "x"], ["--steps", "0"], ["--steps", ","],

@@ -48,7 +48,7 @@ def table(result: TuneResult) -> str:
         tps = _ci(m.stats["tps"].to_json(), 1) if m and "tps" in m.stats else "—"
         vs = _ci(tr.vs_best.to_json(), 3) if tr and tr.vs_best else "—"
         status = (f"**{tr.status}**" if tr and tr.status == "best" else
-                  tr.status if tr else "not launched (predicted slower)")
+                  tr.status if tr else _not_launched(result, c.key))
         if tr and tr.note and tr.status != "best":
             status += f": {tr.note}"
         lines.append(f"| {c.key} | {tr.launch if tr else '—'} | {ptau} | {tau} | {ptps} | "
@@ -68,7 +68,7 @@ def summary_text(result: TuneResult) -> str:
         against = _against_baseline(result)
         if against:
             lines += ["", against]
-        edge = _edge(result)
+        edge = _unsettled(result) or _edge(result)
         if edge:
             lines += ["", edge]
     else:
@@ -114,6 +114,45 @@ def _levels_section(result: TuneResult) -> list[str]:
     lines += ["", "The fastest measured chain at a level is the one with the highest mean; "
               "chains whose intervals overlap there are not separated.", ""]
     return lines
+
+
+# The stop reasons of a race that settled: whatever was not launched was predicted slower.
+SETTLED = ("no configuration left is predicted within", "every configuration was measured")
+
+
+def _best_tps(result: TuneResult) -> float | None:
+    tr = result.trial(result.best) if result.best else None
+    tps = tr.measurement.stat("tps") if tr and tr.measurement else None
+    return tps.mean if tps else None
+
+
+def _unlaunched_faster(result: TuneResult) -> list[str]:
+    """The configurations never launched whose predicted tok/s beats the best measured: when
+    the race stopped before settling (interrupted, max_launches, a failed first launch)."""
+    best = _best_tps(result)
+    if result.stop_reason.startswith(SETTLED) or best is None:
+        return []
+    return [c.key for c in result.candidates if result.trial(c) is None
+            and c.key in result.predictions and result.predictions[c.key].tps >= best]
+
+
+def _not_launched(result: TuneResult, key: str) -> str:
+    """Why a configuration has no launch: predicted slower, or the race stopped first."""
+    if key in _unlaunched_faster(result):
+        return f"not launched: the race stopped first ({result.stop_reason})"
+    return "not launched (predicted slower)"
+
+
+def _unsettled(result: TuneResult) -> str:
+    """A warning that the recommendation is not the race's answer: configurations predicted
+    faster than the best measured were never launched."""
+    keys = _unlaunched_faster(result)
+    if not keys:
+        return ""
+    preds = ", ".join(f"{k} ({result.predictions[k].tps:.1f} tok/s)" for k in keys)
+    return (f"Not settled: the race stopped ({result.stop_reason}) before launching "
+            f"{preds}, predicted faster than the best measured ({_best_tps(result):.1f} "
+            "tok/s); the recommendation is only the best of what was measured.")
 
 
 def _against_baseline(result: TuneResult) -> str:
