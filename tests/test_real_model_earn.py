@@ -306,19 +306,28 @@ def test_the_report_sets_the_accept_length_each_chain_needs_against_what_it_reac
         {"answer_tokens": 1000, "samples": 10, "sha256": "ab" * 32}))
     (out / "drafters" / "trained" / "prediction.json").write_text(json.dumps(
         {"groups": {"all": {"predicted_per_request": {"steps2_topk1_draft3": 1.8}}}}))
-    (out / "probe-1" / "verdict.json").write_text(json.dumps(
-        {"outcome": "failed", "claims": [], "figures": {"baseline_tps": {"value": 600.0}}}))
+    (out / "probe-2").mkdir()
+    for k, tps in ((1, 600.0), (2, 500.0)):
+        (out / f"probe-{k}" / "verdict.json").write_text(json.dumps(
+            {"outcome": "failed", "claims": [], "figures": {"baseline_tps": {"value": tps}}}))
     (out / "tune" / "tune.json").write_text(json.dumps({
-        "best": "s2-k1-d3", "predictions": {"s1-k1-d2": {"tau": 1.5, "cycle_ms": 3.0},
+        "best": "s2-k1-d3", "stop_reason": "interrupted after 1 launches",
+        "cycle_fit": {"how": "one measured configuration, cycle ∝ steps + 1 (no baseline)"},
+        "predictions": {"s1-k1-d2": {"tau": 1.5, "cycle_ms": 3.0},
                                             "s2-k1-d3": {"tau": 1.7, "cycle_ms": 3.5}},
         "trials": [{"key": "s2-k1-d3", "run": {"measurement": {"stats": {
             "cycle_ms": {"mean": 4.0}, "tau_decode": {"mean": 1.9}}}}}]}))
     text, curve = rep.report(out)
-    # launched: the measured cycle 4.0 ms x 600 tok/s = 2.4 needed, 1.9 reached, 0.5 short
-    assert "| s2-k1-d3 | yes | 4.00 | 2.400 | 1.900 | 1.800 | 0.500 |" in text
-    # not launched: the tune's model, 3.0 ms x 600 = 1.8 needed against 1.5
-    assert "| s1-k1-d2 | no (predicted) | 3.00 | 1.800 | 1.500 | — | 0.300 |" in text
+    # launched: the measured cycle 4.0 ms x 600 (500) tok/s = 2.4 (2.0) needed, 1.9 reached
+    assert "| s2-k1-d3 | yes | 4.00 | 2.400 / 2.000 | 1.900 | 1.800 | 0.500 / 0.100 |" in text
+    # not launched: the tune's model, 3.0 ms x 600 (500) = 1.8 (1.5) needed against 1.5
+    assert "| s1-k1-d2 | no (predicted) | 3.00 | 1.800 / 1.500 | 1.500 | — | 0.300 / 0.000 |" \
+        in text
+    # the cycle model of the chains not launched is named, and why the race stopped
+    assert "Best: s2-k1-d3 (interrupted after 1 launches)" in text
+    assert "(one measured configuration, cycle ∝ steps + 1 (no baseline))" in text
     assert curve == [(1000.0, 1.9, 1.8, "trained")]
+    assert "Not served: ninth, third (no trained drafter;" in text
 
 
 def test_a_second_run_is_compared_only_when_both_runs_finished_their_epochs(

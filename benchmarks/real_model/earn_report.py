@@ -4,7 +4,7 @@ curve (and its plot).
 usage: python3 earn_report.py OUT [--md OUT/summary.md] [--plot OUT/data-size.png]
 OUT: the run's out/ folder (earn.json, drafters/*/summary.json and prediction.json,
 tune/tune.json, probe-*/verdict.json). Per chain the accept length needed is the measured
-verify cycle x the baseline's tok/s (probe-1's baseline); the accept length reached is the
+verify cycle x the baseline's tok/s (at each probe's own baseline); the accept length reached is the
 served one where the tune launched that chain, its model's prediction elsewhere, beside the
 drafter's offline prediction on the probe's prompts.
 """
@@ -95,15 +95,22 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
         lines.append(f"- {earn['again_skipped']}")
     lines.append("")
 
-    p1 = _load(out / "probe-1" / "verdict.json")
-    base = figure(p1, "baseline_tps")
-    base_tps = float(base["value"]) if base else None
+    bases = []  # (probe, its baseline's tok/s): each probe launched its own baseline
+    for k in (1, 2):
+        base = figure(_load(out / f"probe-{k}" / "verdict.json"), "baseline_tps")
+        if base and base.get("value"):
+            bases.append((f"probe-{k}", float(base["value"])))
     tune = _load(out / "tune" / "tune.json")
     trained_pred = _load(out / "drafters" / "trained" / "prediction.json")
     if tune:
+        fit = tune.get("cycle_fit") or {}
+        at = " / ".join(f"{n}'s {_fmt(b, 1)}" for n, b in bases) or "none measured"
         lines += ["## Chains (tune)", "",
-                  f"Best: {tune.get('best')}; baseline for break-even: probe-1's "
-                  f"{_fmt(base_tps, 1)} tok/s.", "",
+                  f"Best: {tune.get('best')} ({tune.get('stop_reason', 'done')}). Accept length "
+                  f"needed = cycle x the baseline's tok/s, at each probe's baseline ({at} "
+                  "tok/s). A chain not launched has the tune's cycle model"
+                  + (f" ({fit['how']})" if fit.get("how") else "")
+                  + " and its chain model's accept length.", "",
                   "| chain | launched | cycle ms | break-even (needed) | accept length reached "
                   "| offline prediction | short by |", "|---|---|---|---|---|---|---|"]
         measured = {t["key"]: t for t in tune.get("trials", [])}
@@ -113,11 +120,13 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
             stats = (((t or {}).get("run") or {}).get("measurement") or {}).get("stats") or {}
             cycle = (stats.get("cycle_ms") or {}).get("mean") or p.get("cycle_ms")
             reached = (stats.get("tau_decode") or {}).get("mean") or p.get("tau")
-            need = cycle * base_tps / 1000.0 if cycle and base_tps else None
-            short = need - reached if need is not None and reached is not None else None
+            needs = [cycle * b / 1000.0 if cycle else None for _, b in bases]
+            shorts = [n - reached if n is not None and reached is not None else None
+                      for n in needs]
             lines.append(f"| {key} | {'yes' if t else 'no (predicted)'} | {_fmt(cycle, 2)} | "
-                         f"{_fmt(need)} | {_fmt(reached)} | "
-                         f"{_fmt(offline(trained_pred, _chain(key)))} | {_fmt(short)} |")
+                         f"{' / '.join(_fmt(n) for n in needs) or '—'} | {_fmt(reached)} | "
+                         f"{_fmt(offline(trained_pred, _chain(key)))} | "
+                         f"{' / '.join(_fmt(x) for x in shorts) or '—'} |")
         lines.append("")
     lines += ["## Probes", "", "| probe | outcome | baseline tok/s | accept length | break-even | "
               "speed-up | regress.accept_len | regress.tps |", "|---|---|---|---|---|---|---|---|"]
@@ -144,11 +153,16 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
               "| drafter | answer tokens | served accept length | offline prediction |",
               "|---|---|---|---|"]
     lines += [f"| {n} | {int(t)} | {_fmt(g)} | {_fmt(p)} |" for t, g, p, n in curve]
+    missing = [n for n in SIZES if n not in {c[3] for c in curve}]
+    if missing:
+        lines += ["", f"Not served: {', '.join(missing)} (no trained drafter; "
+                      "earn.json's drafters and logs/earn.log say why)."]
     return "\n".join(lines) + "\n", curve
 
 
 def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -161,6 +175,9 @@ def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path)
         if g is not None:
             ax.annotate(n, (x, g), textcoords="offset points", xytext=(4, 4))
     ax.set_xscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda x, _pos: f"{x:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
     ax.set_xlabel("training answer tokens (millions)")
     ax.set_ylabel("accept length (tokens per verify)")
     ax.grid(alpha=0.3)

