@@ -655,14 +655,18 @@ class _Proc:
     """A stand-in for subprocess.Popen that runs past its time: wait() times out until it is
     sent SIGTERM, after which it ends (or, with `stubborn`, only after SIGKILL)."""
 
+    pid = 4242
+
     def __init__(self, stubborn: bool) -> None:
         self.stubborn = stubborn
         self.signals: list[str] = []
         self.code: int | None = None
+        self.waits: list[float | None] = []
 
     def wait(self, timeout: float | None = None) -> int:
         import subprocess
 
+        self.waits.append(timeout)
         if self.code is None and not (self.signals and not self.stubborn):
             if timeout is None:
                 raise AssertionError("an unbounded wait on a process that does not end")
@@ -692,11 +696,28 @@ def test_a_tune_past_its_time_is_asked_to_stop_before_it_is_killed(
         procs.append(_Proc(stubborn))
         return procs[-1]
 
+    class _Child:
+        def __init__(self) -> None:
+            self.killed = False
+
+        def kill(self) -> None:
+            self.killed = True
+
+    server = _Child()
+    asked: list[int] = []
+
+    def below(pid: int) -> list[_Child]:
+        asked.append(pid)
+        return [server]
+
     monkeypatch.setattr(earn.subprocess, "Popen", popen)
-    assert earn.run_until(["specgate", "tune"], None, tmp_path, 5.0, 90.0) == 124
+    assert earn.run_until(["specgate", "tune"], None, tmp_path, 5.0, 90.0, below) == 124
     # SIGTERM first (specgate tune stops its server and writes tune.json); SIGKILL only for a
-    # process still there after the grace
+    # process still there after the grace, and then for the server it started too
     assert procs[0].signals == (["TERM", "KILL"] if stubborn else ["TERM"])
+    assert procs[0].waits[:2] == [5.0, 90.0]
+    assert server.killed is stubborn
+    assert asked == ([4242] if stubborn else [])
 
 
 def test_a_process_that_ends_in_time_keeps_its_exit_status(
@@ -704,7 +725,7 @@ def test_a_process_that_ends_in_time_keeps_its_exit_status(
     import sys
 
     argv = [sys.executable, "-c", "import sys; sys.exit(3)"]
-    assert earn.run_until(argv, None, tmp_path, 600.0, 1.0) == 3
+    assert earn.run_until(argv, None, tmp_path, None, 1.0) == 3
 
 
 class _WarmHandle:
@@ -781,4 +802,58 @@ def test_a_warm_up_server_that_fails_is_recorded_and_nothing_raises(
     monkeypatch.setattr(earn.profiles, "chat_template", lambda target: None)
     thread, rec = _warm_runner(earn, tmp_path).warm_up()
     thread.join()
-    assert rec == {"error": "exited with code 1: out of memory"}
+    assert rec == {"error": "exited with code 1: out of memory", "seconds": rec["seconds"]}
+
+
+def test_a_warm_up_server_that_does_not_answer_is_still_stopped(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import specgate.serving.client as client_module
+
+    handle = _WarmHandle()
+
+    class _Silent(_Client):
+        def generate(self, text: str, params: dict[str, Any]) -> None:
+            raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(earn.serve, "start", lambda prof, config, log_path: (handle, 5.0))
+    monkeypatch.setattr(earn.profiles, "chat_template", lambda target: None)
+    monkeypatch.setattr(client_module, "SGLangClient", _Silent)
+    thread, rec = _warm_runner(earn, tmp_path).warm_up()
+    thread.join()
+    assert handle.stopped == 1
+    assert rec["error"] == "connection refused"
+    assert "answered" not in rec
+
+
+def test_the_train_stage_waits_for_the_warm_up_and_records_it(
+        earn: ModuleType, tmp_path: Path) -> None:
+    # the warm-up starts before the trainings, is joined after them, and its record is read
+    # only then (the warm-up's thread fills it)
+    order: list[str] = []
+    runner = _runner(earn, tmp_path, stages=["train"], warm_up=True, trainings=["trained"])
+    runner.maps = lambda: {}
+    runner.train_limit = lambda: None
+
+    class _Thread:
+        def __init__(self, rec: dict[str, Any]) -> None:
+            self.rec = rec
+
+        def join(self) -> None:
+            order.append("joined")
+            self.rec["ready_s"] = 1.0
+
+    def warm() -> tuple[_Thread, dict[str, Any]]:
+        order.append("warm-up started")
+        rec: dict[str, Any] = {}
+        return _Thread(rec), rec
+
+    runner.warm_up = warm
+    runner.train = lambda maps, names, limit: order.append("trainings")
+    (tmp_path / "drafters").mkdir()
+    assert runner.run() == 0
+    assert order == ["warm-up started", "trainings", "joined"]
+    assert runner.rec["warm_up"] == {"ready_s": 1.0}
+    runner.a.warm_up = False  # --no-warm-up: none started, the earlier record forgotten
+    runner.warm_up = lambda: pytest.fail("a warm-up with --no-warm-up")
+    assert runner.run() == 0
+    assert "warm_up" not in runner.rec

@@ -114,12 +114,77 @@ def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
     for line in table.splitlines():
         key = line.split(" | ")[0].lstrip("| ")
         if key in faster:
-            assert "not launched: the race stopped first (interrupted after 1 launches)" in line
+            assert "not measured: the race stopped first (interrupted after 1 launches)" in line
     assert "predicted slower" not in " ".join(
         line for line in table.splitlines() if line.split(" | ")[0].lstrip("| ") in faster)
-    assert "Not settled: the race stopped (interrupted after 1 launches) before launching" \
+    assert "Not settled: the race stopped (interrupted after 1 launches) before measuring" \
         in table
     assert "longer one may be faster still" not in table
+
+
+def test_a_tune_json_gives_back_the_same_result_and_report(tmp_path, capsys):
+    import json
+
+    from specgate.cli.tune import main_tune
+    from specgate.measure.results import ConfigRun
+    from specgate.measure.tune_result import TuneResult
+    from specgate.report import tune_report
+
+    profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
+                                                         "profiles/demo.toml"))
+    launched = []
+
+    def runner(plan, config, **kw):
+        launched.append(_steps(plan))
+        if len(launched) == 3:
+            raise KeyboardInterrupt
+        hist = [[1, 2, 3, 4]] if len(launched) == 1 else [[2, 4, 1]]
+        return ConfigRun(config, measurement=_m(hist * 6))
+
+    result = tune.run_tune(profile, tmp_path / "run", use_baseline=False, runner=runner)
+    saved = tmp_path / "run" / "tune" / tune.RESULT_FILE
+    loaded = TuneResult.from_json(json.loads(saved.read_text()))
+    assert len(loaded.trials) == 2
+    assert loaded.to_json() == result.to_json()
+    assert tune_report.summary_text(loaded) == tune_report.summary_text(result)
+    # the command writes the report again from the file alone
+    assert main_tune(["--from-json", str(saved), "--reports", str(tmp_path / "again")]) == 0
+    again = tmp_path / "again" / "tune"
+    assert (again / "tune.md").read_text() == tune_report.summary_text(result)
+    assert json.loads((again / "tune.json").read_text()) == json.loads(saved.read_text())
+    assert (again / "tune.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("text", ["not json", '{"profile": "p"}', "[1, 2]"])
+def test_a_file_that_is_not_a_tune_json_is_named(tmp_path, capsys, text):
+    from specgate.cli.tune import main_tune
+
+    bad = tmp_path / "tune.json"
+    bad.write_text(text)
+    assert main_tune(["--from-json", str(bad), "--reports", str(tmp_path / "r")]) == 2
+    assert f"--from-json {bad}: not a readable tune.json" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "tune" / "tune.md").exists()
+
+
+def test_a_tune_whose_first_launch_failed_says_nothing_was_measured(tmp_path):
+    from specgate.measure.results import ConfigRun
+    from specgate.report import tune_report
+
+    profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
+                                                         "profiles/demo.toml"))
+
+    def runner(plan, config, **kw):
+        return ConfigRun(config, measurement=None)
+
+    result = tune.run_tune(profile, tmp_path, use_baseline=False, runner=runner)
+    assert result.best is None
+    table = tune_report.table(result)
+    rows = [line for line in table.splitlines()[2:]]
+    assert len(rows) == len(profile.tune.steps)
+    assert "predicted slower" not in table
+    # the launched one failed; the others were never reached
+    assert sum("not measured: the race stopped first (the first launch failed" in r
+               for r in rows) == len(rows) - 1
 
 
 @pytest.mark.parametrize("argv", [["--steps", "x"], ["--steps", "0"], ["--steps", ","],

@@ -279,11 +279,35 @@ def run_pool(commands: dict[str, list[str]], parallel: int, limit: float | None,
     return codes, wall
 
 
-def run_until(argv: list[str], out: Any, cwd: Path, limit_s: float, grace_s: float) -> int:
-    """Run argv for at most limit_s seconds, then SIGTERM and grace_s seconds to end (specgate
-    tune then stops its server and writes what it measured), then SIGKILL. Returns its exit
-    status; 124 when it was stopped."""
+def descendants(pid: int) -> list[Any]:
+    """The processes below pid (psutil), those in sessions of their own included: specgate
+    starts each SGLang server in a new session."""
+    import psutil
+
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def run_until(argv: list[str], out: Any, cwd: Path, limit_s: float | None, grace_s: float,
+              below: Callable[[int], list[Any]] = descendants) -> int:
+    """Run argv for at most limit_s seconds (None: no limit), then SIGTERM and grace_s seconds
+    to end (specgate tune then stops its server and writes what it measured), then SIGKILL for
+    it and every process below it (a server it started would otherwise hold the GPU). Returns
+    its exit status; 124 when it was stopped."""
     proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+
+    def kill() -> None:
+        family = below(proc.pid)
+        proc.kill()
+        for child in family:
+            try:
+                child.kill()
+            except Exception:  # gone already
+                pass
+        proc.wait()
+
     try:
         return proc.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
@@ -291,13 +315,11 @@ def run_until(argv: list[str], out: Any, cwd: Path, limit_s: float, grace_s: flo
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            kill()
         return 124
     finally:
         if proc.poll() is None:  # left by an exception
-            proc.kill()
-            proc.wait()
+            kill()
 
 
 def finished(summary: dict[str, Any]) -> bool:
@@ -683,35 +705,37 @@ class Earn:
 
     def warm_up(self) -> tuple[threading.Thread, dict[str, Any]]:
         """One baseline server started while the trainings run, sent one request, then stopped:
-        SGLang's first start on a machine compiles its kernels (on an H100, 179 s to ready
-        against about 70 s for later starts), and the tune's launches after the trainings find
-        them compiled. Its --mem-fraction-static lets it start beside a training. Returns the
-        thread and the record it fills (read after join)."""
-        doc = profiles.base("warm-up", self.target, self.launcher, self.sim,
-                            {"--mem-fraction-static": str(WARM_UP_MEM_FRACTION)})
-        doc["server"]["startup_timeout_s"] = WARM_UP_TIMEOUT_S
-        prof = profiles.load(doc, self.work / "profiles" / "warm-up.toml")
+        SGLang's first start on a machine compiles its kernels, and the tune's launches after
+        the trainings find them compiled (on an H100 the tune's first speculative launch was
+        ready after 118 s this way, against 179 s on a fresh machine). Its
+        --mem-fraction-static lets it start beside a training. Returns the thread and the
+        record it fills (read after join); nothing it meets stops the trainings."""
         rec: dict[str, Any] = {}
 
         def run() -> None:
             from specgate.serving.client import SGLangClient
 
             t = time.monotonic()
+            handle = None
             try:
+                doc = profiles.base("warm-up", self.target, self.launcher, self.sim,
+                                    {"--mem-fraction-static": str(WARM_UP_MEM_FRACTION)})
+                doc["server"]["startup_timeout_s"] = WARM_UP_TIMEOUT_S
+                prof = profiles.load(doc, self.work / "profiles" / "warm-up.toml")
                 handle, ready = serve.start(prof, "baseline", self.work / "logs" / "warm-up.log")
-            except Exception as exc:  # the trainings go on; the tune then compiles
-                rec["error"] = str(exc)[:1000]
-                return
-            try:
                 rec["ready_s"] = round(ready, 1)
                 with SGLangClient(handle.url, None, timeout_s=60.0) as client:
                     client.generate("Name three colours.", {"max_new_tokens": 16,
                                                             "temperature": 0.0})
                 rec["answered"] = True
-            except Exception as exc:
+            except Exception as exc:  # the trainings go on; the tune then compiles
                 rec["error"] = str(exc)[:1000]
             finally:
-                handle.stop()
+                try:
+                    if handle is not None:
+                        handle.stop()
+                except Exception as exc:
+                    rec["stop_error"] = str(exc)[:1000]
                 rec["seconds"] = round(time.monotonic() - t, 1)
 
         thread = threading.Thread(target=run, name="warm-up", daemon=True)
@@ -926,7 +950,7 @@ class Earn:
                 self.heldout_dump()
             if "train" in stages:
                 self.forget(("drafters", "sha256_reproduced", "again_skipped", "train_commands",
-                             "train_wall_s", "train_stage_s", *served),
+                             "train_wall_s", "train_stage_s", "warm_up", *served),
                             ("drafters", "out/drafters", "out/tune", "out/probe-*",
                              "out/servers", "reports"))
                 warm = self.warm_up() if self.a.warm_up else None

@@ -27,7 +27,12 @@ def main_tune(argv: list[str]) -> int:
     parser.add_argument("--max-launches", type=int, help="overrides [tune] max_launches")
     parser.add_argument("--no-baseline", action="store_true",
                         help="launch no baseline (the cycle fit starts without its prior)")
+    parser.add_argument("--from-json", type=Path, metavar="TUNE_JSON",
+                        help="launch nothing: write tune.md, tune.png and recommended.toml "
+                             "again from an earlier run's tune.json, under --reports")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        return _rebuild(args.from_json, args.reports)
     profile = load_profile(choose_profile_path(args.profile)).with_overrides(
         drafter=args.drafter, target_model=args.target_model,
         sglang_launcher=args.sglang_launcher)
@@ -71,3 +76,29 @@ def main_tune(argv: list[str]) -> int:
     if result.stop_reason.startswith("interrupted"):
         return 130  # what it measured is written, but the run did not finish
     return 0 if result.best is not None else 1
+
+
+def _rebuild(source: Path, reports: Path) -> int:
+    """The report of a tune.json (launching nothing); a file that is not one is a clear error."""
+    import json
+
+    from specgate.measure.tune_result import TuneResult
+
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        result = TuneResult.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"specgate tune --from-json {source}: not a readable tune.json "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    out = reports / "tune"
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "tune.json").resolve() != source.resolve():
+        result.write(out / "tune.json")
+    paths = write_outputs(result, reports)
+    print(summary_text(result))
+    print("written: " + ", ".join(str(paths[k]) for k in ("table", "plot", "snippet", "json")))
+    return 0
+

@@ -157,6 +157,45 @@ class TuneResult:
                 "against_baseline": self.against_baseline.to_json()
                 if self.against_baseline else None}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuneResult:
+        """A result as tune.json holds it (to_json), e.g. to write its report again."""
+        def summary(value: Any) -> Summary | None:
+            return Summary.from_json(value) if isinstance(value, dict) else None
+
+        def candidate(key: str) -> Candidate:
+            steps, topk, _ = key.split("-")
+            return Candidate(int(steps[1:]), int(topk[1:]))
+
+        trials = tuple(
+            Trial(candidate=Candidate(**t["candidate"]), launch=int(t["launch"]),
+                  predicted=Prediction(**t["predicted"]) if t.get("predicted") else None,
+                  run=ConfigRun.from_json(t["run"]), status=str(t["status"]),
+                  note=str(t.get("note", "")), vs_best=summary(t.get("vs_best")))
+            for t in data.get("trials", []))
+        fit = data.get("cycle_fit")
+        best = data.get("best")
+        return cls(
+            profile=str(data["profile"]), simulated=bool(data.get("simulated")),
+            candidates=tuple(candidate(k) for k in data["candidates"]), trials=trials,
+            baseline=ConfigRun.from_json(data["baseline"]) if data.get("baseline") else None,
+            baseline_note=str(data.get("baseline_note", "")),
+            acceptance=tuple(float(a) for a in data.get("acceptance", [])),
+            fit=CycleFit(float(fit["intercept_ms"]), float(fit["slope_ms"]),
+                         tuple((int(s), float(c)) for s, c in fit["points"]), str(fit["how"]))
+            if fit else None,
+            predictions={k: Prediction(**v) for k, v in (data.get("predictions") or {}).items()},
+            best=candidate(best) if best else None, stop_reason=str(data["stop_reason"]),
+            confidence=float(data["confidence"]), started_at=str(data.get("started_at", "")),
+            finished_at=str(data.get("finished_at", "")),
+            levels=tuple(int(v) for v in data.get("concurrency", [1])),
+            gate_level=int(data.get("gate_concurrency", 1)),
+            per_level=tuple(LevelRow(level=int(r["concurrency"]), fastest=r.get("fastest"),
+                                     speedups={k: Summary.from_json(v) for k, v in
+                                               (r.get("speedup") or {}).items()})
+                            for r in data.get("per_level", [])),
+            against_baseline=summary(data.get("against_baseline")))
+
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

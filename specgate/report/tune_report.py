@@ -127,32 +127,36 @@ def _best_tps(result: TuneResult) -> float | None:
 
 
 def _unlaunched_faster(result: TuneResult) -> list[str]:
-    """The configurations never launched whose predicted tok/s beats the best measured: when
-    the race stopped before settling (interrupted, max_launches, a failed first launch)."""
-    best = _best_tps(result)
-    if result.stop_reason.startswith(SETTLED) or best is None:
+    """The configurations never measured that the race might still have launched: when it
+    stopped before settling (interrupted, max_launches, a failed first launch), those predicted
+    at least as fast as the best measured, or all of them when nothing was measured."""
+    if result.stop_reason.startswith(SETTLED):
         return []
-    return [c.key for c in result.candidates if result.trial(c) is None
-            and c.key in result.predictions and result.predictions[c.key].tps >= best]
+    best = _best_tps(result)
+    return [c.key for c in result.candidates if result.trial(c) is None and (
+        best is None or c.key not in result.predictions
+        or result.predictions[c.key].tps >= best)]
 
 
 def _not_launched(result: TuneResult, key: str) -> str:
-    """Why a configuration has no launch: predicted slower, or the race stopped first."""
+    """Why a configuration has no measurement: predicted slower, or the race stopped first."""
     if key in _unlaunched_faster(result):
-        return f"not launched: the race stopped first ({result.stop_reason})"
+        return f"not measured: the race stopped first ({result.stop_reason})"
     return "not launched (predicted slower)"
 
 
 def _unsettled(result: TuneResult) -> str:
     """A warning that the recommendation is not the race's answer: configurations predicted
-    faster than the best measured were never launched."""
+    faster than the best measured were never measured."""
     keys = _unlaunched_faster(result)
-    if not keys:
+    best = _best_tps(result)
+    if not keys or best is None:
         return ""
-    preds = ", ".join(f"{k} ({result.predictions[k].tps:.1f} tok/s)" for k in keys)
-    return (f"Not settled: the race stopped ({result.stop_reason}) before launching "
-            f"{preds}, predicted faster than the best measured ({_best_tps(result):.1f} "
-            "tok/s); the recommendation is only the best of what was measured.")
+    preds = ", ".join(f"{k} ({result.predictions[k].tps:.1f} tok/s)"
+                      if k in result.predictions else k for k in keys)
+    return (f"Not settled: the race stopped ({result.stop_reason}) before measuring {preds}, "
+            f"predicted faster than the best measured ({best:.1f} tok/s); the recommendation "
+            "is only the best of what was measured.")
 
 
 def _against_baseline(result: TuneResult) -> str:
