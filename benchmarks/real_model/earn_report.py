@@ -107,12 +107,13 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
         at = " / ".join(f"{n}'s {_fmt(b, 1)}" for n, b in bases) or "none measured"
         lines += ["## Chains (tune)", "",
                   f"Best: {tune.get('best')} ({tune.get('stop_reason', 'done')}). Accept length "
-                  f"needed = cycle x the baseline's tok/s, at each probe's baseline ({at} "
-                  "tok/s). A chain not launched has the tune's cycle model"
+                  f"needed = the tune's cycle x each probe's baseline ({at} tok/s); the "
+                  "probes' own break-evens (their cycle x their baseline) are in the Probes "
+                  "table. A chain not launched has the tune's cycle model"
                   + (f" ({fit['how']})" if fit.get("how") else "")
                   + " and its chain model's accept length.", "",
-                  "| chain | launched | cycle ms | break-even (needed) | accept length reached "
-                  "| offline prediction | short by |", "|---|---|---|---|---|---|---|"]
+                  "| chain | launched | tune's cycle ms | break-even (needed) | accept length "
+                  "reached | offline prediction | short by |", "|---|---|---|---|---|---|---|"]
         measured = {t["key"]: t for t in tune.get("trials", [])}
         for key, p in sorted((tune.get("predictions") or {}).items(), key=lambda kv:
                              _chain(kv[0])):
@@ -177,7 +178,9 @@ def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path)
     ax.set_xscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda x, _pos: f"{x:g}")
     ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
+    if xs and max(xs) < 10 * min(xs):  # within one decade the minor ticks are the only labels
+        ax.xaxis.set_minor_formatter(plain)
+    ax.margins(x=0.12, y=0.1)
     ax.set_xlabel("training answer tokens (millions)")
     ax.set_ylabel("accept length (tokens per verify)")
     ax.grid(alpha=0.3)
