@@ -857,3 +857,17 @@ def test_the_train_stage_waits_for_the_warm_up_and_records_it(
     runner.warm_up = lambda: pytest.fail("a warm-up with --no-warm-up")
     assert runner.run() == 0
     assert "warm_up" not in runner.rec
+
+
+def test_the_host_state_names_the_gpu_processes_and_the_load(earn: ModuleType) -> None:
+    import subprocess
+
+    state = earn.host_state(lambda argv: "4194, 1530\n4242, 22000\n", window_s=0.0)
+    assert state["gpu_apps"] == [{"pid": 4194, "mib": 1530}, {"pid": 4242, "mib": 22000}]
+    assert len(state["loadavg"]) == 3
+    assert all(row["cpu_percent"] > 0 for row in state["busiest"])
+
+    def no_gpu(argv: list[str]) -> str:
+        raise subprocess.CalledProcessError(9, argv)
+
+    assert earn.host_state(no_gpu, window_s=0.0)["gpu_apps"] is None

@@ -186,6 +186,43 @@ def gpu_memory_gib() -> float | None:
         return None
 
 
+def host_state(smi: Callable[[list[str]], str] | None = None,
+               window_s: float = 1.0) -> dict[str, Any]:
+    """What else loads the machine: the load averages, the busiest processes' CPU share
+    (psutil, over window_s) and the processes on the GPU with their memory (nvidia-smi).
+    A timed figure that moved between two measurements can be read against it."""
+    import psutil
+
+    def run_smi(argv: list[str]) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                              check=True).stdout
+
+    state: dict[str, Any] = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+    procs = list(psutil.process_iter(["pid", "name"]))
+    for proc in procs:
+        try:
+            proc.cpu_percent(None)
+        except psutil.Error:
+            pass
+    time.sleep(window_s)  # the window psutil's CPU shares are taken over
+    busy = []
+    for proc in procs:
+        try:
+            busy.append((proc.cpu_percent(None), proc.info["pid"], proc.info["name"]))
+        except psutil.Error:
+            pass
+    state["busiest"] = [{"pid": pid, "name": name, "cpu_percent": round(pct, 1)}
+                        for pct, pid, name in sorted(busy, reverse=True)[:5] if pct > 0]
+    try:
+        out = (smi or run_smi)(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                "--format=csv,noheader,nounits"])
+        state["gpu_apps"] = [{"pid": int(pid), "mib": int(mib)} for pid, mib in
+                             (line.split(",") for line in out.splitlines() if line.strip())]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        state["gpu_apps"] = None
+    return state
+
+
 def trainings_at_once(requested: int, gpu_gib: float | None, batch_rows: int) -> int:
     """How many trainings run at once: `requested` when above 0; else as many as the GPU's
     memory holds at TRAIN_GIB each (scaled with the batch), at most two (a second training
@@ -872,6 +909,7 @@ class Earn:
                 if b is None or s is None or self.left() < 60:
                     continue
                 t = time.monotonic()
+                before = host_state()
                 self.rec[f"probe-{k}"] = serve.pytest_probe(
                     self.work, probe_toml, f"probe-{k}",
                     [f"{profiles.OPTIONS['server_url']}={s.url}",
@@ -879,6 +917,8 @@ class Earn:
                     min(a.probe_timeout, max(self.left() - 30, 60.0)),
                     reports=self.work / "reports" / "probe")
                 self.rec["seconds"][f"probe-{k}"] = round(time.monotonic() - t, 1)
+                self.rec.setdefault("host", {})[f"probe-{k}"] = {"before": before,
+                                                                  "after": host_state()}
                 self.save()
             # the served accept length of the three data sizes (accept length does not depend
             # on speed: measured at once)
@@ -940,7 +980,7 @@ class Earn:
         key = ",".join(stages)
         self.rec["errors"].pop(key, None)
         served = ("tune", "served_steps", "probe-1", "probe-2", "served_sizes", "failed",
-                  "ready_s")
+                  "ready_s", "host")
         try:
             if "data" in stages:
                 self.forget((), ("out/*", "drafters", "reports", "dumps", "maps"))
