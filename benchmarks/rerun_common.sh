@@ -52,3 +52,36 @@ with open(dest, "w", newline="") as fh:
     out.writerows(rows)
 PYEOF
 }
+
+# earn_rerun MODEL SPECFORGE [RESULT_DIR]: benchmarks/real_model/earn.sh (EARN_ARGS and
+# EARN_STAGES as the caller exports them) from RESULT_DIR's committed data (data/answers.jsonl.gz,
+# data/heldout.json and the earn.json beside them: no generation), or from scratch without
+# RESULT_DIR; the run's out/ laid out in $RERUN as the committed folders are (data/ too when
+# generated), then earn_report.py's tables and plot. Returns earn.sh's exit status, or 1 when
+# only the report failed.
+earn_rerun() {
+  local model=$1 specforge=$2 source=${3:-} rc=0 data
+  if [ -n "$source" ]; then
+    data=$RS_WORK/data-in
+    mkdir -p "$data"
+    cp "$source/data/answers.jsonl.gz" "$source/data/heldout.json" "$source/earn.json" \
+      "$data/" || return 2
+    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" \
+      --data "$data" || rc=$?
+  else
+    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" || rc=$?
+  fi
+  # earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
+  if [ -d "$RERUN/out" ]; then
+    cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
+  fi
+  mkdir -p "$RERUN/logs"
+  [ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
+  [ -e "$RS_WORK/logs/warm-up.log" ] && cp "$RS_WORK/logs/warm-up.log" "$RERUN/logs/"
+  if [ -z "$source" ] && [ -e "$RS_WORK/answers.jsonl.gz" ]; then
+    mkdir -p "$RERUN/data" && cp "$RS_WORK/answers.jsonl.gz" "$RS_WORK/heldout.json" "$RERUN/data/"
+  fi
+  "$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
+    --plot "$RERUN/data-size.png" || { [ "$rc" = 0 ] && rc=1; }
+  return "$rc"
+}

@@ -19,18 +19,4 @@ export EARN_ARGS="--trainings trained,trained-again,third,ninth ${EARN_ARGS:-}"
 STAGES="heldout,train"
 [ "${3:-}" = --judge ] && STAGES="heldout,train tune,serve"
 export EARN_STAGES=${EARN_STAGES:-$STAGES}
-DATA=$RS_WORK/data-in
-mkdir -p "$DATA"
-cp "$SOURCE/data/answers.jsonl.gz" "$SOURCE/data/heldout.json" "$SOURCE/earn.json" "$DATA/"
-RC=0
-OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" \
-  --data "$DATA" || RC=$?
-# earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
-if [ -d "$RERUN/out" ]; then
-  cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
-fi
-mkdir -p "$RERUN/logs"
-[ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
-"$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
-  --plot "$RERUN/data-size.png" || { [ "$RC" = 0 ] && RC=1; }
-exit "$RC"
+earn_rerun "$MODEL" "$SPECFORGE" "$SOURCE"

@@ -14,26 +14,8 @@ MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 SPECFORGE=$(cd "$SPECFORGE" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
 export EARN_ARGS="--trainings trained,trained-again,third,ninth,ninth-again ${EARN_ARGS:-}"
-RC=0
 if [ "${3:-}" = --regenerate ]; then
-  OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" || RC=$?
+  earn_rerun "$MODEL" "$SPECFORGE"
 else
-  # earn.sh --data reads the data stage's record beside the answers
-  DATA=$RS_WORK/data-in
-  mkdir -p "$DATA"
-  cp "$HERE/data/answers.jsonl.gz" "$HERE/data/heldout.json" "$HERE/earn.json" "$DATA/"
-  OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" \
-    --data "$DATA" || RC=$?
+  earn_rerun "$MODEL" "$SPECFORGE" "$HERE"
 fi
-# earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
-if [ -d "$RERUN/out" ]; then
-  cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
-fi
-mkdir -p "$RERUN/logs"
-[ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
-if [ -e "$RS_WORK/answers.jsonl.gz" ] && [ "${3:-}" = --regenerate ]; then
-  mkdir -p "$RERUN/data" && cp "$RS_WORK/answers.jsonl.gz" "$RS_WORK/heldout.json" "$RERUN/data/"
-fi
-"$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
-  --plot "$RERUN/data-size.png" || { [ "$RC" = 0 ] && RC=1; }
-exit "$RC"

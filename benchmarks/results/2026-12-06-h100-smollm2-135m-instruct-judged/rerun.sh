@@ -18,19 +18,4 @@ SPECFORGE=$(cd "$SPECFORGE" && pwd)
 SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
 export EARN_ARGS="--trainings trained,third,ninth ${EARN_ARGS:-}"
 export EARN_STAGES=${EARN_STAGES:-"heldout,train tune,serve"}
-DATA=$RS_WORK/data-in
-mkdir -p "$DATA"
-cp "$SOURCE/data/answers.jsonl.gz" "$SOURCE/data/heldout.json" "$SOURCE/earn.json" "$DATA/"
-RC=0
-OUT=$RERUN bash benchmarks/real_model/earn.sh "$MODEL" --specforge "$SPECFORGE" \
-  --data "$DATA" || RC=$?
-# earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
-if [ -d "$RERUN/out" ]; then
-  cp -r "$RERUN/out/." "$RERUN/" && rm -rf "$RERUN/out"
-fi
-mkdir -p "$RERUN/logs"
-[ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
-[ -e "$RS_WORK/logs/warm-up.log" ] && cp "$RS_WORK/logs/warm-up.log" "$RERUN/logs/"
-"$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
-  --plot "$RERUN/data-size.png" || { [ "$RC" = 0 ] && RC=1; }
-exit "$RC"
+earn_rerun "$MODEL" "$SPECFORGE" "$SOURCE"
