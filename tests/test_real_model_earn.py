@@ -871,3 +871,73 @@ def test_the_host_state_names_the_gpu_processes_and_the_load(earn: ModuleType) -
         raise subprocess.CalledProcessError(9, argv)
 
     assert earn.host_state(no_gpu, window_s=0.0)["gpu_apps"] is None
+
+
+class _Served:
+    """A stand-in server handle: its URL names the job it serves."""
+
+    def __init__(self, name: str) -> None:
+        self.url = f"http://{name}"
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize(("judge", "trained", "probed", "sizes"), [
+    ("trained", ["trained", "third"], "spec-trained", {"trained": "spec-trained-1",
+                                                       "third": "spec-third"}),
+    ("ninth", ["ninth", "third"], "spec-ninth", {"ninth": "spec-ninth-1",
+                                                 "third": "spec-third"}),
+    ("ninth", ["trained", "ninth"], "spec-ninth", {"trained": "spec-trained",
+                                                   "ninth": "spec-ninth-1"}),
+])
+def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, judge: str,
+        trained: list[str], probed: str, sizes: dict[str, str]) -> None:
+    for name in trained:
+        (tmp_path / "drafters" / name).mkdir(parents=True)
+        (tmp_path / "drafters" / name / "model.safetensors").write_bytes(b"")
+    runner = _runner(earn, tmp_path, judge=judge, probe_timeout=600.0)
+    runner.target, runner.heldout_dir, runner.launcher, runner.sim = tmp_path, tmp_path, [], True
+    runner.lap_t = 0.0
+    started: dict[str, _Served] = {}
+    probes: list[tuple[str, list[str]]] = []
+    measured: dict[str, tuple[str, str]] = {}
+
+    def probe(target: Path, drafter: Path, heldout: Path, launcher: list[str], sim: bool,
+              steps: int, label: str, overrides: dict[str, str]) -> dict[str, Any]:
+        assert steps == 1 and overrides == {"--mem-fraction-static": "0.6"}
+        return {"drafter": drafter.name, "label": label}
+
+    def start(prof: dict[str, Any], config: str, log_path: Path, port: int
+              ) -> tuple[_Served, float]:
+        name = log_path.stem
+        assert prof["drafter"] == (judge if config == "baseline" else name.split("-")[1])
+        started[name] = _Served(name)
+        return started[name], 1.0
+
+    def accept_length(url: str, prof: dict[str, Any]) -> dict[str, Any]:
+        measured[prof["drafter"]] = (url.removeprefix("http://"), prof["label"])
+        return {"accept_len": 1.5}
+
+    monkeypatch.setattr(earn.profiles, "probe", probe)
+    monkeypatch.setattr(earn.profiles, "write", lambda doc, path: path)
+    monkeypatch.setattr(earn.profiles, "load", lambda doc, path: doc)
+    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn.serve, "start", start)
+    monkeypatch.setattr(earn.serve, "pytest_probe",
+                        lambda work, prof, name, extra, timeout, reports:
+                        probes.append((name, extra)) or {"exit": 1})
+    monkeypatch.setattr(earn.serve, "accept_length", accept_length)
+    monkeypatch.setattr(earn, "host_state", lambda: {})
+    runner.serve(1)
+    others = {f"spec-{n}" for n in trained if n != judge}
+    assert set(started) == {"baseline-1", "baseline-2", f"{probed}-1", f"{probed}-2", *others}
+    assert [(n, [x.rsplit("=", 1)[1] for x in extra]) for n, extra in probes] == [
+        ("probe-1", [f"http://{probed}-1", "http://baseline-1"]),
+        ("probe-2", [f"http://{probed}-2", "http://baseline-2"])]
+    assert measured == {n: (server, n) for n, server in sizes.items()}
+    assert runner.rec["judged"] == judge
+    assert set(runner.rec["served_sizes"]) == set(sizes)
+    assert all(h.stopped for h in started.values())

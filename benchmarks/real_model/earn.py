@@ -24,12 +24,15 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    trainings later, alone on the GPU, when the time left allows one (a box with a time limit
    trains the verdict's drafters first). While they train, one baseline server starts, answers
    once and stops (Earn.warm_up, --no-warm-up): the later starts find SGLang's kernels compiled.
-5. `specgate tune` on the trained drafter picks the chain (--steps, --tune-launches).
-6. All at once: two baselines and two speculative servers of the trained drafter at the tuned
-   chain (two launches of each), and the third and ninth drafters at that chain (each with
+5. `specgate tune` on the judged drafter (--judge: "trained" unless told) picks the chain
+   (--steps, --tune-launches).
+6. All at once: two baselines and two speculative servers of the judged drafter at the tuned
+   chain (two launches of each), and each other drafter trained at that chain (each with
    --mem-fraction-static SERVE_MEM_FRACTION, to start beside the others). `pytest -m
    probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
-   compare with probe-1 when it passed); then the served accept length of the three data sizes.
+   compare with probe-1 when it passed); then the served accept length of every data size
+   trained. A smaller size judged (--judge ninth) measures a chain's cycle and break-even for
+   the price of its short training.
 WORK/earn.json records every figure and time; WORK/out holds what a result keeps.
 """
 
@@ -824,10 +827,10 @@ class Earn:
 
     def tune(self) -> int:
         a = self.a
-        drafter = self.work / "drafters" / "trained"
+        drafter = self.work / "drafters" / a.judge
         doc = profiles.probe(self.target, drafter, self.heldout_dir, self.launcher, self.sim,
-                             max(a.steps), label="trained")
-        doc["name"] = f"{profiles.NAME}-trained-tune" + ("-sim" if self.sim else "")
+                             max(a.steps), label=a.judge)
+        doc["name"] = f"{profiles.NAME}-{a.judge}-tune" + ("-sim" if self.sim else "")
         doc.pop("eval", None)
         doc["bench"].update({"prompts_per_category": a.tune_prompts,
                              "max_new_tokens": a.tune_tokens, "max_repeats": 3,
@@ -863,24 +866,28 @@ class Earn:
 
     def serve(self, steps: int) -> None:
         a = self.a
+        judge = a.judge
         drafters = self.work / "drafters"
         over = {"--mem-fraction-static": str(SERVE_MEM_FRACTION)}  # six servers at once
-        probe_doc = profiles.probe(self.target, drafters / "trained", self.heldout_dir,
-                                   self.launcher, self.sim, steps, label="trained",
+        probe_doc = profiles.probe(self.target, drafters / judge, self.heldout_dir,
+                                   self.launcher, self.sim, steps, label=judge,
                                    overrides=over)
         probe_toml = profiles.write(probe_doc, self.work / "profiles" / "probe.toml")
         prof = profiles.load(probe_doc, self.work / "profiles" / "probe-loaded.toml")
-        size_profs = {}
-        for name in SIZES:
+        # every other size trained is served once at the same chain, for the data-size curve
+        others = [n for n in ("trained", *SIZES)
+                  if n != judge and (drafters / n / "model.safetensors").exists()]
+        size_profs = {judge: prof}
+        for name in others:
             d = profiles.probe(self.target, drafters / name, self.heldout_dir, self.launcher,
                                self.sim, steps, label=name, overrides=over)
             size_profs[name] = profiles.load(d, self.work / "profiles" / f"{name}.toml")
+        self.rec["judged"] = judge
         jobs: dict[str, tuple[Any, str]] = {
             "baseline-1": (prof, "baseline"), "baseline-2": (prof, "baseline"),
-            "spec-trained-1": (prof, "speculative"), "spec-trained-2": (prof, "speculative")}
-        for name in SIZES:
-            if (drafters / name / "model.safetensors").exists():
-                jobs[f"spec-{name}"] = (size_profs[name], "speculative")
+            f"spec-{judge}-1": (prof, "speculative"), f"spec-{judge}-2": (prof, "speculative")}
+        for name in others:
+            jobs[f"spec-{name}"] = (size_profs[name], "speculative")
         logs = self.work / "logs"
         # the two probes share one history (probe-2's regress.* compare with probe-1), and only
         # this run's
@@ -905,7 +912,7 @@ class Earn:
             self.rec["seconds"]["servers start"] = round(time.monotonic() - t, 1)
             self.save()
             for k in (1, 2):
-                b, s = handles.get(f"baseline-{k}"), handles.get(f"spec-trained-{k}")
+                b, s = handles.get(f"baseline-{k}"), handles.get(f"spec-{judge}-{k}")
                 if b is None or s is None or self.left() < 60:
                     continue
                 t = time.monotonic()
@@ -920,16 +927,15 @@ class Earn:
                 self.rec.setdefault("host", {})[f"probe-{k}"] = {"before": before,
                                                                   "after": host_state()}
                 self.save()
-            # the served accept length of the three data sizes (accept length does not depend
-            # on speed: measured at once)
-            names = [n for n in ("trained", *SIZES) if
-                     f"spec-{n}" in handles or (n == "trained" and "spec-trained-1" in handles)]
+            # the served accept length of the data sizes (accept length does not depend on
+            # speed: measured at once); the judged drafter's on its first probe's server
+            served_by = {n: f"spec-{judge}-1" if n == judge else f"spec-{n}"
+                         for n in ("trained", *SIZES)}
+            names = [n for n in ("trained", *SIZES) if served_by[n] in handles]
             t = time.monotonic()
             with cf.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
-                futs2 = {pool.submit(serve.accept_length,
-                                     handles["spec-trained-1" if n == "trained"
-                                             else f"spec-{n}"].url,
-                                     prof if n == "trained" else size_profs[n]): n
+                futs2 = {pool.submit(serve.accept_length, handles[served_by[n]].url,
+                                     size_profs[n]): n
                          for n in names}
                 for done in cf.as_completed(futs2):
                     n = futs2[done]
@@ -980,7 +986,7 @@ class Earn:
         key = ",".join(stages)
         self.rec["errors"].pop(key, None)
         served = ("tune", "served_steps", "probe-1", "probe-2", "served_sizes", "failed",
-                  "ready_s", "host")
+                  "ready_s", "host", "judged")
         try:
             if "data" in stages:
                 self.forget((), ("out/*", "drafters", "reports", "dumps", "maps"))
@@ -1006,8 +1012,8 @@ class Earn:
             elif "serve" in stages:
                 self.forget(served[2:], ("out/probe-*", "out/servers", "reports/probe"))
             if {"tune", "serve"} & set(stages) and not (
-                    self.work / "drafters" / "trained" / "model.safetensors").exists():
-                log("no trained drafter: nothing to serve")
+                    self.work / "drafters" / self.a.judge / "model.safetensors").exists():
+                log(f"no {self.a.judge} drafter (--judge): nothing to serve")
                 return 3
             if "train" not in stages:  # drafters trained earlier (earn.sh --data)
                 for d in sorted((self.work / "drafters").glob("*/summary.json")):
@@ -1073,6 +1079,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the drafters the train stage trains")
     ap.add_argument("--again", type=names_arg, default=["trained-again"],
                     help="the second runs stage \"again\" trains, alone, if time allows")
+    ap.add_argument("--judge", choices=("trained", *SIZES), default="trained",
+                    help="the drafter the tune and the two probes serve; the other sizes "
+                         "trained are served once at the chain they get")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 2, 3, 4])
     ap.add_argument("--tune-launches", type=int, default=3)

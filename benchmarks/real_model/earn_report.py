@@ -101,11 +101,12 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
         if base and base.get("value"):
             bases.append((f"probe-{k}", float(base["value"])))
     tune = _load(out / "tune" / "tune.json")
-    trained_pred = _load(out / "drafters" / "trained" / "prediction.json")
+    judged = str(earn.get("judged") or "trained")  # the drafter the tune and probes served
+    judged_pred = _load(out / "drafters" / judged / "prediction.json")
     if tune:
         fit = tune.get("cycle_fit") or {}
         at = " / ".join(f"{n}'s {_fmt(b, 1)}" for n, b in bases) or "none measured"
-        lines += ["## Chains (tune)", "",
+        lines += ["## Chains (tune)", "", f"Drafter: {judged}.", "",
                   f"Best: {tune.get('best')} ({tune.get('stop_reason', 'done')}). Accept length "
                   f"needed = the tune's cycle x each probe's baseline ({at} tok/s); the "
                   "probes' own break-evens (their cycle x their baseline) are in the Probes "
@@ -126,10 +127,10 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
                       for n in needs]
             lines.append(f"| {key} | {'yes' if t else 'no (predicted)'} | {_fmt(cycle, 2)} | "
                          f"{' / '.join(_fmt(n) for n in needs) or '—'} | {_fmt(reached)} | "
-                         f"{_fmt(offline(trained_pred, _chain(key)))} | "
+                         f"{_fmt(offline(judged_pred, _chain(key)))} | "
                          f"{' / '.join(_fmt(x) for x in shorts) or '—'} |")
         lines.append("")
-    lines += ["## Probes", "", "| probe | outcome | baseline tok/s | accept length | break-even | "
+    lines += ["## Probes", "", f"Drafter: {judged}.", "", "| probe | outcome | baseline tok/s | accept length | break-even | "
               "speed-up | regress.accept_len | regress.tps |", "|---|---|---|---|---|---|---|---|"]
     for k in (1, 2):
         v = _load(out / f"probe-{k}" / "verdict.json")
@@ -154,6 +155,14 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
               "| drafter | answer tokens | served accept length | offline prediction |",
               "|---|---|---|---|"]
     lines += [f"| {n} | {int(t)} | {_fmt(g)} | {_fmt(p)} |" for t, g, p, n in curve]
+    evens = []  # each probe's break-even: what a size's accept length must reach at this chain
+    for k in (1, 2):
+        even = figure(_load(out / f"probe-{k}" / "verdict.json"), "breakeven")
+        if even and even.get("value") is not None:
+            evens.append(f"{_fmt(float(even['value']))} (probe-{k})")
+    if curve and evens:
+        lines += ["", f"Break-even at {steps} steps: {' / '.join(evens)}: the accept length "
+                      "a drafter must reach here to pay."]
     missing = [n for n in SIZES if n not in {c[3] for c in curve}]
     if missing:
         lines += ["", f"Not served: {', '.join(missing)} (no trained drafter; "
