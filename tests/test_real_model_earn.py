@@ -907,7 +907,8 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
 
     def probe(target: Path, drafter: Path, heldout: Path, launcher: list[str], sim: bool,
               steps: int, label: str, overrides: dict[str, str]) -> dict[str, Any]:
-        assert steps == 1 and overrides == {"--mem-fraction-static": "0.6"}
+        assert steps == 1
+        assert overrides == {"--mem-fraction-static": "0.6"}
         return {"drafter": drafter.name, "label": label}
 
     def start(prof: dict[str, Any], config: str, log_path: Path, port: int
