@@ -131,7 +131,8 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
                          f"{' / '.join(_fmt(x) for x in shorts) or '—'} |")
         lines.append("")
     lines += ["## Probes", "", f"Drafter: {judged}.", "",
-              "| probe | outcome | baseline tok/s | accept length | break-even | speed-up | regress.accept_len | regress.tps |", "|---|---|---|---|---|---|---|---|"]
+              "| probe | outcome | baseline tok/s | accept length | break-even | speed-up | "
+              "regress.accept_len | regress.tps |", "|---|---|---|---|---|---|---|---|"]
     for k in (1, 2):
         v = _load(out / f"probe-{k}" / "verdict.json")
         if v is None:
