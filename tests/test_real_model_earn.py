@@ -940,5 +940,23 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
         ("probe-2", [f"http://{probed}-2", "http://baseline-2"])]
     assert measured == {n: (server, n) for n, server in sizes.items()}
     assert runner.rec["judged"] == judge
+    assert runner.rec["served_steps"] == 1
     assert set(runner.rec["served_sizes"]) == set(sizes)
     assert all(h.stopped for h in started.values())
+
+
+def test_the_probes_serve_the_tunes_chain_only_when_it_tuned_the_judged_drafter(
+        earn: ModuleType, tmp_path: Path) -> None:
+    runner = _runner(earn, tmp_path, judge="third", fallback_steps=1)
+    assert runner.chain() == 1  # no tune
+    runner.rec["tune"] = {"best_steps": 3}  # a record without a judge: trained's tune
+    assert runner.chain() == 1
+    runner.rec["tune"] = {"best_steps": 3, "judge": "trained"}
+    assert runner.chain() == 1
+    runner.rec["tune"] = {"best_steps": 3, "judge": "third"}
+    assert runner.chain() == 3
+    runner.rec["tune"] = {"best_steps": None, "judge": "third"}  # the tune measured nothing
+    assert runner.chain() == 1
+    runner.a.judge = "trained"
+    runner.rec["tune"] = {"best_steps": 4}
+    assert runner.chain() == 4

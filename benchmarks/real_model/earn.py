@@ -859,10 +859,19 @@ class Earn:
             if isinstance(b, str) and b.startswith("s") and "-" in b:
                 best = int(b[1:b.index("-")])
         self.rec["tune"] = {"exit": code, "seconds": round(time.monotonic() - t, 1),
-                            "best_steps": best}
+                            "best_steps": best, "judge": a.judge}
         log(f"tune: exit {code}, best steps {best}")
         self.lap("tune")
         return int(best) if best else self.a.fallback_steps
+
+    def chain(self) -> int:
+        """The steps the probes serve: the tune's best for this --judge, else --fallback-steps
+        (a tune of another drafter, or none, picks nothing)."""
+        tune = self.rec.get("tune") or {}
+        best = tune.get("best_steps")
+        if best and tune.get("judge", "trained") == self.a.judge:
+            return int(best)
+        return int(self.a.fallback_steps)
 
     def serve(self, steps: int) -> None:
         a = self.a
@@ -883,6 +892,7 @@ class Earn:
                                self.sim, steps, label=name, overrides=over)
             size_profs[name] = profiles.load(d, self.work / "profiles" / f"{name}.toml")
         self.rec["judged"] = judge
+        self.rec["served_steps"] = steps
         jobs: dict[str, tuple[Any, str]] = {
             "baseline-1": (prof, "baseline"), "baseline-2": (prof, "baseline"),
             f"spec-{judge}-1": (prof, "speculative"), f"spec-{judge}-2": (prof, "speculative")}
@@ -1019,9 +1029,9 @@ class Earn:
                 for d in sorted((self.work / "drafters").glob("*/summary.json")):
                     self.keep_drafter(d.parent.name)
             if "tune" in stages:
-                self.rec["served_steps"] = self.tune()
+                self.tune()
             if "serve" in stages:
-                self.serve(int(self.rec.get("served_steps") or self.a.fallback_steps))
+                self.serve(self.chain())
             if "again" in stages:
                 self.train_again()
         except Exception as exc:

@@ -18,9 +18,10 @@
 # --data DIR: the data of an earlier run (its answers.jsonl.gz, heldout.json and earn.json):
 #   no generation; the held-out dump is remade from heldout.json, then the trainings, the tune
 #   and the probes run (EARN_STAGES defaults to "heldout,train tune,serve"). With the run's
-#   drafters/ there too (trained, third, ninth: each as sf_train.py wrote it), they are judged
-#   as they are: the tune and the probes (EARN_STAGES "heldout,tune,serve"); answers.jsonl.gz
-#   may then be left out.
+#   drafters/ there too (any of trained, third, ninth: each as sf_train.py wrote it), they are
+#   judged as they are: the tune and the probes (EARN_STAGES "heldout,tune,serve"; earn.py's
+#   --judge names the drafter they serve when it is not trained); answers.jsonl.gz may then be
+#   left out.
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -68,14 +69,14 @@ if [ -n "$DATA" ]; then
     cp "$DATA/answers.jsonl.gz" "$WORK/" || exit 2
     say "data from $DATA: $(sha256sum "$WORK/answers.jsonl.gz" | cut -c1-16)…"
   fi
-  if [ -d "$DATA/drafters/trained" ]; then
+  if ls "$DATA"/drafters/*/model.safetensors >/dev/null 2>&1; then
     rm -rf "$WORK/drafters" && cp -r "$DATA/drafters" "$WORK/drafters" || exit 2
     say "drafters from $DATA: $(cd "$WORK/drafters" && echo *)"
     EARN_STAGES=${EARN_STAGES:-heldout,tune,serve}
   elif [ -e "$WORK/answers.jsonl.gz" ]; then
     EARN_STAGES=${EARN_STAGES:-heldout,train tune,serve}
   else
-    say "--data $DATA: neither answers.jsonl.gz nor drafters/trained there"; exit 2
+    say "--data $DATA: neither answers.jsonl.gz nor drafters/*/model.safetensors there"; exit 2
   fi
 fi
 DEADLINES=()
