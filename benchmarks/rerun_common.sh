@@ -56,12 +56,15 @@ PYEOF
 # earn_rerun MODEL SPECFORGE [RESULT_DIR]: benchmarks/real_model/earn.sh (EARN_ARGS and
 # EARN_STAGES as the caller exports them) from RESULT_DIR's committed data (data/answers.jsonl.gz,
 # data/heldout.json and the earn.json beside them: no generation), or from scratch without
-# RESULT_DIR; the run's out/ laid out in $RERUN as the committed folders are (data/ too when
-# generated), then earn_report.py's tables and plot. Returns earn.sh's exit status, or 1 when
-# only the report failed.
+# RESULT_DIR, or, with RESULT_DIR "-", on what the previous earn_rerun left in $RS_WORK (its
+# drafters: EARN_STAGES without data or train); the run's out/ laid out in $RERUN as the
+# committed folders are (data/ too when generated), then earn_report.py's tables and plot.
+# Returns earn.sh's exit status, or 1 when only the report failed.
 earn_rerun() {
   local model=$1 specforge=$2 source=${3:-} rc=0 data
-  if [ -n "$source" ]; then
+  if [ "$source" = - ]; then
+    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" || rc=$?
+  elif [ -n "$source" ]; then
     data=$RS_WORK/data-in
     mkdir -p "$data"
     cp "$source/data/answers.jsonl.gz" "$source/data/heldout.json" "$source/earn.json" \
@@ -77,7 +80,8 @@ earn_rerun() {
   fi
   mkdir -p "$RERUN/logs"
   [ -e "$RERUN/earn.log" ] && mv "$RERUN/earn.log" "$RERUN/logs/earn.log"
-  [ -e "$RS_WORK/logs/warm-up.log" ] && cp "$RS_WORK/logs/warm-up.log" "$RERUN/logs/"
+  [ "$source" != - ] && [ -e "$RS_WORK/logs/warm-up.log" ] && cp "$RS_WORK/logs/warm-up.log" \
+    "$RERUN/logs/"
   if [ -z "$source" ] && [ -e "$RS_WORK/answers.jsonl.gz" ]; then
     mkdir -p "$RERUN/data" && cp "$RS_WORK/answers.jsonl.gz" "$RS_WORK/heldout.json" "$RERUN/data/"
   fi

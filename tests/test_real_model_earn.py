@@ -330,6 +330,41 @@ def test_the_report_sets_the_accept_length_each_chain_needs_against_what_it_reac
     assert "Not served: ninth, third (no trained drafter;" in text
 
 
+def _served_run(out: Path, steps: int, served: dict[str, float], judged: str = "trained",
+                breakeven: float | None = None) -> Path:
+    """An earn.py OUT: the sizes in `served` trained (answer tokens by size) and served."""
+    tokens = {"ninth": 100, "third": 300, "trained": 900}
+    for name, got in served.items():
+        (out / "drafters" / name).mkdir(parents=True)
+        (out / "drafters" / name / "summary.json").write_text(json.dumps(
+            {"answer_tokens": tokens[name]}))
+        (out / "drafters" / name / "prediction.json").write_text(json.dumps(
+            {"groups": {"all": {"predicted_per_request": {
+                f"steps{steps}_topk1_draft{steps + 1}": got - 0.01}}}}))
+    (out / "earn.json").write_text(json.dumps({"served_steps": steps, "judged": judged,
+        "served_sizes": {n: {"accept_len": g} for n, g in served.items()}}))
+    if breakeven is not None:
+        (out / "probe-1").mkdir()
+        (out / "probe-1" / "verdict.json").write_text(json.dumps(
+            {"outcome": "failed", "claims": [], "figures": {"breakeven": {"value": breakeven}}}))
+    return out
+
+
+def test_the_data_size_curve_takes_the_sizes_another_run_served_at_the_same_chain(
+        tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    here = _served_run(tmp_path / "here", 4, {"ninth": 1.25}, judged="ninth", breakeven=2.53)
+    same = _served_run(tmp_path / "same-chain", 4, {"third": 1.42, "ninth": 1.3})
+    other = _served_run(tmp_path / "other-chain", 1, {"trained": 1.4})
+    text, curve = rep.report(here, (other, same))
+    # this run's ninth, not the other run's; the other run's third; nothing served at 1 step
+    assert curve == [(100.0, 1.25, 1.24, "ninth"), (300.0, 1.42, 1.41, "third (same-chain)")]
+    assert "| third (same-chain) | 300 | 1.420 | 1.410 |" in text
+    assert "Not served: trained (" in text
+    assert "Drafter: ninth." in text
+    assert "Break-even at 4 steps: 2.530 (probe-1): the accept length" in text
+
+
 def test_a_second_run_is_compared_only_when_both_runs_finished_their_epochs(
         earn: ModuleType) -> None:
     done = {"epochs": 1, "epochs_done": 1, "updates": 94}

@@ -49,7 +49,8 @@ def claim(verdict: Any, cid: str) -> dict[str, Any] | None:
     return next((c for c in (verdict or {}).get("claims", []) if c["id"] == cid), None)
 
 
-def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None, str]]]:
+def report(out: Path, others: tuple[Path, ...] = ()
+           ) -> tuple[str, list[tuple[float, float | None, float | None, str]]]:
     earn = _load(out / "earn.json") or {}
     lines: list[str] = []
     a = earn.get("answers") or {}
@@ -152,6 +153,18 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
         got = (served.get(name) or {}).get("accept_len")
         if s.get("answer_tokens"):
             curve.append((float(s["answer_tokens"]), got, pred, name))
+            continue
+        for other in others:  # --with: a size served at the same chain by another run
+            o_earn = _load(other / "earn.json") or {}
+            o_got = ((o_earn.get("served_sizes") or {}).get(name) or {}).get("accept_len")
+            o_sum = _load(other / "drafters" / name / "summary.json") or {}
+            if int(o_earn.get("served_steps") or 3) == steps and o_got is not None \
+                    and o_sum.get("answer_tokens"):
+                o_pred = offline(_load(other / "drafters" / name / "prediction.json"), steps)
+                curve.append((float(o_sum["answer_tokens"]), o_got, o_pred,
+                              f"{name} ({other.resolve().name})"))
+                break
+    curve.sort(key=lambda c: c[0])
     lines += [f"## Data size (served at {steps} steps)", "",
               "| drafter | answer tokens | served accept length | offline prediction |",
               "|---|---|---|---|"]
@@ -164,7 +177,7 @@ def report(out: Path) -> tuple[str, list[tuple[float, float | None, float | None
     if curve and evens:
         lines += ["", f"Break-even at {steps} steps: {' / '.join(evens)}: the accept length "
                       "a drafter must reach here to pay."]
-    missing = [n for n in SIZES if n not in {c[3] for c in curve}]
+    missing = [n for n in SIZES if n not in {c[3].split(" (")[0] for c in curve}]
     if missing:
         lines += ["", f"Not served: {', '.join(missing)} (no trained drafter; "
                       "earn.json's drafters and logs/earn.log say why)."]
@@ -184,7 +197,7 @@ def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path)
     ax.plot(xs, [p for _, _, p, _ in curve], "s--", label="offline prediction")
     for x, (_, g, _, n) in zip(xs, curve, strict=True):
         if g is not None:
-            ax.annotate(n, (x, g), textcoords="offset points", xytext=(4, 4))
+            ax.annotate(n.split(" (")[0], (x, g), textcoords="offset points", xytext=(4, 4))
     ax.set_xscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda x, _pos: f"{x:g}")
     ax.xaxis.set_major_formatter(plain)
@@ -204,11 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--plot", type=Path)
+    ap.add_argument("--with", dest="others", type=Path, action="append", default=[],
+                    help="another run's OUT: the sizes it served at the same chain and this "
+                         "run did not join the data-size curve, named by its folder")
     args = ap.parse_args(argv)
     if not (args.out / "earn.json").exists():
         print(f"{args.out}: no earn.json (the out/ folder of an earn.py run)", file=sys.stderr)
         return 2
-    text, curve = report(args.out)
+    text, curve = report(args.out, tuple(args.others))
     (args.md or args.out / "summary.md").write_text(text)
     if curve:
         plot(curve, args.plot or args.out / "data-size.png")
