@@ -202,7 +202,9 @@ def plot(curve: list[tuple[float, float | None, float | None, str]], path: Path)
     plain = matplotlib.ticker.FuncFormatter(lambda x, _pos: f"{x:g}")
     ax.xaxis.set_major_formatter(plain)
     if xs and max(xs) < 10 * min(xs):  # within one decade the minor ticks are the only labels
-        ax.xaxis.set_minor_formatter(plain)
+        lo, hi = min(xs) / 1.05, max(xs) * 1.05  # the margins' ticks unlabelled: they crowd
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+            lambda x, _pos: f"{x:g}" if lo <= x <= hi else ""))
     ax.margins(x=0.12, y=0.1)
     ax.set_xlabel("training answer tokens (millions)")
     ax.set_ylabel("accept length (tokens per verify)")
