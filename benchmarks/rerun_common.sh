@@ -63,6 +63,10 @@ PYEOF
 earn_rerun() {
   local model=$1 specforge=$2 source=${3:-} rc=0 data
   if [ "$source" = - ]; then
+    case " ${EARN_STAGES:-data} " in *data*|*train*)
+      echo "earn_rerun -: EARN_STAGES must name later stages only (tune, serve), not" \
+        "\"${EARN_STAGES:-}\"" >&2; return 2 ;;
+    esac
     OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" || rc=$?
   elif [ -n "$source" ]; then
     data=$RS_WORK/data-in

@@ -995,3 +995,45 @@ def test_the_probes_serve_the_tunes_chain_only_when_it_tuned_the_judged_drafter(
     runner.a.judge = "trained"
     runner.rec["tune"] = {"best_steps": 4}
     assert runner.chain() == 4
+
+
+def test_the_chain_table_names_the_tunes_drafter_and_the_probe_table_the_judged_one(
+        tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = _served_run(tmp_path / "out", 4, {"trained": 1.66, "ninth": 1.25}, judged="ninth")
+    earn = json.loads((out / "earn.json").read_text())
+    earn["tune"] = {"best_steps": 4}  # a tune of trained (no judge recorded), then ninth probed
+    (out / "earn.json").write_text(json.dumps(earn))
+    (out / "tune").mkdir()
+    (out / "tune" / "tune.json").write_text(json.dumps({
+        "best": "s4-k1-d5", "predictions": {"s4-k1-d5": {"tau": 1.7, "cycle_ms": 3.0}},
+        "trials": []}))
+    text, _ = rep.report(out)
+    chains, probes = text.split("## Chains (tune)")[1].split("## Probes")
+    assert "Drafter: trained." in chains
+    assert "| s4-k1-d5 | no (predicted) | 3.00 | — | 1.700 | 1.650 | — |" in chains  # trained's
+    assert "Drafter: ninth." in probes
+
+
+def test_a_run_without_its_served_chain_joins_no_curve_and_a_missing_one_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = load_real_model_script("earn_report")
+    here = _served_run(tmp_path / "here", 3, {"ninth": 1.25})
+    old = _served_run(tmp_path / "old", 3, {"third": 1.42})
+    earn = json.loads((old / "earn.json").read_text())
+    del earn["served_steps"]  # which chain served it is not known
+    (old / "earn.json").write_text(json.dumps(earn))
+    _, curve = rep.report(here, (old,))
+    assert [c[3] for c in curve] == ["ninth"]
+    assert rep.main([str(here), "--with", str(tmp_path / "nowhere")]) == 2
+    assert f"--with {tmp_path / 'nowhere'}: no earn.json" in capsys.readouterr().err
+
+
+def test_the_judged_drafter_must_be_among_the_trainings_of_a_train_stage(
+        earn: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        earn.main(["--target", str(tmp_path), "--work", str(tmp_path / "w"), "--specforge",
+                   str(tmp_path), "--stages", "train", "--trainings", "ninth",
+                   "--judge", "third"])
+    assert exc.value.code == 2
+    assert not (tmp_path / "w").exists()

@@ -1114,6 +1114,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds kept for the tune after the trainings, when only --deadline "
                          "bounds them")
     args = ap.parse_args(argv)
+    if "train" in args.stages and args.judge not in args.trainings:
+        # the train stage forgets earlier drafters: the judged one must be among its trainings
+        ap.error(f"--judge {args.judge}: not among --trainings {','.join(args.trainings)}")
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return Earn(args).run()

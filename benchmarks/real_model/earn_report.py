@@ -102,12 +102,13 @@ def report(out: Path, others: tuple[Path, ...] = ()
         if base and base.get("value"):
             bases.append((f"probe-{k}", float(base["value"])))
     tune = _load(out / "tune" / "tune.json")
-    judged = str(earn.get("judged") or "trained")  # the drafter the tune and probes served
-    judged_pred = _load(out / "drafters" / judged / "prediction.json")
+    judged = str(earn.get("judged") or "trained")  # the drafter the probes served
+    tuned = str((earn.get("tune") or {}).get("judge") or "trained")  # the one the tune served
+    tuned_pred = _load(out / "drafters" / tuned / "prediction.json")
     if tune:
         fit = tune.get("cycle_fit") or {}
         at = " / ".join(f"{n}'s {_fmt(b, 1)}" for n, b in bases) or "none measured"
-        lines += ["## Chains (tune)", "", f"Drafter: {judged}.", "",
+        lines += ["## Chains (tune)", "", f"Drafter: {tuned}.", "",
                   f"Best: {tune.get('best')} ({tune.get('stop_reason', 'done')}). Accept length "
                   f"needed = the tune's cycle x each probe's baseline ({at} tok/s); the "
                   "probes' own break-evens (their cycle x their baseline) are in the Probes "
@@ -128,7 +129,7 @@ def report(out: Path, others: tuple[Path, ...] = ()
                       for n in needs]
             lines.append(f"| {key} | {'yes' if t else 'no (predicted)'} | {_fmt(cycle, 2)} | "
                          f"{' / '.join(_fmt(n) for n in needs) or '—'} | {_fmt(reached)} | "
-                         f"{_fmt(offline(judged_pred, _chain(key)))} | "
+                         f"{_fmt(offline(tuned_pred, _chain(key)))} | "
                          f"{' / '.join(_fmt(x) for x in shorts) or '—'} |")
         lines.append("")
     lines += ["## Probes", "", f"Drafter: {judged}.", "",
@@ -158,7 +159,7 @@ def report(out: Path, others: tuple[Path, ...] = ()
             o_earn = _load(other / "earn.json") or {}
             o_got = ((o_earn.get("served_sizes") or {}).get(name) or {}).get("accept_len")
             o_sum = _load(other / "drafters" / name / "summary.json") or {}
-            if int(o_earn.get("served_steps") or 3) == steps and o_got is not None \
+            if o_earn.get("served_steps") == steps and o_got is not None \
                     and o_sum.get("answer_tokens"):
                 o_pred = offline(_load(other / "drafters" / name / "prediction.json"), steps)
                 curve.append((float(o_sum["answer_tokens"]), o_got, o_pred,
@@ -226,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.out / "earn.json").exists():
         print(f"{args.out}: no earn.json (the out/ folder of an earn.py run)", file=sys.stderr)
         return 2
+    for other in args.others:
+        if not (other / "earn.json").exists():
+            print(f"--with {other}: no earn.json (the out/ folder of an earn.py run)",
+                  file=sys.stderr)
+            return 2
     text, curve = report(args.out, tuple(args.others))
     (args.md or args.out / "summary.md").write_text(text)
     if curve:
