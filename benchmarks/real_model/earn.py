@@ -825,7 +825,7 @@ class Earn:
 
     # --- 5-6: tune, probes, served curve ----------------------------------------------------------
 
-    def tune(self) -> int:
+    def tune(self) -> None:
         a = self.a
         drafter = self.work / "drafters" / a.judge
         doc = profiles.probe(self.target, drafter, self.heldout_dir, self.launcher, self.sim,
@@ -862,7 +862,6 @@ class Earn:
                             "best_steps": best, "judge": a.judge}
         log(f"tune: exit {code}, best steps {best}")
         self.lap("tune")
-        return int(best) if best else self.a.fallback_steps
 
     def chain(self) -> int:
         """The steps the probes serve: the tune's best for this --judge, else --fallback-steps
