@@ -919,6 +919,7 @@ class _Served:
         self.stopped = True
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["at-once", "pairs"])
 @pytest.mark.parametrize(("judge", "trained", "probed", "sizes"), [
     ("trained", ["trained", "third"], "spec-trained", {"trained": "spec-trained-1",
                                                        "third": "spec-third"}),
@@ -929,21 +930,28 @@ class _Served:
 ])
 def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
         earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, judge: str,
-        trained: list[str], probed: str, sizes: dict[str, str]) -> None:
+        trained: list[str], probed: str, sizes: dict[str, str], pairs: bool) -> None:
     for name in trained:
         (tmp_path / "drafters" / name).mkdir(parents=True)
         (tmp_path / "drafters" / name / "model.safetensors").write_bytes(b"")
-    runner = _runner(earn, tmp_path, judge=judge, probe_timeout=600.0)
+    runner = _runner(earn, tmp_path, judge=judge, probe_timeout=600.0, pairs=pairs,
+                     serve_mem_fraction=0.35 if pairs else 0.6)
     runner.target, runner.heldout_dir, runner.launcher, runner.sim = tmp_path, tmp_path, [], True
+    runner.serve_target = tmp_path / "served"
     runner.lap_t = 0.0
     started: dict[str, _Served] = {}
     probes: list[tuple[str, list[str]]] = []
     measured: dict[str, tuple[str, str]] = {}
+    up_at_once: list[set[str]] = []  # the servers up whenever one starts, probes or measures
+
+    def up() -> set[str]:
+        return {n for n, h in started.items() if not h.stopped}
 
     def probe(target: Path, drafter: Path, heldout: Path, launcher: list[str], sim: bool,
               steps: int, label: str, overrides: dict[str, str]) -> dict[str, Any]:
+        assert target == tmp_path / "served"
         assert steps == 1
-        assert overrides == {"--mem-fraction-static": "0.6"}
+        assert overrides == {"--mem-fraction-static": "0.35" if pairs else "0.6"}
         return {"drafter": drafter.name, "label": label}
 
     def start(prof: dict[str, Any], config: str, log_path: Path, port: int
@@ -951,20 +959,28 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
         name = log_path.stem
         assert prof["drafter"] == (judge if config == "baseline" else name.split("-")[1])
         started[name] = _Served(name)
+        up_at_once.append(up())
         return started[name], 1.0
 
     def accept_length(url: str, prof: dict[str, Any]) -> dict[str, Any]:
+        assert url.removeprefix("http://") in up()
         measured[prof["drafter"]] = (url.removeprefix("http://"), prof["label"])
+        up_at_once.append(up())
         return {"accept_len": 1.5}
+
+    def pytest_probe(work: Path, prof: Path, name: str, extra: list[str], timeout: float,
+                     reports: Path) -> dict[str, Any]:
+        assert {x.rsplit("=", 1)[1].removeprefix("http://") for x in extra} <= up()
+        probes.append((name, extra))
+        up_at_once.append(up())
+        return {"exit": 1}
 
     monkeypatch.setattr(earn.profiles, "probe", probe)
     monkeypatch.setattr(earn.profiles, "write", lambda doc, path: path)
     monkeypatch.setattr(earn.profiles, "load", lambda doc, path: doc)
     monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
     monkeypatch.setattr(earn.serve, "start", start)
-    monkeypatch.setattr(earn.serve, "pytest_probe",
-                        lambda work, prof, name, extra, timeout, reports:
-                        probes.append((name, extra)) or {"exit": 1})
+    monkeypatch.setattr(earn.serve, "pytest_probe", pytest_probe)
     monkeypatch.setattr(earn.serve, "accept_length", accept_length)
     monkeypatch.setattr(earn, "host_state", lambda: {})
     runner.serve(1)
@@ -978,6 +994,11 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
     assert runner.rec["served_steps"] == 1
     assert set(runner.rec["served_sizes"]) == set(sizes)
     assert all(h.stopped for h in started.values())
+    if pairs:  # never more than one probe's pair up, and no size served beside a pair
+        assert max(len(u) for u in up_at_once) == 2
+        assert all(len(u) <= 1 for u in up_at_once if u & others)
+    else:  # every server was up while the probes ran
+        assert max(len(u) for u in up_at_once) == len(started)
 
 
 def test_the_probes_serve_the_tunes_chain_only_when_it_tuned_the_judged_drafter(

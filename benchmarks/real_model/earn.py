@@ -28,11 +28,15 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    (--steps, --tune-launches).
 6. All at once: two baselines and two speculative servers of the judged drafter at the tuned
    chain (two launches of each), and each other drafter trained at that chain (each with
-   --mem-fraction-static SERVE_MEM_FRACTION, to start beside the others). `pytest -m
+   --mem-fraction-static --serve-mem-fraction, to start beside the others); with --pairs, one
+   probe's pair at a time, then each other size alone (a large target). `pytest -m
    probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
    compare with probe-1 when it passed); then the served accept length of every data size
    trained. A smaller size judged (--judge ninth) measures a chain's cycle and break-even for
    the price of its short training.
+--serve-target: the tune and the probes serve another folder than --target, the one the
+data, the trainings and the held-out dump use: a deployment of the same model, such as
+pad_target.py's GPU-bound one (earn.sh --pad-gb).
 WORK/earn.json records every figure and time; WORK/out holds what a result keeps.
 """
 
@@ -391,6 +395,30 @@ def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
     return out
 
 
+def serve_groups(judge: str, others: list[str], pairs: bool) -> list[list[str]]:
+    """The servers of the serve stage, in the groups started together: all at once, or
+    (--pairs) each probe's pair, then each other size's server alone."""
+    pair = [[f"baseline-{k}", f"spec-{judge}-{k}"] for k in (1, 2)]
+    rest = [f"spec-{n}" for n in others]
+    if not pairs:
+        return [[*pair[0][:1], *pair[1][:1], *pair[0][1:], *pair[1][1:], *rest]]
+    return [*pair, *[[r] for r in rest]]
+
+
+def served_target(path: Path) -> dict[str, Any]:
+    """What the tune and the probes served: the folder, and pad_target.py's record when it
+    widened it."""
+    rec: dict[str, Any] = {"path": str(path)}
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return rec
+    if isinstance(cfg, dict) and isinstance(cfg.get("specgate_padding"), dict):
+        rec["padding"] = cfg["specgate_padding"]
+        rec["intermediate_size"] = cfg.get("intermediate_size")
+    return rec
+
+
 def log(msg: str) -> None:
     print(f"[earn {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -400,6 +428,10 @@ class Earn:
         self.a = args
         self.work: Path = args.work
         self.target: Path = args.target
+        # what the tune and the probes serve: the target itself, or a deployment of it
+        # (pad_target.py's GPU-bound one); the data, the trainings and the held-out dump use
+        # the target
+        self.serve_target: Path = args.serve_target or args.target
         self.launcher = shlex.split(args.launcher)
         self.sim: bool = args.sim
         self.out = self.work / "out"
@@ -828,8 +860,8 @@ class Earn:
     def tune(self) -> None:
         a = self.a
         drafter = self.work / "drafters" / a.judge
-        doc = profiles.probe(self.target, drafter, self.heldout_dir, self.launcher, self.sim,
-                             max(a.steps), label=a.judge)
+        doc = profiles.probe(self.serve_target, drafter, self.heldout_dir, self.launcher,
+                             self.sim, max(a.steps), label=a.judge)
         doc["name"] = f"{profiles.NAME}-{a.judge}-tune" + ("-sim" if self.sim else "")
         doc.pop("eval", None)
         doc["bench"].update({"prompts_per_category": a.tune_prompts,
@@ -876,8 +908,8 @@ class Earn:
         a = self.a
         judge = a.judge
         drafters = self.work / "drafters"
-        over = {"--mem-fraction-static": str(SERVE_MEM_FRACTION)}  # six servers at once
-        probe_doc = profiles.probe(self.target, drafters / judge, self.heldout_dir,
+        over = {"--mem-fraction-static": str(a.serve_mem_fraction)}
+        probe_doc = profiles.probe(self.serve_target, drafters / judge, self.heldout_dir,
                                    self.launcher, self.sim, steps, label=judge,
                                    overrides=over)
         probe_toml = profiles.write(probe_doc, self.work / "profiles" / "probe.toml")
@@ -887,8 +919,8 @@ class Earn:
                   if n != judge and (drafters / n / "model.safetensors").exists()]
         size_profs = {judge: prof}
         for name in others:
-            d = profiles.probe(self.target, drafters / name, self.heldout_dir, self.launcher,
-                               self.sim, steps, label=name, overrides=over)
+            d = profiles.probe(self.serve_target, drafters / name, self.heldout_dir,
+                               self.launcher, self.sim, steps, label=name, overrides=over)
             size_profs[name] = profiles.load(d, self.work / "profiles" / f"{name}.toml")
         self.rec["judged"] = judge
         self.rec["served_steps"] = steps
@@ -897,10 +929,25 @@ class Earn:
             f"spec-{judge}-1": (prof, "speculative"), f"spec-{judge}-2": (prof, "speculative")}
         for name in others:
             jobs[f"spec-{name}"] = (size_profs[name], "speculative")
-        logs = self.work / "logs"
         # the two probes share one history (probe-2's regress.* compare with probe-1), and only
         # this run's
         shutil.rmtree(self.work / "reports" / "probe", ignore_errors=True)
+        served_by = {n: f"spec-{judge}-1" if n == judge else f"spec-{n}"
+                     for n in ("trained", *SIZES)}
+        t = time.monotonic()
+        for group in serve_groups(judge, others, a.pairs):
+            self.serve_group({k: jobs[k] for k in group}, served_by, size_profs, probe_toml)
+        self.rec["seconds"]["servers and probes"] = round(time.monotonic() - t, 1)
+        self.save()
+        self.lap("probes and served sizes")
+
+    def serve_group(self, jobs: dict[str, tuple[Any, str]], served_by: dict[str, str],
+                    size_profs: dict[str, Any], probe_toml: Path) -> None:
+        """Start JOBS' servers at once; attach each probe whose pair is among them; measure the
+        served accept length of each size whose server is among them; stop them all."""
+        a = self.a
+        judge = a.judge
+        logs = self.work / "logs"
         handles: dict[str, Any] = {}
         ready: dict[str, float] = {}
         t = time.monotonic()
@@ -917,8 +964,9 @@ class Earn:
                     except Exception as exc:  # one server failing must not lose the others
                         self.rec.setdefault("failed", {})[name] = str(exc)[:2000]
                         log(f"{name}: FAILED to start: {str(exc)[:400]}")
-            self.rec["ready_s"] = {k: round(v, 1) for k, v in ready.items()}
-            self.rec["seconds"]["servers start"] = round(time.monotonic() - t, 1)
+            self.rec.setdefault("ready_s", {}).update({k: round(v, 1) for k, v in ready.items()})
+            key = "servers start" + (f" {','.join(jobs)}" if a.pairs else "")
+            self.rec["seconds"][key] = round(time.monotonic() - t, 1)
             self.save()
             for k in (1, 2):
                 b, s = handles.get(f"baseline-{k}"), handles.get(f"spec-{judge}-{k}")
@@ -938,24 +986,25 @@ class Earn:
                 self.save()
             # the served accept length of the data sizes (accept length does not depend on
             # speed: measured at once); the judged drafter's on its first probe's server
-            served_by = {n: f"spec-{judge}-1" if n == judge else f"spec-{n}"
-                         for n in ("trained", *SIZES)}
             names = [n for n in ("trained", *SIZES) if served_by[n] in handles]
-            t = time.monotonic()
-            with cf.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
-                futs2 = {pool.submit(serve.accept_length, handles[served_by[n]].url,
-                                     size_profs[n]): n
-                         for n in names}
-                for done in cf.as_completed(futs2):
-                    n = futs2[done]
-                    try:
-                        self.rec.setdefault("served_sizes", {})[n] = done.result()
-                        log(f"served accept length {n}: "
-                            f"{self.rec['served_sizes'][n]['accept_len']}")
-                    except Exception as exc:
-                        self.rec.setdefault("served_sizes", {})[n] = {"error": str(exc)[:1000]}
-            self.rec["seconds"]["served sizes"] = round(time.monotonic() - t, 1)
-            self.save()
+            if names:
+                t = time.monotonic()
+                with cf.ThreadPoolExecutor(max_workers=len(names)) as pool:
+                    futs2 = {pool.submit(serve.accept_length, handles[served_by[n]].url,
+                                         size_profs[n]): n
+                             for n in names}
+                    for done in cf.as_completed(futs2):
+                        n = futs2[done]
+                        try:
+                            self.rec.setdefault("served_sizes", {})[n] = done.result()
+                            log(f"served accept length {n}: "
+                                f"{self.rec['served_sizes'][n]['accept_len']}")
+                        except Exception as exc:
+                            self.rec.setdefault("served_sizes", {})[n] = {
+                                "error": str(exc)[:1000]}
+                skey = "served sizes" + (f" {','.join(names)}" if a.pairs else "")
+                self.rec["seconds"][skey] = round(time.monotonic() - t, 1)
+                self.save()
         finally:
             for name, h in handles.items():
                 try:
@@ -970,7 +1019,6 @@ class Earn:
                     dst.mkdir(parents=True, exist_ok=True)
                     (dst / f"{name}.log").write_text(
                         "\n".join([*lines[:60], "[...]", *lines[-60:]]) + "\n")
-        self.lap("probes and served sizes")
 
     def forget(self, keys: tuple[str, ...], paths: tuple[str, ...]) -> None:
         """An earlier run's results that a stage about to run replaces: record keys and paths
@@ -1027,6 +1075,8 @@ class Earn:
             if "train" not in stages:  # drafters trained earlier (earn.sh --data)
                 for d in sorted((self.work / "drafters").glob("*/summary.json")):
                     self.keep_drafter(d.parent.name)
+            if {"tune", "serve"} & set(stages):
+                self.rec["served_target"] = served_target(self.serve_target)
             if "tune" in stages:
                 self.tune()
             if "serve" in stages:
@@ -1099,6 +1149,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback-steps", type=int, default=3,
                     help="the chain served when the tune recommends none")
     ap.add_argument("--probe-timeout", type=float, default=600.0)
+    ap.add_argument("--serve-target", type=Path,
+                    help="the target the tune and the probes serve (default --target): a "
+                         "deployment of it, e.g. pad_target.py's GPU-bound one")
+    ap.add_argument("--pairs", action="store_true",
+                    help="start the serve stage's servers one probe's pair at a time, then "
+                         "each other size's alone (a target whose weights do not fit on the "
+                         "GPU six times), instead of all at once")
+    ap.add_argument("--serve-mem-fraction", type=float, default=SERVE_MEM_FRACTION,
+                    help="the serve stage's --mem-fraction-static (default %(default)s)")
     ap.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x],
                     default=["data", "train", "tune", "serve"],
                     help="which of data, train, tune, serve, again to run (a later stage "

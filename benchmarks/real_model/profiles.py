@@ -48,6 +48,22 @@ def flags(sim: bool, overrides: dict[str, str] | None = None) -> list[str]:
     return args
 
 
+def describe(target: Path) -> str:
+    """The profile's description: the model, and pad_target.py's widening when it made TARGET."""
+    import json
+
+    text = "SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to bf16) on SGLang 0.5.17"
+    try:
+        cfg = json.loads((target / "config.json").read_text())
+    except (OSError, ValueError):
+        return text
+    pad = cfg.get("specgate_padding") if isinstance(cfg, dict) else None
+    if isinstance(pad, dict) and isinstance(pad.get("step_bytes"), (int, float)):
+        text += (f", its MLPs widened with zero-output channels to {pad['step_bytes'] / 1e9:.2f}"
+                 " GB read a decode step (pad_target.py: the same answers, a GPU-bound decode)")
+    return text
+
+
 def base(name: str, target: Path, launcher: list[str], sim: bool,
          overrides: dict[str, str] | None = None) -> dict[str, Any]:
     bench: dict[str, Any] = {"prompts": "builtin", "prompts_per_category": 6,
@@ -58,7 +74,7 @@ def base(name: str, target: Path, launcher: list[str], sim: bool,
         bench["chat_template"] = template
     return {
         "name": f"{NAME}-{name}" + ("-sim" if sim else ""),
-        "description": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to bf16) on SGLang 0.5.17",
+        "description": describe(target),
         "target": {"path": str(target)},
         "server": {"launcher": launcher, "host": "127.0.0.1", "port": 0, "tp": 1,
                    "startup_timeout_s": 600.0, "stop_timeout_s": 30.0,
