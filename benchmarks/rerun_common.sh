@@ -54,7 +54,8 @@ PYEOF
 }
 
 # earn_rerun MODEL SPECFORGE [RESULT_DIR]: benchmarks/real_model/earn.sh (EARN_ARGS and
-# EARN_STAGES as the caller exports them) from RESULT_DIR's committed data (data/answers.jsonl.gz,
+# EARN_STAGES as the caller exports them, and earn.sh's own flags in EARN_FLAGS: --pad-gb GB,
+# --budget SECONDS) from RESULT_DIR's committed data (data/answers.jsonl.gz,
 # data/heldout.json and the earn.json beside them: no generation), or from scratch without
 # RESULT_DIR, or, with RESULT_DIR "-", on what the previous earn_rerun left in $RS_WORK (its
 # drafters: EARN_STAGES without data or train); the run's out/ laid out in $RERUN as the
@@ -67,16 +68,18 @@ earn_rerun() {
       echo "earn_rerun -: EARN_STAGES must name later stages only (tune, serve), not" \
         "\"${EARN_STAGES:-}\"" >&2; return 2 ;;
     esac
-    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" || rc=$?
+    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" \
+      ${EARN_FLAGS:-} || rc=$?
   elif [ -n "$source" ]; then
     data=$RS_WORK/data-in
     mkdir -p "$data"
     cp "$source/data/answers.jsonl.gz" "$source/data/heldout.json" "$source/earn.json" \
       "$data/" || return 2
     OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" \
-      --data "$data" || rc=$?
+      --data "$data" ${EARN_FLAGS:-} || rc=$?
   else
-    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" || rc=$?
+    OUT=$RERUN bash benchmarks/real_model/earn.sh "$model" --specforge "$specforge" \
+      ${EARN_FLAGS:-} || rc=$?
   fi
   # earn.sh leaves the run's out/ in $RERUN/out: its contents go up a level, as committed
   if [ -d "$RERUN/out" ]; then
