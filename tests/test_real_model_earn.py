@@ -1058,3 +1058,21 @@ def test_the_judged_drafter_must_be_among_the_trainings_of_a_train_stage(
                    "--judge", "third"])
     assert exc.value.code == 2
     assert not (tmp_path / "w").exists()
+
+
+def test_the_report_names_the_widened_target_the_probes_served(tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = _served_run(tmp_path / "out", 4, {"trained": 1.66})
+    text, _ = rep.report(out)
+    assert "## Served target" not in text  # the target itself
+    earn = json.loads((out / "earn.json").read_text())
+    earn["served_target"] = {"path": "/w/target-13.97gb", "intermediate_size": 133760,
+                             "padding": {"source_intermediate_size": 1536,
+                                         "step_bytes": 13_970_054_400,
+                                         "source_step_bytes": 269_060_736,
+                                         "max_relative_mlp_difference": 0.0021}}
+    (out / "earn.json").write_text(json.dumps(earn))
+    text, _ = rep.report(out)
+    assert ("intermediate size 1536 -> 133760, 13.97 GB read a decode step against 0.269 GB; "
+            "each widened MLP against the original on random input: largest relative "
+            "difference 2.1e-03.") in text

@@ -96,6 +96,18 @@ def report(out: Path, others: tuple[Path, ...] = ()
         lines.append(f"- {earn['again_skipped']}")
     lines.append("")
 
+    pad = (earn.get("served_target") or {}).get("padding")
+    if isinstance(pad, dict):  # the tune and the probes served pad_target.py's widening
+        lines += ["## Served target", "",
+                  f"The tune and the probes served the target widened by pad_target.py: "
+                  f"intermediate size {pad.get('source_intermediate_size')} -> "
+                  f"{earn['served_target'].get('intermediate_size')}, "
+                  f"{_fmt(float(pad.get('step_bytes') or 0) / 1e9, 2)} GB read a decode step "
+                  f"against {_fmt(float(pad.get('source_step_bytes') or 0) / 1e9, 3)} GB; "
+                  "each widened MLP against the original on random input: largest relative "
+                  f"difference {float(pad.get('max_relative_mlp_difference') or 0):.1e}. The "
+                  "data, the trainings and the held-out dump used the target itself.", ""]
+
     bases = []  # (probe, its baseline's tok/s): each probe launched its own baseline
     for k in (1, 2):
         base = figure(_load(out / f"probe-{k}" / "verdict.json"), "baseline_tps")
