@@ -630,6 +630,7 @@ def _runner(earn: ModuleType, tmp_path: Path, **args: Any) -> Any:
                                      "again": ["trained-again"], **args})
     runner.work = tmp_path
     runner.out = tmp_path / "out"
+    runner.serve_target = tmp_path / "target"
     runner.rec = {"seconds": {}, "errors": {}}
     runner.save = lambda: None
     return runner
@@ -1016,6 +1017,42 @@ def test_the_probes_serve_the_tunes_chain_only_when_it_tuned_the_judged_drafter(
     runner.a.judge = "trained"
     runner.rec["tune"] = {"best_steps": 4}
     assert runner.chain() == 4
+    # a tune that served another target (a widened one, say) picks nothing for this one
+    runner.rec["tune"] = {"best_steps": 4, "judge": "trained",
+                          "served_target": str(tmp_path / "target-13.97gb")}
+    assert runner.chain() == 1
+    runner.serve_target = tmp_path / "target-13.97gb"
+    assert runner.chain() == 4
+
+
+def test_no_server_starts_that_no_probe_or_measurement_could_follow(
+        earn: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import time
+
+    (tmp_path / "drafters" / "trained").mkdir(parents=True)
+    (tmp_path / "drafters" / "trained" / "model.safetensors").write_bytes(b"")
+    (tmp_path / "drafters" / "third").mkdir(parents=True)
+    (tmp_path / "drafters" / "third" / "model.safetensors").write_bytes(b"")
+    # time for a size's server and its measurement, not for a pair and its probe
+    runner = _runner(earn, tmp_path, judge="trained", probe_timeout=600.0, pairs=True,
+                     serve_mem_fraction=0.6,
+                     deadline=time.time() + earn.GROUP_START_S + 0.5 * earn.PROBE_MIN_S + 30)
+    runner.target, runner.heldout_dir, runner.launcher, runner.sim = tmp_path, tmp_path, [], True
+    runner.lap_t = 0.0
+    started: list[str] = []
+    monkeypatch.setattr(earn.profiles, "probe", lambda *a, **k: {"drafter": a[1].name})
+    monkeypatch.setattr(earn.profiles, "write", lambda doc, path: path)
+    monkeypatch.setattr(earn.profiles, "load", lambda doc, path: doc)
+    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn.serve, "start", lambda p, c, log_path, port: (
+        started.append(log_path.stem) or _Served(log_path.stem), 1.0))
+    monkeypatch.setattr(earn.serve, "accept_length", lambda url, prof: {"accept_len": 1.4})
+    runner.serve(4)
+    assert started == ["spec-third"]
+    skipped = runner.rec["serve_skipped"]
+    assert set(skipped) == {"baseline-1,spec-trained-1", "baseline-2,spec-trained-2"}
+    assert all(v.startswith("not started: ") for v in skipped.values())
+    assert "probe-1" not in runner.rec
 
 
 def test_the_chain_table_names_the_tunes_drafter_and_the_probe_table_the_judged_one(

@@ -90,6 +90,8 @@ TRAIN_GIB = 42.0
 WARM_UP_MEM_FRACTION = 0.85
 SERVE_MEM_FRACTION = 0.6
 WARM_UP_TIMEOUT_S = 420.0
+GROUP_START_S = 90.0  # a group of the serve stage started, about (a widened target's pair)
+PROBE_MIN_S = 60.0  # the least time left in which a probe is attached
 TUNE_STOP_GRACE_S = 90.0  # the tune's time to stop its server and write tune.json after SIGTERM
 
 def base_name(name: str) -> str:
@@ -891,16 +893,18 @@ class Earn:
             if isinstance(b, str) and b.startswith("s") and "-" in b:
                 best = int(b[1:b.index("-")])
         self.rec["tune"] = {"exit": code, "seconds": round(time.monotonic() - t, 1),
-                            "best_steps": best, "judge": a.judge}
+                            "best_steps": best, "judge": a.judge,
+                            "served_target": str(self.serve_target)}
         log(f"tune: exit {code}, best steps {best}")
         self.lap("tune")
 
     def chain(self) -> int:
-        """The steps the probes serve: the tune's best for this --judge, else --fallback-steps
-        (a tune of another drafter, or none, picks nothing)."""
+        """The steps the probes serve: the tune's best for this --judge and --serve-target,
+        else --fallback-steps (a tune of another drafter or target, or none, picks nothing)."""
         tune = self.rec.get("tune") or {}
         best = tune.get("best_steps")
-        if best and tune.get("judge", "trained") == self.a.judge:
+        same_target = tune.get("served_target", str(self.serve_target)) == str(self.serve_target)
+        if best and tune.get("judge", "trained") == self.a.judge and same_target:
             return int(best)
         return int(self.a.fallback_steps)
 
@@ -936,6 +940,13 @@ class Earn:
                      for n in ("trained", *SIZES)}
         t = time.monotonic()
         for group in serve_groups(judge, others, a.pairs):
+            need = GROUP_START_S + (PROBE_MIN_S if group[0].startswith("baseline") else 30.0)
+            if self.left() < need:  # a start that no probe or measurement could follow
+                why = (f"not started: {self.left():.0f} s left of the --deadline, a start and "
+                       f"what follows it need about {need:.0f} s")
+                self.rec.setdefault("serve_skipped", {})[",".join(group)] = why
+                log(f"{','.join(group)}: {why}")
+                continue
             self.serve_group({k: jobs[k] for k in group}, served_by, size_profs, probe_toml)
         self.rec["seconds"]["servers and probes"] = round(time.monotonic() - t, 1)
         self.save()
@@ -970,7 +981,12 @@ class Earn:
             self.save()
             for k in (1, 2):
                 b, s = handles.get(f"baseline-{k}"), handles.get(f"spec-{judge}-{k}")
-                if b is None or s is None or self.left() < 60:
+                if b is None or s is None:
+                    continue
+                if self.left() < PROBE_MIN_S:
+                    self.rec[f"probe-{k}"] = {"skipped": f"{self.left():.0f} s left of the "
+                                              "--deadline"}
+                    log(f"probe-{k}: skipped, {self.left():.0f} s left")
                     continue
                 t = time.monotonic()
                 before = host_state()
@@ -1043,7 +1059,7 @@ class Earn:
         key = ",".join(stages)
         self.rec["errors"].pop(key, None)
         served = ("tune", "served_steps", "probe-1", "probe-2", "served_sizes", "failed",
-                  "ready_s", "host", "judged")
+                  "ready_s", "host", "judged", "serve_skipped")
         try:
             if "data" in stages:
                 self.forget((), ("out/*", "drafters", "reports", "dumps", "maps"))
