@@ -1,0 +1,88 @@
+#!/bin/bash
+# Another drafter in the gate that an earn.sh run left in $RS_WORK: a regression on real text.
+# A smaller data size is trained as earn.py trains it (sf_train.py with the judged drafter's own
+# command, on the first 1/N of the data's seeded order: third N = 3, ninth N = 9), then
+# `pytest -m probe` runs on a copy of the run's probe profile with only the drafter changed
+# (specgate launches both servers), in the run's probe history: regress.* compare the new
+# drafter with the last passing probe there, as a CI gate compares a new checkpoint.
+#
+#   bash benchmarks/real_model/regress.sh --specforge UNPACKED_SPECFORGE_0.2.0 [--size ninth]
+#
+# Environment: see ../real_sglang/env.sh (OUT, RS_WORK: the earn.sh run's work folder,
+# RS_PYTHON, RS_WHEELS, RS_SIM). $OUT gets regress.log, profile.toml, pytest.log,
+# verdict.json, live/ (the probe's per-request results) and SIZE/ (the drafter's summary,
+# prediction and training log). Exit status: pytest's (1 when a claim failed), 2 for bad
+# arguments, 3 when the run left no probe profile or record.
+set -u
+SPECFORGE=
+SIZE=ninth
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --specforge) SPECFORGE=$2; shift 2 ;;
+    --size) SIZE=$2; shift 2 ;;
+    *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
+  esac
+done
+[ -n "$SPECFORGE" ] || { echo "usage: $0 --specforge DIR [--size ninth|third]"; exit 2; }
+case "$SIZE" in third|ninth) ;; *) echo "--size $SIZE: third or ninth"; exit 2 ;; esac
+SPECFORGE=$(cd "$SPECFORGE" && pwd) || exit 2
+OUT=${OUT:-/tmp/regress-out}
+RS_LOG=regress.log
+. "$(dirname "${BASH_SOURCE[0]}")/../real_sglang/env.sh" || exit $?
+RM=$ROOT/benchmarks/real_model
+for f in earn.json profiles/probe.toml; do
+  [ -e "$WORK/$f" ] || { echo "$WORK/$f: not there (run earn.sh with RS_WORK=$WORK first)"; exit 3; }
+done
+
+# the judged drafter's training command, on the first 1/N of the data
+CMD=$("$PY" - "$WORK" "$SIZE" <<'PYEOF'
+import json, shlex, sys
+from pathlib import Path
+work, size = Path(sys.argv[1]), sys.argv[2]
+rec = json.loads((work / "earn.json").read_text())
+judged = rec.get("judged") or "trained"
+argv = ((rec.get("train_commands") or {}).get(judged) or [])[1:]
+samples = ((rec.get("drafters") or {}).get(judged) or {}).get("samples")
+if not argv or not samples or "--rows" in argv:
+    sys.exit(f"{work}/earn.json: no training command of {judged} over all the data to derive "
+             f"{size}'s from")
+out = []
+for flag, value in zip(argv[::2], argv[1::2]):
+    if flag == "--vocab-map":
+        value = str(work / "maps" / f"{size}.safetensors")
+    elif flag == "--out":
+        value = str(work / "drafters" / size)
+    elif flag == "--specforge":  # this run's, below
+        continue
+    out += [flag, value]
+rows = int(samples) // {"third": 3, "ninth": 9}[size]
+print(shlex.join([*out, "--rows", str(rows), "--judged", judged]))
+PYEOF
+) || exit 3
+JUDGED=${CMD##*--judged }
+CMD=${CMD% --judged *}
+mkdir -p "$OUT/$SIZE"
+echo "[regress.sh] training $SIZE: sf_train.py $CMD"
+eval "set -- $CMD"
+"$PY" "$RM/sf_train.py" "$@" --specforge "$SPECFORGE" > "$OUT/$SIZE/train.log" 2>&1 \
+  || { echo "[regress.sh] sf_train.py failed: $(tail -n 3 "$OUT/$SIZE/train.log")"; exit 3; }
+tail -n 1 "$OUT/$SIZE/train.log"
+for f in summary.json prediction.json; do
+  [ -e "$WORK/drafters/$SIZE/$f" ] && cp "$WORK/drafters/$SIZE/$f" "$OUT/$SIZE/"
+done
+
+# the probe profile with only the drafter changed; its name, and so its history, stay
+sed "s|$WORK/drafters/$JUDGED\"|$WORK/drafters/$SIZE\"|" "$WORK/profiles/probe.toml" > "$OUT/profile.toml"
+grep -q "$WORK/drafters/$SIZE\"" "$OUT/profile.toml" \
+  || { echo "$WORK/profiles/probe.toml: no drafter path $WORK/drafters/$JUDGED"; exit 3; }
+echo "[regress.sh] pytest -m probe of $SIZE in the history of $WORK/reports/probe"
+(cd "$WORK" && "$PY" -m pytest -m probe --profile "$OUT/profile.toml" \
+   --reports "$WORK/reports/probe" -p no:cacheprovider) > "$OUT/pytest.log" 2>&1
+RC=$?
+cp "$WORK/reports/probe/verdict.json" "$OUT/" 2>/dev/null
+mkdir -p "$OUT/live"
+cp "$WORK/reports/probe/live/results.json" "$WORK/reports/probe/live/progress.log" "$OUT/live/" \
+  2>/dev/null
+grep -E "^  (FAILED|PASSED|BROKEN)|outcome" "$OUT/pytest.log" | cut -c1-300
+echo "[regress.sh] pytest exit $RC; results in $OUT"
+exit "$RC"
