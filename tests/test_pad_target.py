@@ -73,8 +73,8 @@ def widened(out: Path) -> dict[str, object]:
 def mlp(w: dict[str, object], i: int, x: object) -> object:
     f = torch.nn.functional
     p = f"model.layers.{i}.mlp."
-    return f.linear(f.silu(f.linear(x, w[p + "gate_proj.weight"])) * f.linear(x, w[p + "up_proj.weight"]),
-                    w[p + "down_proj.weight"])
+    gate = f.silu(f.linear(x, w[p + "gate_proj.weight"]))
+    return f.linear(gate * f.linear(x, w[p + "up_proj.weight"]), w[p + "down_proj.weight"])
 
 
 def step_bytes(t: dict[str, object]) -> int:
@@ -128,7 +128,8 @@ def test_the_width_is_the_smallest_that_reads_the_bytes_asked_for(pad: ModuleTyp
     # the tokenizer and the chat template travel with it; the other config fields are kept
     assert (tmp_path / "wide" / "tokenizer.json").read_text() == '{"a tokenizer": true}'
     assert (tmp_path / "wide" / "chat_template.jinja").exists()
-    assert cfg["num_hidden_layers"] == LAYERS and cfg["hidden_size"] == HIDDEN
+    assert cfg["num_hidden_layers"] == LAYERS
+    assert cfg["hidden_size"] == HIDDEN
 
 
 def test_an_untied_model_counts_its_lm_head_and_not_its_embedding(pad: ModuleType,

@@ -114,7 +114,7 @@ def widened_size(base_bytes: int, goal_bytes: int, layers: int, hidden: int, int
     per_channel = layers * 3 * hidden * itemsize
     need = max(goal_bytes - base_bytes, 0)
     wide = inter + math.ceil(need / per_channel)
-    return int(math.ceil(wide / ALIGN) * ALIGN)
+    return math.ceil(wide / ALIGN) * ALIGN
 
 
 def mlp_names(i: int) -> dict[str, str]:
@@ -194,7 +194,7 @@ def pad(target: Path, out: Path, gb: float, seed: int, device_name: str) -> dict
                                "(hidden_size, intermediate_size of config.json)")
     itemsize = dtype_bytes(tensors[mlp_names(0)["gate_proj"]].dtype)
     base = step_bytes(tensors, cfg)
-    goal = int(round(gb * 1e9))
+    goal = round(gb * 1e9)
     if goal <= base:
         raise PadError(f"--gb {gb}: {target} already reads {base / 1e9:.3f} GB a step")
     wide = widened_size(base, goal, layers, hidden, inter, itemsize)
