@@ -30,38 +30,12 @@ OUT=${OUT:-/tmp/regress-out}
 RS_LOG=regress.log
 . "$(dirname "${BASH_SOURCE[0]}")/../real_sglang/env.sh" || exit $?
 RM=$ROOT/benchmarks/real_model
-for f in earn.json profiles/probe.toml; do
-  [ -e "$WORK/$f" ] || { echo "$WORK/$f: not there (run earn.sh with RS_WORK=$WORK first)"; exit 3; }
-done
 
-# the judged drafter's training command, on the first 1/N of the data
-CMD=$("$PY" - "$WORK" "$SIZE" <<'PYEOF'
-import json, shlex, sys
-from pathlib import Path
-work, size = Path(sys.argv[1]), sys.argv[2]
-rec = json.loads((work / "earn.json").read_text())
-judged = rec.get("judged") or "trained"
-argv = ((rec.get("train_commands") or {}).get(judged) or [])[1:]
-samples = ((rec.get("drafters") or {}).get(judged) or {}).get("samples")
-if not argv or not samples or "--rows" in argv:
-    sys.exit(f"{work}/earn.json: no training command of {judged} over all the data to derive "
-             f"{size}'s from")
-out = []
-for flag, value in zip(argv[::2], argv[1::2]):
-    if flag == "--vocab-map":
-        value = str(work / "maps" / f"{size}.safetensors")
-    elif flag == "--out":
-        value = str(work / "drafters" / size)
-    elif flag == "--specforge":  # this run's, below
-        continue
-    out += [flag, value]
-rows = int(samples) // {"third": 3, "ninth": 9}[size]
-print(shlex.join([*out, "--rows", str(rows), "--judged", judged]))
-PYEOF
-) || exit 3
-JUDGED=${CMD##*--judged }
-CMD=${CMD% --judged *}
+# the judged drafter's training command, on the first 1/N of the data (regress.py)
+CMD=$("$PY" "$RM/regress.py" command "$WORK" "$SIZE") || exit 3
 mkdir -p "$OUT/$SIZE"
+# the probe profile with only the drafter changed; its name, and so its history, stay
+"$PY" "$RM/regress.py" profile "$WORK" "$SIZE" "$OUT/profile.toml" || exit 3
 echo "[regress.sh] training $SIZE: sf_train.py $CMD"
 eval "set -- $CMD"
 "$PY" "$RM/sf_train.py" "$@" --specforge "$SPECFORGE" > "$OUT/$SIZE/train.log" 2>&1 \
@@ -71,10 +45,6 @@ for f in summary.json prediction.json; do
   [ -e "$WORK/drafters/$SIZE/$f" ] && cp "$WORK/drafters/$SIZE/$f" "$OUT/$SIZE/"
 done
 
-# the probe profile with only the drafter changed; its name, and so its history, stay
-sed "s|$WORK/drafters/$JUDGED\"|$WORK/drafters/$SIZE\"|" "$WORK/profiles/probe.toml" > "$OUT/profile.toml"
-grep -q "$WORK/drafters/$SIZE\"" "$OUT/profile.toml" \
-  || { echo "$WORK/profiles/probe.toml: no drafter path $WORK/drafters/$JUDGED"; exit 3; }
 echo "[regress.sh] pytest -m probe of $SIZE in the history of $WORK/reports/probe"
 (cd "$WORK" && "$PY" -m pytest -m probe --profile "$OUT/profile.toml" \
    --reports "$WORK/reports/probe" -p no:cacheprovider) > "$OUT/pytest.log" 2>&1
