@@ -219,3 +219,36 @@ def test_the_command_line_says_what_it_made(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     wide = json.loads((tmp_path / "wide" / "config.json").read_text())["intermediate_size"]
     assert f"intermediate size {INTER} -> {wide}" in done.stdout
+
+
+def test_check_says_whether_a_folder_is_this_widening_of_this_target(tmp_path: Path) -> None:
+    orig = tiny_llama(tmp_path / "src")
+    gb = f"{step_bytes(orig) * 3 / 1e9:.9f}"
+    src, wide = str(tmp_path / "src"), str(tmp_path / "wide")
+    assert _run("--check", src, wide, "--gb", gb).returncode == 1  # nothing there yet
+    assert _run(src, wide, "--gb", gb, "--device", "cpu").returncode == 0
+    assert _run("--check", src, wide, "--gb", gb).returncode == 0
+    assert _run("--check", src, wide, "--gb", gb, "--seed", "1").returncode == 1
+    assert _run("--check", src, wide, "--gb", f"{float(gb) * 2:.9f}").returncode == 1
+    # another model in the target's place
+    t = safetensors_torch.load_file(str(tmp_path / "src" / "model.safetensors"))
+    t["model.norm.weight"] = t["model.norm.weight"] + 1
+    safetensors_torch.save_file(t, str(tmp_path / "src" / "model.safetensors"))
+    assert _run("--check", src, wide, "--gb", gb).returncode == 1
+
+
+def test_an_out_folder_holding_the_target_is_refused(tmp_path: Path) -> None:
+    tiny_llama(tmp_path / "models" / "src")
+    for out in (tmp_path / "models", tmp_path / "models" / "src"):
+        done = _run(str(tmp_path / "models" / "src"), str(out), "--gb", "1", "--device", "cpu")
+        assert done.returncode == 2
+        assert "must not be TARGET or hold it" in done.stderr
+    assert (tmp_path / "models" / "src" / "model.safetensors").exists()
+
+
+def test_a_tied_checkpoint_that_stores_its_lm_head_counts_it_once(pad: ModuleType,
+                                                                  tmp_path: Path) -> None:
+    t = tiny_llama(tmp_path / "src")
+    t["lm_head.weight"] = t["model.embed_tokens.weight"].clone()
+    cfg = pad.read_config(tmp_path / "src")
+    assert pad.step_bytes(t, cfg) == step_bytes(t) - VOCAB * HIDDEN * 4

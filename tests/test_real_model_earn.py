@@ -630,7 +630,7 @@ def _runner(earn: ModuleType, tmp_path: Path, **args: Any) -> Any:
                                      "again": ["trained-again"], **args})
     runner.work = tmp_path
     runner.out = tmp_path / "out"
-    runner.serve_target = tmp_path / "target"
+    runner.target = runner.serve_target = tmp_path / "target"
     runner.rec = {"seconds": {}, "errors": {}}
     runner.save = lambda: None
     return runner
@@ -935,8 +935,8 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
     for name in trained:
         (tmp_path / "drafters" / name).mkdir(parents=True)
         (tmp_path / "drafters" / name / "model.safetensors").write_bytes(b"")
-    runner = _runner(earn, tmp_path, judge=judge, probe_timeout=600.0, pairs=pairs,
-                     serve_mem_fraction=0.35 if pairs else 0.6)
+    runner = _runner(earn, tmp_path, judge=judge, probe_timeout=600.0,
+                     pairs="on" if pairs else "off", serve_mem_fraction=0.35 if pairs else 0.6)
     runner.target, runner.heldout_dir, runner.launcher, runner.sim = tmp_path, tmp_path, [], True
     runner.serve_target = tmp_path / "served"
     runner.lap_t = 0.0
@@ -993,6 +993,7 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
     assert measured == {n: (server, n) for n, server in sizes.items()}
     assert runner.rec["judged"] == judge
     assert runner.rec["served_steps"] == 1
+    assert runner.rec["serve_pairs"] is pairs
     assert set(runner.rec["served_sizes"]) == set(sizes)
     assert all(h.stopped for h in started.values())
     if pairs:  # never more than one probe's pair up, and no size served beside a pair
@@ -1023,6 +1024,28 @@ def test_the_probes_serve_the_tunes_chain_only_when_it_tuned_the_judged_drafter(
     assert runner.chain() == 1
     runner.serve_target = tmp_path / "target-13.97gb"
     assert runner.chain() == 4
+    runner.target = tmp_path / "target"
+    runner.rec["tune"] = {"best_steps": 2, "judge": "trained"}  # a record of the target itself
+    assert runner.chain() == 1
+
+
+GB = 10**9
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("mode", "servers", "weights", "gpu_gib", "pairs"), [
+    ("auto", 4, 14 * GB, 79.6, True),  # one H100: four 14 GB servers do not fit its 60 %
+    ("auto", 4, 14 * GB, 139.8, False),  # one H200: they do
+    ("auto", 6, 14 * GB, 139.8, True),  # six do not
+    ("auto", 6, GB // 4, 79.6, False),  # the 135M target, six at once on an H100
+    ("auto", 6, 14 * GB, None, False),  # no nvidia-smi: as before, all at once
+    ("on", 2, 1, 139.8, True),
+    ("off", 6, 14 * GB, 79.6, False),
+])
+def test_the_serve_stage_pairs_its_servers_when_the_gpu_cannot_hold_them_all(
+        earn: ModuleType, mode: str, servers: int, weights: int, gpu_gib: float | None,
+        pairs: bool) -> None:
+    assert earn.serve_in_pairs(mode, servers, weights, gpu_gib, 0.6) is pairs
 
 
 def test_no_server_starts_that_no_probe_or_measurement_could_follow(
@@ -1034,7 +1057,7 @@ def test_no_server_starts_that_no_probe_or_measurement_could_follow(
     (tmp_path / "drafters" / "third").mkdir(parents=True)
     (tmp_path / "drafters" / "third" / "model.safetensors").write_bytes(b"")
     # time for a size's server and its measurement, not for a pair and its probe
-    runner = _runner(earn, tmp_path, judge="trained", probe_timeout=600.0, pairs=True,
+    runner = _runner(earn, tmp_path, judge="trained", probe_timeout=600.0, pairs="on",
                      serve_mem_fraction=0.6,
                      deadline=time.time() + earn.GROUP_START_S + 0.5 * earn.PROBE_MIN_S + 30)
     runner.target, runner.heldout_dir, runner.launcher, runner.sim = tmp_path, tmp_path, [], True
@@ -1113,3 +1136,19 @@ def test_the_report_names_the_widened_target_the_probes_served(tmp_path: Path) -
     assert ("intermediate size 1536 -> 133760, 13.97 GB read a decode step against 0.269 GB; "
             "each widened MLP against the original on random input: largest relative "
             "difference 2.1e-03.") in text
+
+
+def test_a_size_the_run_did_not_train_is_named_as_not_asked_for(tmp_path: Path) -> None:
+    rep = load_real_model_script("earn_report")
+    out = _served_run(tmp_path / "out", 4, {"trained": 1.66})
+    text, _ = rep.report(out)
+    assert "Not served: ninth, third (no trained drafter;" in text  # the record does not say
+    earn = json.loads((out / "earn.json").read_text())
+    earn["args"] = {"data,train": {"trainings": "['trained', 'third', 'ninth']"},
+                    "heldout,train": {"trainings": "['trained', 'ninth']"},
+                    "tune,serve": {"trainings": "['trained']"}}
+    (out / "earn.json").write_text(json.dumps(earn))
+    text, _ = rep.report(out)
+    assert "Not served: third (not among this run's --trainings)." in text
+    assert "Not served: ninth (no trained drafter;" in text
+

@@ -66,6 +66,16 @@ def test_the_profile_changes_only_the_drafter(regress: ModuleType, tmp_path: Pat
     assert after.startswith('name = "smollm2-135m-instruct-trained-s4-k1-d5"')  # one history
 
 
+def test_a_size_takes_the_rows_earn_gave_it_where_the_record_has_them(
+        regress: ModuleType, tmp_path: Path) -> None:
+    work = earn_work(tmp_path)
+    rec = json.loads((work / "earn.json").read_text())
+    rec["maps"] = {"ninth": {"samples": 5300}}  # rows without an answer left out by the map
+    (work / "earn.json").write_text(json.dumps(rec))
+    argv = regress.size_command(work, "ninth")
+    assert argv[argv.index("--rows") + 1] == "5300"
+
+
 def test_a_record_of_an_older_run_without_judged_means_trained(regress: ModuleType,
                                                                tmp_path: Path) -> None:
     work = earn_work(tmp_path, judged=None)

@@ -28,8 +28,9 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    (--steps, --tune-launches).
 6. All at once: two baselines and two speculative servers of the judged drafter at the tuned
    chain (two launches of each), and each other drafter trained at that chain (each with
-   --mem-fraction-static --serve-mem-fraction, to start beside the others); with --pairs, one
-   probe's pair at a time, then each other size alone (a large target). `pytest -m
+   --mem-fraction-static --serve-mem-fraction, to start beside the others); where the GPU
+   cannot hold them all (--pairs), one probe's pair at a time, then each other size alone.
+   `pytest -m
    probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
    compare with probe-1 when it passed); then the served accept length of every data size
    trained. A smaller size judged (--judge ninth) measures a chain's cycle and break-even for
@@ -395,6 +396,24 @@ def reproduced(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
             row["same"] = one.get("sha256") == again.get("sha256")
         out[base_name(name)] = row
     return out
+
+
+def weights_bytes(target: Path) -> int:
+    """The bytes of a target folder's safetensors files (what each server loads)."""
+    return sum(f.stat().st_size for f in target.glob("*.safetensors"))
+
+
+def serve_in_pairs(mode: str, servers: int, weights: int, gpu_gib: float | None,
+                   fraction: float) -> bool:
+    """--pairs on/off, or auto: pairs unless the GPU's --serve-mem-fraction holds every server's
+    weights at once with 8 GB to spare (SGLang 0.5.17 sizes a server's KV pool from the memory
+    left free less 1 - fraction of the GPU, so servers that start together must fit in that
+    fraction). An unknown GPU (no nvidia-smi) serves all at once."""
+    if mode != "auto":
+        return mode == "on"
+    if gpu_gib is None:
+        return False
+    return gpu_gib * 2**30 * fraction <= servers * weights + 8e9
 
 
 def serve_groups(judge: str, others: list[str], pairs: bool) -> list[list[str]]:
@@ -903,7 +922,8 @@ class Earn:
         else --fallback-steps (a tune of another drafter or target, or none, picks nothing)."""
         tune = self.rec.get("tune") or {}
         best = tune.get("best_steps")
-        same_target = tune.get("served_target", str(self.serve_target)) == str(self.serve_target)
+        # a record without served_target is a tune of the target itself
+        same_target = tune.get("served_target", str(self.target)) == str(self.serve_target)
         if best and tune.get("judge", "trained") == self.a.judge and same_target:
             return int(best)
         return int(self.a.fallback_steps)
@@ -938,8 +958,11 @@ class Earn:
         shutil.rmtree(self.work / "reports" / "probe", ignore_errors=True)
         served_by = {n: f"spec-{judge}-1" if n == judge else f"spec-{n}"
                      for n in ("trained", *SIZES)}
+        pairs = serve_in_pairs(a.pairs, len(jobs), weights_bytes(self.serve_target),
+                               gpu_memory_gib(), a.serve_mem_fraction)
+        self.rec["serve_pairs"] = pairs
         t = time.monotonic()
-        for group in serve_groups(judge, others, a.pairs):
+        for group in serve_groups(judge, others, pairs):
             need = GROUP_START_S + (PROBE_MIN_S if group[0].startswith("baseline") else 30.0)
             if self.left() < need:  # a start that no probe or measurement could follow
                 why = (f"not started: {self.left():.0f} s left of the --deadline, a start and "
@@ -947,13 +970,14 @@ class Earn:
                 self.rec.setdefault("serve_skipped", {})[",".join(group)] = why
                 log(f"{','.join(group)}: {why}")
                 continue
-            self.serve_group({k: jobs[k] for k in group}, served_by, size_profs, probe_toml)
+            self.serve_group({k: jobs[k] for k in group}, served_by, size_profs, probe_toml,
+                             pairs)
         self.rec["seconds"]["servers and probes"] = round(time.monotonic() - t, 1)
         self.save()
         self.lap("probes and served sizes")
 
     def serve_group(self, jobs: dict[str, tuple[Any, str]], served_by: dict[str, str],
-                    size_profs: dict[str, Any], probe_toml: Path) -> None:
+                    size_profs: dict[str, Any], probe_toml: Path, pairs: bool) -> None:
         """Start JOBS' servers at once; attach each probe whose pair is among them; measure the
         served accept length of each size whose server is among them; stop them all."""
         a = self.a
@@ -976,7 +1000,7 @@ class Earn:
                         self.rec.setdefault("failed", {})[name] = str(exc)[:2000]
                         log(f"{name}: FAILED to start: {str(exc)[:400]}")
             self.rec.setdefault("ready_s", {}).update({k: round(v, 1) for k, v in ready.items()})
-            key = "servers start" + (f" {','.join(jobs)}" if a.pairs else "")
+            key = "servers start" + (f" {','.join(jobs)}" if pairs else "")
             self.rec["seconds"][key] = round(time.monotonic() - t, 1)
             self.save()
             for k in (1, 2):
@@ -1018,7 +1042,7 @@ class Earn:
                         except Exception as exc:
                             self.rec.setdefault("served_sizes", {})[n] = {
                                 "error": str(exc)[:1000]}
-                skey = "served sizes" + (f" {','.join(names)}" if a.pairs else "")
+                skey = "served sizes" + (f" {','.join(names)}" if pairs else "")
                 self.rec["seconds"][skey] = round(time.monotonic() - t, 1)
                 self.save()
         finally:
@@ -1059,7 +1083,7 @@ class Earn:
         key = ",".join(stages)
         self.rec["errors"].pop(key, None)
         served = ("tune", "served_steps", "probe-1", "probe-2", "served_sizes", "failed",
-                  "ready_s", "host", "judged", "serve_skipped")
+                  "ready_s", "host", "judged", "serve_skipped", "serve_pairs")
         try:
             if "data" in stages:
                 self.forget((), ("out/*", "drafters", "reports", "dumps", "maps"))
@@ -1168,10 +1192,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve-target", type=Path,
                     help="the target the tune and the probes serve (default --target): a "
                          "deployment of it, e.g. pad_target.py's GPU-bound one")
-    ap.add_argument("--pairs", action="store_true",
-                    help="start the serve stage's servers one probe's pair at a time, then "
-                         "each other size's alone (a target whose weights do not fit on the "
-                         "GPU six times), instead of all at once")
+    ap.add_argument("--pairs", choices=("auto", "on", "off"), default="auto",
+                    help="start the serve stage's servers one probe's pair at a time, then each "
+                         "other size's alone (on), or all at once (off); auto: pairs when the "
+                         "GPU's --serve-mem-fraction does not hold every server's weights at "
+                         "once with 8 GB to spare")
     ap.add_argument("--serve-mem-fraction", type=float, default=SERVE_MEM_FRACTION,
                     help="the serve stage's --mem-fraction-static (default %(default)s)")
     ap.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x],

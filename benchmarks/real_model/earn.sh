@@ -24,10 +24,10 @@
 #   --judge names the drafter they serve when it is not trained); answers.jsonl.gz may then be
 #   left out.
 # --pad-gb GB: the tune and the probes serve pad_target.py's widening of the target, GB decimal
-#   gigabytes read a decode step (13.97: a Llama-3-8B-shaped model's; earn.py --serve-target),
-#   the serve stage's servers one probe's pair at a time (--pairs) unless the GPU holds four
-#   copies in 60 % of its memory with 8 GB to spare; the data, the trainings and the held-out
-#   dump use the target itself. The widened folder is made once, in $RS_WORK/target-GBgb.
+#   gigabytes read a decode step (13.97: Llama-3-8B's 32 layers; earn.py --serve-target; earn.py
+#   --pairs auto then starts the serve stage's servers one probe's pair at a time where the GPU
+#   cannot hold them all); the data, the trainings and the held-out dump use the target itself.
+#   The widened folder is made once, in $RS_WORK/target-GBgb, for this target and GB.
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK, RS_PYTHON, RS_WHEELS, RS_SIM); decode
 # runs in CUDA graphs unless RS_CUDA_GRAPHS=0. $OUT gets earn.log, earn.json and out/.
 set -u
@@ -72,20 +72,11 @@ SERVED=()
 if [ -n "$PAD_GB" ]; then
   WIDE=$WORK/target-${PAD_GB}gb
   # made once; again when an earlier run widened another target there
-  if ! "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["specgate_padding"]["source"] != sys.argv[2])' \
-      "$WIDE/config.json" "$TARGET" 2>/dev/null; then
+  if ! "$PY" "$RM/pad_target.py" --check "$TARGET" "$WIDE" --gb "$PAD_GB" 2>/dev/null; then
     "$PY" "$RM/pad_target.py" "$TARGET" "$WIDE" --gb "$PAD_GB" || { say "pad_target.py failed"; exit 6; }
   fi
   SERVED=(--serve-target "$WIDE")
-  # the serve stage's four servers at once (--mem-fraction-static 0.6 each: SGLang sizes a
-  # server's KV pool from the memory left free less 40 % of the GPU's) need the GPU's 60 % to
-  # hold four copies of the weights and 8 GB besides; else one probe's pair at a time
-  GPU_GB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null \
-           | head -n 1 | awk '{printf "%d", $1 * 1.048576 / 1000}')
-  if [ -z "$GPU_GB" ] || ! awk -v g="$GPU_GB" -v w="$PAD_GB" 'BEGIN{exit !(g * 0.6 > 4 * w + 8)}'; then
-    SERVED+=(--pairs)
-  fi
-  say "served target ready: $WIDE (${GPU_GB:-unknown} GB GPU: ${SERVED[*]:2})"
+  say "served target ready: $WIDE"
 fi
 
 if [ -n "$DATA" ]; then

@@ -49,6 +49,19 @@ def claim(verdict: Any, cid: str) -> dict[str, Any] | None:
     return next((c for c in (verdict or {}).get("claims", []) if c["id"] == cid), None)
 
 
+def trainings_asked(earn: dict[str, Any]) -> list[str] | None:
+    """The --trainings of the run's last train stage (earn.json's args, recorded as text), or
+    None where the record does not say."""
+    import ast
+
+    stages = [v for k, v in (earn.get("args") or {}).items() if "train" in k.split(",")]
+    try:
+        names = ast.literal_eval(str(stages[-1].get("trainings"))) if stages else None
+    except (ValueError, SyntaxError):
+        return None
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
 def report(out: Path, others: tuple[Path, ...] = ()
            ) -> tuple[str, list[tuple[float, float | None, float | None, str]]]:
     earn = _load(out / "earn.json") or {}
@@ -191,8 +204,13 @@ def report(out: Path, others: tuple[Path, ...] = ()
         lines += ["", f"Break-even at {steps} steps: {' / '.join(evens)}: the accept length "
                       "a drafter must reach here to pay."]
     missing = [n for n in SIZES if n not in {c[3].split(" (")[0] for c in curve}]
-    if missing:
-        lines += ["", f"Not served: {', '.join(missing)} (no trained drafter; "
+    asked = trainings_asked(earn)
+    unasked = [n for n in missing if asked is not None and n not in asked]
+    failed = [n for n in missing if n not in unasked]
+    if unasked:
+        lines += ["", f"Not served: {', '.join(unasked)} (not among this run's --trainings)."]
+    if failed:
+        lines += ["", f"Not served: {', '.join(failed)} (no trained drafter; "
                       "earn.json's drafters and logs/earn.log say why)."]
     return "\n".join(lines) + "\n", curve
 

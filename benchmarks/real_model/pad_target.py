@@ -4,6 +4,7 @@ weight bytes as a larger model's while the text stays the small model's.
 
     python3 benchmarks/real_model/pad_target.py TARGET OUT [--gb 13.97] [--seed 0]
         [--device auto|cpu|cuda]
+    python3 benchmarks/real_model/pad_target.py --check TARGET OUT [--gb 13.97] [--seed 0]
 
 TARGET: a Hugging Face Llama-family folder (config.json, safetensors, tokenizer files), e.g. the
 SmolLM2-135M-Instruct folder that gguf_to_hf.py writes. A 135M model's decode step is bound by
@@ -13,8 +14,9 @@ This keeps the small model's answers and gives its decode step the large model's
 
 Each layer's MLP goes from intermediate size I to I' (a multiple of 128), the smallest that makes
 the weights read in a decode step (every tensor; a tied embedding once, as the lm_head reads it
-whole) at least --gb decimal GB; the default, 13.97, is what the Llama-3-8B-shaped target of
-../real_sglang/gpu_bound.py reads with SmolLM2's vocabulary. The new channels: gate_proj rows of
+whole) at least --gb decimal GB; the default, 13.97, is what Llama-3-8B's 32 transformer layers
+read (6.98 B parameters in bf16; the whole model, with its 128k-token lm_head, reads about 15.0).
+The new channels: gate_proj rows of
 zeros, up_proj rows and down_proj columns seeded random (std 0.02). A new channel's activation
 is silu(0) * u = 0 exactly, so down_proj adds exactly zero for it, while every byte is still read
 and multiplied in each forward. The answers differ from TARGET's only where the order of the
@@ -25,7 +27,8 @@ intermediate size and sha256s, the bytes per step, the seed, the largest differe
 between each widened MLP and the original on random input), sharded safetensors with
 model.safetensors.index.json, and every other file of TARGET (tokenizer, chat template,
 generation config). Exit 2 with a message naming the file or key when TARGET is not a folder
-this can widen.
+this can widen. --check writes nothing: exit 0 when OUT is this widening of TARGET's present
+files (their sha256s, --gb and --seed as recorded), 1 when not.
 """
 
 from __future__ import annotations
@@ -100,10 +103,11 @@ def step_bytes(tensors: dict[str, Any], cfg: dict[str, Any]) -> int:
     (the lm_head reads it whole); with an untied one the lm_head whole and not the embedding,
     of which a step reads one row."""
     total = sum(t.numel() * dtype_bytes(t.dtype) for t in tensors.values())
-    if not cfg.get("tie_word_embeddings", False) and "lm_head.weight" in tensors:
-        emb = tensors.get("model.embed_tokens.weight")
-        if emb is not None:
-            total -= emb.numel() * dtype_bytes(emb.dtype)
+    if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors:
+        # tied: one matrix, stored twice by some checkpoints; untied: the embedding is a row
+        drop = "lm_head.weight" if cfg.get("tie_word_embeddings", False) \
+            else "model.embed_tokens.weight"
+        total -= tensors[drop].numel() * dtype_bytes(tensors[drop].dtype)
     return int(total)
 
 
@@ -264,6 +268,16 @@ def pad(target: Path, out: Path, gb: float, seed: int, device_name: str) -> dict
     return record
 
 
+def is_widening(target: Path, out: Path, gb: float, seed: int) -> bool:
+    """OUT holds this widening of TARGET's present safetensors files, --gb and --seed."""
+    try:
+        rec = json.loads((out / "config.json").read_text())["specgate_padding"]
+        return bool(rec["gb_asked"] == gb and rec["seed"] == seed and rec["source_sha256"] == {
+            f.name: file_sha256(f) for f in sorted(target.glob("*.safetensors"))})
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("target", type=Path, help="a Hugging Face Llama-family folder")
@@ -272,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="weight bytes a decode step reads, decimal GB (default %(default)s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda (where it is built)")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 0 when OUT is this widening of TARGET, else 1")
     args = ap.parse_args(argv)
-    if args.out.resolve() == args.target.resolve():
-        print(f"{args.out}: OUT must not be TARGET", file=sys.stderr)
+    if args.check:
+        return 0 if is_widening(args.target, args.out, args.gb, args.seed) else 1
+    if args.target.resolve().is_relative_to(args.out.resolve()):
+        print(f"{args.out}: OUT is replaced, so it must not be TARGET or hold it",
+              file=sys.stderr)
         return 2
     try:
         rec = pad(args.target, args.out, args.gb, args.seed, args.device)

@@ -47,11 +47,16 @@ def size_command(work: Path, size: str) -> list[str]:
     rec = record(work)
     name = judged(rec)
     argv = ((rec.get("train_commands") or {}).get(name) or [])[1:]
+    # the rows earn.py gave the size and built its map from (maps.SIZE.samples), else the
+    # judged drafter's over N
+    rows = ((rec.get("maps") or {}).get(size) or {}).get("samples")
     samples = ((rec.get("drafters") or {}).get(name) or {}).get("samples")
-    if not argv or not isinstance(samples, int) or "--rows" in argv or len(argv) % 2:
+    if not isinstance(rows, int) and isinstance(samples, int):
+        rows = samples // SIZES[size]
+    if not argv or not isinstance(rows, int) or "--rows" in argv or len(argv) % 2:
         raise RegressError(f"{work / 'earn.json'}: no training command of {name} over all the "
-                           f"data (train_commands.{name}, drafters.{name}.samples) to derive "
-                           f"{size}'s from")
+                           f"data (train_commands.{name}, maps.{size} or drafters.{name}) to "
+                           f"derive {size}'s from")
     out: list[str] = []
     for flag, value in zip(argv[::2], argv[1::2], strict=True):
         if flag == "--specforge":
@@ -61,7 +66,7 @@ def size_command(work: Path, size: str) -> list[str]:
         elif flag == "--out":
             value = str(work / "drafters" / size)
         out += [flag, value]
-    return [*out, "--rows", str(samples // SIZES[size])]
+    return [*out, "--rows", str(rows)]
 
 
 def size_profile(work: Path, size: str) -> str:

@@ -3,21 +3,26 @@
 # A smaller data size is trained as earn.py trains it (sf_train.py with the judged drafter's own
 # command, on the first 1/N of the data's seeded order: third N = 3, ninth N = 9), then
 # `pytest -m probe` runs on a copy of the run's probe profile with only the drafter changed
-# (specgate launches both servers), in the run's probe history: regress.* compare the new
-# drafter with the last passing probe there, as a CI gate compares a new checkpoint.
+# (specgate launches both servers), in a copy of the run's probe history: regress.* compare the
+# new drafter with the run's last passing probe, as a CI gate compares a new checkpoint (the
+# run's own history is left as it was, so every such probe meets the same reference).
 #
 #   bash benchmarks/real_model/regress.sh --specforge UNPACKED_SPECFORGE_0.2.0 [--size ninth]
 #
 # Environment: see ../real_sglang/env.sh (OUT, RS_WORK: the earn.sh run's work folder,
-# RS_PYTHON, RS_WHEELS, RS_SIM). $OUT gets regress.log, profile.toml, pytest.log,
-# verdict.json, live/ (the probe's per-request results) and SIZE/ (the drafter's summary,
-# prediction and training log). Exit status: pytest's (1 when a claim failed), 2 for bad
-# arguments, 3 when the run left no probe profile or record.
+# RS_PYTHON, RS_WHEELS, RS_SIM; RS_WORK defaults to earn.sh's /tmp/earn). $OUT gets
+# regress.log, profile.toml, pytest.log, verdict.json, live/ (the probe's per-request
+# results), reports/ (the history copy the probe ran in) and SIZE/ (the drafter's summary,
+# prediction and training log; its weights go to $RS_WORK/drafters/SIZE). Exit status: pytest's
+# (1 when a claim failed), 2 for bad arguments, 3 when the run left no probe profile, record
+# or passing probe, or the training failed.
 set -u
 SPECFORGE=
 SIZE=ninth
 while [ $# -gt 0 ]; do
   case "$1" in
+    --specforge|--size)
+      [ $# -ge 2 ] || { echo "$1 needs a value (see the header of $0)"; exit 2; } ;;&
     --specforge) SPECFORGE=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     *) echo "unknown argument $1 (see the header of $0)"; exit 2 ;;
@@ -27,6 +32,7 @@ done
 case "$SIZE" in third|ninth) ;; *) echo "--size $SIZE: third or ninth"; exit 2 ;; esac
 SPECFORGE=$(cd "$SPECFORGE" && pwd) || exit 2
 OUT=${OUT:-/tmp/regress-out}
+RS_WORK=${RS_WORK:-/tmp/earn}
 RS_LOG=regress.log
 . "$(dirname "${BASH_SOURCE[0]}")/../real_sglang/env.sh" || exit $?
 RM=$ROOT/benchmarks/real_model
@@ -45,14 +51,24 @@ for f in summary.json prediction.json; do
   [ -e "$WORK/drafters/$SIZE/$f" ] && cp "$WORK/drafters/$SIZE/$f" "$OUT/$SIZE/"
 done
 
-echo "[regress.sh] pytest -m probe of $SIZE in the history of $WORK/reports/probe"
+# a copy of the run's probe history: the reference is the run's last passing probe
+[ -d "$WORK/reports/probe/history" ] || { echo "$WORK/reports/probe/history: no probe history"; exit 3; }
+rm -rf "$OUT/reports" && mkdir -p "$OUT/reports" && cp -r "$WORK/reports/probe/history" "$OUT/reports/"
+echo "[regress.sh] pytest -m probe of $SIZE against the history of $WORK/reports/probe"
 (cd "$WORK" && "$PY" -m pytest -m probe --profile "$OUT/profile.toml" \
-   --reports "$WORK/reports/probe" -p no:cacheprovider) > "$OUT/pytest.log" 2>&1
+   --reports "$OUT/reports" -p no:cacheprovider) > "$OUT/pytest.log" 2>&1
 RC=$?
-cp "$WORK/reports/probe/verdict.json" "$OUT/" 2>/dev/null
+rm -f "$OUT/verdict.json"
+cp "$OUT/reports/verdict.json" "$OUT/" 2>/dev/null
 mkdir -p "$OUT/live"
-cp "$WORK/reports/probe/live/results.json" "$WORK/reports/probe/live/progress.log" "$OUT/live/" \
-  2>/dev/null
-grep -E "^  (FAILED|PASSED|BROKEN)|outcome" "$OUT/pytest.log" | cut -c1-300
+cp "$OUT/reports/live/results.json" "$OUT/reports/live/progress.log" "$OUT/live/" 2>/dev/null
+"$PY" - "$OUT/verdict.json" <<'PYEOF' || echo "[regress.sh] no verdict written: see $OUT/pytest.log"
+import json, sys
+v = json.load(open(sys.argv[1]))
+print(f"outcome {v.get('outcome')}")
+for c in v.get("claims", []):
+    if c["id"].startswith(("regress.", "spec.")):
+        print(f"  {c['status'].upper():8} {c['id']}: {str(c.get('message'))[:240]}")
+PYEOF
 echo "[regress.sh] pytest exit $RC; results in $OUT"
 exit "$RC"

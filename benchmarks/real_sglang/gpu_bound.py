@@ -5,7 +5,8 @@ usage: python3 gpu_bound.py OUT --tokenizer DIR [--shapes 8b|tiny] [--answer " t
            [--profile OUT/probe.toml --launcher "python3 -m sglang.launch_server"]
 
   OUT/target   LlamaForCausalLM with Llama-3-8B's shapes (hidden 4096, 32 layers, GQA 32/8,
-               MLP 14336, bf16: 13.97 GB read per decode step) and the tokenizer of DIR (a
+               MLP 14336, bf16: 13.96 GB of layers, 14.36 GB read per decode step with
+               SmolLM2's 49,152-token vocabulary) and the tokenizer of DIR (a
                Hugging Face folder, e.g. SmolLM2-135M-Instruct's, whose chat template the probe
                uses). Seeded random weights (std 0.02) in sharded safetensors, with one
                direction set so that its greedy answer is the token of --answer at every step:
