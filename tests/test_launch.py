@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from specgate.core.errors import ProfileError
@@ -165,15 +165,27 @@ def test_server_url_reaches_wildcards_through_loopback() -> None:
 
 
 @given(key=st.text(string.ascii_letters + string.digits + "-_.~+/=", min_size=8, max_size=48))
+@example(key="--api-ke")  # a piece of the flag that carries it
+@example(key="sglang.l")  # a piece of the launcher
 def test_key_never_shown(key: str) -> None:
     import os
-    os.environ["SPECGATE_TEST_KEY"] = key
-    try:
-        p = parse_profile({"name": "t", "target": {"path": "/t"}, "drafter": {"path": "/d"},
-                           "server": {"api_key_env": "SPECGATE_TEST_KEY"}})
-        spec = build_command(p, "speculative")
-    finally:
-        del os.environ["SPECGATE_TEST_KEY"]
+
+    def command(secret: str) -> Any:
+        os.environ["SPECGATE_TEST_KEY"] = secret
+        try:
+            p = parse_profile({"name": "t", "target": {"path": "/t"}, "drafter": {"path": "/d"},
+                               "server": {"api_key_env": "SPECGATE_TEST_KEY"}})
+            return build_command(p, "speculative")
+        finally:
+            del os.environ["SPECGATE_TEST_KEY"]
+
+    spec = command(key)
+    other = command("0" * 8 if key != "0" * 8 else "1" * 8)
     assert key in spec.argv
-    assert key not in spec.display
-    assert key not in " ".join(spec.redacted_argv)
+    # the key shows nowhere, unless it is also a piece of the command's own text (a key
+    # "--api-ke" is in "--api-key" whatever the key): then only there
+    for shown, elsewhere in ((spec.display, other.display),
+                             (" ".join(spec.redacted_argv), " ".join(other.redacted_argv))):
+        assert key not in shown or key in elsewhere
+    assert spec.redacted_argv[spec.argv.index(key)] == "***"
+    assert "--api-key '***'" in spec.display or "--api-key ***" in spec.display

@@ -140,7 +140,8 @@ def show_command(argv: Sequence[str], env: Mapping[str, str],
     """argv and its added environment with the given secrets and recognisable keys masked."""
     redactor = Redactor(secrets)
     shown = tuple(redactor.redact_argv(argv))
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # argv is masked element by element already: the line is not masked again, where a secret
+    # that is also a piece of a flag's name ("--api-ke") would mask the flag
+    assignments = redactor.redact(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
     line = shlex.join(shown)
-    return ShownCommand(shown, mask_env(env),
-                        redactor.redact(f"{assignments} {line}" if assignments else line))
+    return ShownCommand(shown, mask_env(env), f"{assignments} {line}" if assignments else line)
