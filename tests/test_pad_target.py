@@ -174,7 +174,7 @@ def test_large_widenings_are_written_in_shards_that_the_index_names(
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(REAL_MODEL / "pad_target.py"), *argv],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.parametrize(("breaks", "says"), [

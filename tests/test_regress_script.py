@@ -110,7 +110,7 @@ def test_a_work_folder_it_cannot_use_is_named(tmp_path: Path, breaks: str, says:
     verb = ["profile", str(work), size, str(tmp_path / "p.toml")] \
         if breaks == "profile-elsewhere" else ["command", str(work), size]
     done = subprocess.run([sys.executable, str(REAL_MODEL / "regress.py"), *verb],
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == code, done.stderr
     assert says in done.stderr
     assert "Traceback" not in done.stderr
@@ -119,6 +119,6 @@ def test_a_work_folder_it_cannot_use_is_named(tmp_path: Path, breaks: str, says:
 def test_the_command_line_prints_flags_the_shell_can_split(tmp_path: Path) -> None:
     work = earn_work(tmp_path / "a work folder")
     done = subprocess.run([sys.executable, str(REAL_MODEL / "regress.py"), "command", str(work),
-                           "ninth"], capture_output=True, text=True, timeout=60, check=True)
+                           "ninth"], capture_output=True, text=True, timeout=600, check=True)
     argv = shlex.split(done.stdout)
     assert argv[argv.index("--out") + 1] == f"{work}/drafters/ninth"
