@@ -30,11 +30,10 @@ two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
    chain (two launches of each), and each other drafter trained at that chain (each with
    --mem-fraction-static --serve-mem-fraction, to start beside the others); where the GPU
    cannot hold them all (--pairs), one probe's pair at a time, then each other size alone.
-   `pytest -m
-   probe` attached to each pair (probe-1, probe-2, sharing one history, so probe-2's regress.*
-   compare with probe-1 when it passed); then the served accept length of every data size
-   trained. A smaller size judged (--judge ninth) measures a chain's cycle and break-even for
-   the price of its short training.
+   `pytest -m probe` attached to each pair (probe-1, probe-2, sharing one history, so
+   probe-2's regress.* compare with probe-1 when it passed); then the served accept length of
+   every data size trained. A smaller size judged (--judge ninth) measures a chain's cycle
+   and break-even for the price of its short training.
 --serve-target: the tune and the probes serve another folder than --target, the one the
 data, the trainings and the held-out dump use: a deployment of the same model, such as
 pad_target.py's GPU-bound one (earn.sh --pad-gb).
@@ -422,7 +421,7 @@ def serve_groups(judge: str, others: list[str], pairs: bool) -> list[list[str]]:
     pair = [[f"baseline-{k}", f"spec-{judge}-{k}"] for k in (1, 2)]
     rest = [f"spec-{n}" for n in others]
     if not pairs:
-        return [[*pair[0][:1], *pair[1][:1], *pair[0][1:], *pair[1][1:], *rest]]
+        return [["baseline-1", "baseline-2", f"spec-{judge}-1", f"spec-{judge}-2", *rest]]
     return [*pair, *[[r] for r in rest]]
 
 
@@ -961,7 +960,6 @@ class Earn:
         pairs = serve_in_pairs(a.pairs, len(jobs), weights_bytes(self.serve_target),
                                gpu_memory_gib(), a.serve_mem_fraction)
         self.rec["serve_pairs"] = pairs
-        t = time.monotonic()
         for group in serve_groups(judge, others, pairs):
             need = GROUP_START_S + (PROBE_MIN_S if group[0].startswith("baseline") else 30.0)
             if self.left() < need:  # a start that no probe or measurement could follow
@@ -972,8 +970,6 @@ class Earn:
                 continue
             self.serve_group({k: jobs[k] for k in group}, served_by, size_profs, probe_toml,
                              pairs)
-        self.rec["seconds"]["servers and probes"] = round(time.monotonic() - t, 1)
-        self.save()
         self.lap("probes and served sizes")
 
     def serve_group(self, jobs: dict[str, tuple[Any, str]], served_by: dict[str, str],
