@@ -34,7 +34,6 @@ files (their sha256s, --gb and --seed as recorded), 1 when not.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import shutil
@@ -42,6 +41,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sf_train import sha256 as file_sha256  # the hash the drafters are named by
 
 DEFAULT_GB = 13.97
 ALIGN = 128
@@ -159,14 +161,6 @@ def mlp_difference(orig: dict[str, Any], wide: dict[str, Any], gen: Any, device:
     a = mlp_out(*(orig[p].to(device) for p in MLP), x).float()
     b = mlp_out(*(wide[p] for p in MLP), x).float()
     return float((a - b).abs().max() / a.abs().max().clamp_min(1e-30))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def pick_device(name: str) -> Any:
