@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -126,6 +127,31 @@ def test_passing_selection_exits_zero(project: Path) -> None:
     proc = _run(project, "-m", "gate")
     assert proc.returncode == 0, proc.stdout
     assert _verdict(project)["outcome"] == "passed"
+
+
+def test_gate_judges_only_a_named_profile(project: Path) -> None:
+    """`-m gate` where the profile setting got lost (no option, $SPECGATE_PROFILE unset or
+    empty) stops before collecting instead of judging the simulated demo; a profile named by
+    option or variable runs, and so does a selection that asks for no gating claim."""
+    (project / "pytest.ini").write_text(
+        "[pytest]\ntestpaths = suites\nspecgate = true\naddopts = -p no:cacheprovider\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPECGATE_PROFILE"}
+
+    def pytest_(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=project,
+                              capture_output=True, text=True, timeout=120, env={**env, **extra})
+
+    for extra in ({}, {"SPECGATE_PROFILE": ""}):
+        for selection in ("gate", "gate and not live", "probe or gate"):
+            proc = pytest_("-m", selection, **extra)
+            said = proc.stdout + proc.stderr
+            assert proc.returncode == 4, said
+            assert "-m gate judges a drafter for CI and no profile was named" in said
+            assert "collected" not in said
+    assert pytest_("-m", "gate", "--specgate-profile", "p.toml").returncode == 0
+    assert pytest_("-m", "gate", SPECGATE_PROFILE="p.toml").returncode == 0
+    proc = pytest_("-m", "not gate and phase1")
+    assert "no profile was named" not in proc.stdout + proc.stderr
 
 
 def test_profile_typo_is_one_clear_error(project: Path) -> None:
