@@ -122,6 +122,28 @@ def test_a_drop_within_the_noise_passes() -> None:
     assert regress.judge_regression("regress.tps", now, past, "demo").status is Status.PASSED
 
 
+def test_the_reference_drafter_is_named_by_its_bytes() -> None:
+    """regress.* says which bytes passed before, and when they are this run's own bytes."""
+    import dataclasses
+
+    past = [dataclasses.replace(_run("demo", "passed", 2.60, ci=0.04), drafter_digest="ab" * 32)]
+    now = {"accept_len": Figure(2.59, 2.55, 2.63, "tokens/step")}
+    other = regress.judge_regression("regress.accept_len", now, past, "demo",
+                                     drafter_digest="cd" * 32)
+    assert "drafter BLAKE3 abababababababab…" in other.message
+    assert "same drafter bytes" not in other.message
+    assert other.details["reference_drafter_digest"] == "ab" * 32
+    assert other.details["same_drafter_bytes"] is False
+    same = regress.judge_regression("regress.accept_len", now, past, "demo",
+                                    drafter_digest="ab" * 32)
+    assert "the same drafter bytes as this run's" in same.message
+    assert same.details["same_drafter_bytes"] is True
+    older = regress.judge_regression("regress.accept_len", now, [_run("demo", "passed", 2.6)],
+                                     "demo", drafter_digest="ab" * 32)
+    assert "drafter /d/drafter, its bytes not recorded" in older.message
+    assert older.details["same_drafter_bytes"] is False
+
+
 def test_unknown_regression_id_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown regression claim"):
         regress.judge_regression("regress.vibes", {}, [], "demo")
@@ -220,9 +242,11 @@ def test_append_run_records_the_verdict_and_its_figures(tmp_path: Path) -> None:
                              details={"accept_len": {"mean": 2.6, "ci_low": 2.5,
                                                      "ci_high": 2.7}})]
     doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="passed")
+    doc["identity"] = {"drafter": {"path": "/d/k25", "weights_blake3": "ef" * 32}}
     record = history.append_run(tmp_path, _profile(), doc)
     assert history_store.read_history(history_store.history_file(tmp_path)) == [record]
     assert record.drafter == "/d/k25"
+    assert record.drafter_digest == "ef" * 32
     assert record.figures["accept_len"] == Figure(2.6, 2.5, 2.7, "tokens/verify")
 
 

@@ -68,3 +68,37 @@ def test_what_cannot_be_read_is_said_not_raised(tmp_path: Path) -> None:
     assert found is not None
     assert "larger than" in found["weights_unreadable"]
     assert "weights_header_sha256" not in found
+
+
+def test_two_drafters_one_byte_apart_have_different_byte_digests(tmp_path: Path) -> None:
+    weight = np.zeros((64, 8), np.float32)
+    a = _model(tmp_path / "a", weight)
+    nudged = weight.copy()
+    nudged.reshape(-1).view(np.uint8)[100] = 1  # one byte of one weight
+    b = _model(tmp_path / "b", nudged)
+    same = _model(tmp_path / "same", weight.copy())
+    found = [identify(f, weight_bytes=True) for f in (a, b, same)]
+    assert all(f is not None for f in found)
+    fa, fb, fs = (f or {} for f in found)
+    assert fa["weights_header_sha256"] == fb["weights_header_sha256"]  # headers cannot tell
+    assert fa["weights_blake3"] != fb["weights_blake3"]
+    assert fa["weights_blake3"] == fs["weights_blake3"]  # the bytes, not the path
+    assert fa["weight_bytes"] == (a / "model.safetensors").stat().st_size
+    assert "weights_blake3" not in (identify(a) or {})  # a target's is not read
+
+
+def test_the_byte_digest_is_blake3_of_each_file_by_name_size_and_bytes(tmp_path: Path) -> None:
+    import blake3
+
+    folder = _model(tmp_path / "m", np.arange(12, dtype=np.float32).reshape(3, 4))
+    save_file({"x": np.ones(3, np.float32)}, str(folder / "extra.safetensors"))
+    whole = blake3.blake3()
+    for path in sorted(folder.glob("*.safetensors")):
+        data = path.read_bytes()
+        whole.update(path.name.encode() + b"\0" + str(len(data)).encode() + b"\0"
+                     + blake3.blake3(data).digest())
+    found = identify(folder, weight_bytes=True) or {}
+    assert found["weights_blake3"] == whole.hexdigest()
+    # A file changed in place (new size and mtime) is read again, not taken from the memo.
+    save_file({"x": np.zeros(5, np.float32)}, str(folder / "extra.safetensors"))
+    assert (identify(folder, weight_bytes=True) or {})["weights_blake3"] != whole.hexdigest()

@@ -13,6 +13,7 @@ from specgate.claims.perf import _need, _sim
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.io import history as history_store
+from specgate.io import identity
 from specgate.io.history import HISTORY_FILE, Figure, RunRecord, figure_name
 from specgate.measure import drift
 from specgate.measure.results import LiveResults
@@ -42,7 +43,8 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
     launch = (launch_noise(live.launch_coverage, spec.confidence)
               if claim_id == "regress.tps" else None)
     result = check_regression(claim_id, profile, reports_dir, current, launch=launch,
-                              concurrency=live.gate_level)
+                              concurrency=live.gate_level,
+                              drafter_digest=identity.drafter_digest(profile.drafter_path))
     if live.simulated and not result.message.startswith(_sim(live)):
         result = dataclasses.replace(result, message=_sim(live) + result.message)
     return result
@@ -71,6 +73,7 @@ def check_regression(
     claim_id: str, profile: Profile, reports_dir: Path, current: Mapping[str, Figure], *,
     launch: LaunchNoise | None = None,
     concurrency: int = 1,
+    drafter_digest: str | None = None,
 ) -> ClaimResult:
     """judge_regression against this profile's history, with its regression_tolerance."""
     tolerance = profile.thresholds.regression_tolerance
@@ -80,6 +83,7 @@ def check_regression(
         min_rel_noise=DEFAULT_MIN_REL_NOISE if tolerance is None else tolerance,
         launch=launch,
         concurrency=concurrency,
+        drafter_digest=drafter_digest,
     )
 
 
@@ -93,6 +97,7 @@ def judge_regression(
     phase: str = "phase0",
     launch: LaunchNoise | None = None,
     concurrency: int = 1,
+    drafter_digest: str | None = None,
 ) -> ClaimResult:
     """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run.
 
@@ -100,7 +105,8 @@ def judge_regression(
     earlier value (a floor for figures measured without a CI); for a timed figure, also the
     drop a new launch alone could show (`launch`). Skipped without a reference. current holds
     this run's figures at the gate's concurrency, which the earlier run must have measured at
-    too (history.figure_name).
+    too (history.figure_name). drafter_digest (this run's drafter's weights_digest) and the
+    reference run's name the two drafters by their bytes.
     """
     if claim_id not in REGRESSION_CLAIMS:
         raise ValueError(f"unknown regression claim {claim_id!r}; one of {list(REGRESSION_CLAIMS)}")
@@ -126,9 +132,13 @@ def judge_regression(
                 abs(before.value) * max(min_rel_noise, launch_rel))
     drop = before.value - now.value
     unit = now.unit or before.unit
+    same = drafter_digest is not None and drafter_digest == before_run.drafter_digest
     details = {
         "reference_time": before_run.time,
         "reference_drafter": before_run.drafter,
+        "reference_drafter_digest": before_run.drafter_digest,
+        "drafter_digest": drafter_digest,
+        "same_drafter_bytes": same,
         "reference": before.to_json(),
         "current": now.to_json(),
         "drop": drop,
@@ -143,7 +153,10 @@ def judge_regression(
         "details": details,
     }
     figures = (f"{spoken} {_fmt(now)} against {_fmt(before)} in the last passing run of "
-               f"{profile_name!r} ({before_run.time})")
+               f"{profile_name!r} ({before_run.time}, {_drafter_named(before_run)})")
+    if same:
+        figures += (": the same drafter bytes as this run's, so this compares the deployment "
+                    "with itself, not two drafters")
     if drop > noise:
         return claims.failed(
             claim_id, phase,
@@ -154,6 +167,13 @@ def judge_regression(
         )
     return claims.passed(claim_id, phase, f"{figures}: within the noise {noise:.4g}{covers}",
                          **kw)
+
+
+def _drafter_named(record: RunRecord) -> str:
+    """The reference run's drafter by its bytes (an older history line has only its path)."""
+    if record.drafter_digest:
+        return f"drafter BLAKE3 {record.drafter_digest[:16]}…"
+    return f"drafter {record.drafter or '?'}, its bytes not recorded"
 
 
 def _fmt(figure: Figure) -> str:

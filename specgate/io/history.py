@@ -71,6 +71,9 @@ class RunRecord:
     time: str
     figures: Mapping[str, Figure] = dataclasses.field(default_factory=dict)
     run: str | None = None
+    # BLAKE3 of every byte of the drafter's weight files (io/identity.py weights_digest): which
+    # bytes the run judged, whatever their path.
+    drafter_digest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -82,6 +85,8 @@ class RunRecord:
         }
         if self.run is not None:
             out["run"] = self.run
+        if self.drafter_digest is not None:
+            out["drafter_digest"] = self.drafter_digest
         return out
 
     @classmethod
@@ -93,6 +98,8 @@ class RunRecord:
             time=str(data.get("time", "")),
             figures={str(k): Figure.from_json(v) for k, v in (data.get("figures") or {}).items()},
             run=None if data.get("run") is None else str(data["run"]),
+            drafter_digest=(None if data.get("drafter_digest") is None
+                            else str(data["drafter_digest"])),
         )
 
 
@@ -116,6 +123,7 @@ def record_run(
     figures: Mapping[str, Figure],
     when: _dt.datetime | None = None,
     run: str | None = None,
+    drafter_digest: str | None = None,
 ) -> RunRecord:
     """Append one finished run to the history file and return its record; a run already there
     (the same run id) is not appended again."""
@@ -125,7 +133,7 @@ def record_run(
                 return earlier
     when = when or _dt.datetime.now(_dt.UTC)
     record = RunRecord(profile, drafter, outcome, when.isoformat(timespec="seconds"),
-                       dict(figures), run)
+                       dict(figures), run, drafter_digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     # One short line in append mode: concurrent writers interleave whole lines, not bytes.
     with open(path, "a", encoding="utf-8") as fh:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
+
+import blake3
 
 from specgate.core import files
 from specgate.io.safetensors_io import MAX_HEADER_BYTES
@@ -15,10 +20,12 @@ SHAPE_FIELDS = (("layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
                 ("vocab_size", "vocab_size"), ("draft_vocab_size", "draft_vocab_size"))
 
 
-def identify(folder: Path | None) -> dict[str, Any] | None:
+def identify(folder: Path | None, *, weight_bytes: bool = False) -> dict[str, Any] | None:
     """Architecture, layers, hidden size, vocabulary, and the sha256 of config.json and of the
-    safetensors files' headers (names, dtypes, shapes, offsets: not the weights themselves, so
-    a 1 TB checkpoint costs a few reads). What cannot be read here says why, never raises."""
+    safetensors files' headers (names, dtypes, shapes, offsets: a 1 TB target costs a few
+    reads). weight_bytes (a drafter's few GB): also the BLAKE3 digest of every byte of its
+    weight files (weights_digest), so two drafters one byte apart differ. What cannot be read
+    here says why, never raises."""
     if folder is None:
         return None
     found: dict[str, Any] = {"path": str(folder)}
@@ -53,7 +60,72 @@ def identify(folder: Path | None) -> dict[str, Any] | None:
     found["weight_files"] = len(weights)
     if weights and "weights_unreadable" not in found:
         found["weights_header_sha256"] = headers.hexdigest()
+        if weight_bytes:
+            try:
+                digest = weights_digest(folder)
+            except OSError as exc:
+                found["weights_unreadable"] = f"{exc.filename or folder}: {_reason(exc)}"
+            else:
+                found["weights_blake3"] = digest.hex
+                found["weight_bytes"] = digest.size
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsDigest:
+    """The BLAKE3 of a folder's weight files: every file's name, size and bytes, in name order."""
+
+    hex: str
+    size: int  # bytes hashed
+
+
+_STAT = tuple[str, int, int, int, int]  # path, device, inode, size, mtime in ns
+_memo: dict[tuple[_STAT, ...], WeightsDigest] = {}
+_memo_lock = threading.Lock()
+
+
+def weights_digest(folder: Path) -> WeightsDigest:
+    """Digest every *.safetensors file of folder (streamed through a memory map on every core:
+    a 4.7 GB drafter in about a third of a second once it is in the page cache). A folder
+    whose files are unchanged since the last call in this process is not read again. Raises
+    OSError naming the file it could not read."""
+    weights = sorted(folder.glob("*.safetensors"))
+    stats: list[_STAT] = []
+    for path in weights:
+        st = files.check_regular(path)
+        stats.append((str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    key = tuple(stats)
+    with _memo_lock:
+        known = _memo.get(key)
+    if known is not None:
+        return known
+    whole = blake3.blake3()
+    total = 0
+    for path, (_p, _dev, _ino, size, _mtime) in zip(weights, stats, strict=True):
+        one = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if size:
+            try:
+                one.update_mmap(os.fspath(path))
+            except OSError as exc:
+                exc.filename = exc.filename or str(path)
+                raise
+        whole.update(path.name.encode("utf-8", "surrogateescape") + b"\0"
+                     + str(size).encode() + b"\0" + one.digest())
+        total += size
+    found = WeightsDigest(whole.hexdigest(), total)
+    with _memo_lock:
+        _memo[key] = found
+    return found
+
+
+def drafter_digest(folder: Path | None) -> str | None:
+    """weights_digest's hex for a drafter folder, or None where it cannot be read here."""
+    if folder is None:
+        return None
+    try:
+        return weights_digest(folder).hex if any(folder.glob("*.safetensors")) else None
+    except OSError:
+        return None
 
 
 def _header_bytes(path: Path) -> bytes:

@@ -69,6 +69,9 @@ def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, An
     """Record a finished run from its verdict document (called after verdict.json is written)."""
     results = [ClaimResult.from_json(c) for c in verdict_doc.get("claims") or []]
     run = verdict_doc.get("run")
+    identity = verdict_doc.get("identity")
+    drafter = identity.get("drafter") if isinstance(identity, Mapping) else None
+    digest = drafter.get("weights_blake3") if isinstance(drafter, Mapping) else None
     return record_run(
         history_file(reports_dir),
         profile=profile.name,
@@ -76,4 +79,5 @@ def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, An
         outcome=str(verdict_doc.get("outcome", "error")),
         figures=figures_from_claims(results),
         run=str(run["id"]) if isinstance(run, Mapping) and run.get("id") else None,
+        drafter_digest=digest if isinstance(digest, str) else None,
     )
