@@ -1,5 +1,6 @@
 """Tests for specgate.measure.bench: end to end against the simulator, held to its truth."""
 
+import dataclasses
 import json
 import math
 
@@ -156,3 +157,41 @@ def test_straddles():
     assert bench.straddles(s, 100.0, "x") is None
     assert bench.straddles(None, 1.0, "x") is None
     assert bench.straddles(s, None, "x") is None
+
+
+@pytest.mark.slow
+def test_acceptance_per_position_matches_the_simulator(sim):
+    """Draft k is accepted in a share a_1·…·a_k of verify passes (the drafter's conditional
+    rates), as the simulator's own truth has them."""
+    m = _measure(sim["spec"], "speculative")
+    found = bench.position_acceptance(m)
+    rates = sim["truth"].acceptance
+    expected = [math.prod(rates[:k]) for k in range(1, STEPS + 1)]
+    assert [s.mean for s in found] == pytest.approx(expected, abs=0.01)
+    assert all(s.ci_low < e < s.ci_high for s, e in zip(found, expected, strict=True))
+    assert sum(s.mean for s in found) == pytest.approx(m.stats["tau_decode"].mean - 1, abs=0.01)
+
+
+def _hist_sample(prompt, histogram):
+    return bench.RequestSample(
+        repeat=1, prompt_id=prompt, category="c", prompt_tokens=5, completion_tokens=10,
+        spec_verify_ct=sum(histogram), ttft_s=0.1, e2e_s=1.0, server_e2e_s=1.0,
+        finish_reason="stop", chunks=5, drafts_histogram=tuple(histogram))
+
+
+def test_acceptance_per_position_counts_trimmed_histograms():
+    """SGLang trims a histogram after its last non-zero count; a position past it accepted
+    nothing in that request, and the chain's length comes from the server's settings."""
+    samples = [_hist_sample("a", [1, 2, 3]), _hist_sample("b", [4]), _hist_sample("c", [0, 0, 2])]
+    m = bench.build_measurement(config="speculative", url="u",
+                                template=prompts.template_named("chatml", "test"),
+                                sampling=bench.Sampling(), samples=samples,
+                                server_spec={"speculative_num_steps": 3})
+    found = bench.position_acceptance(m)
+    passes_ = 1 + 2 + 3 + 4 + 2
+    assert [s.mean for s in found] == pytest.approx([(2 + 3 + 2) / passes_, (3 + 2) / passes_,
+                                                     0.0])
+    assert bench.draft_positions(dataclasses.replace(m, server_spec={})) == 2
+    no_hist = dataclasses.replace(m, samples=tuple(dataclasses.replace(s, drafts_histogram=None)
+                                                   for s in samples))
+    assert bench.position_acceptance(no_hist) == ()

@@ -144,6 +144,77 @@ def test_the_reference_drafter_is_named_by_its_bytes() -> None:
     assert older.details["same_drafter_bytes"] is False
 
 
+def _positions(*values: tuple[float, float]) -> dict[str, Figure]:
+    return {f"accept_pos{k}": Figure(v, v - hw, v + hw) for k, (v, hw) in enumerate(values, 1)}
+
+
+def _position_run(*values: tuple[float, float], outcome: str = "passed") -> RunRecord:
+    when = T0.isoformat(timespec="seconds")
+    return RunRecord("demo", "/d/drafter", outcome, when, _positions(*values),
+                     drafter_digest="ab" * 32)
+
+
+def test_a_drop_at_one_draft_position_fails_naming_it() -> None:
+    """The second position falls by more than its noise while the first holds: the claim names
+    position 2 only."""
+    past = [_position_run((0.80, 0.02), (0.60, 0.03), (0.40, 0.03))]
+    now = _positions((0.80, 0.02), (0.45, 0.03), (0.39, 0.03))
+    result = regress.judge_position_regression(now, past, "demo", confidence=0.95)
+    assert result.status is Status.FAILED
+    assert "acceptance dropped at draft 2 by 0.150" in result.message
+    assert "draft 1 by" not in result.message
+    assert "draft 3 by" not in result.message
+    assert "expected" not in result.message
+    assert result.expected.endswith("at draft 2")
+    rows = result.details["positions"]
+    # the noise of a difference: both half-widths in quadrature, at the Bonferroni level for 3
+    widen = stats.t_quantile(1 - 0.05 / 6, math.inf) / stats.t_quantile(0.975, math.inf)
+    assert rows[1]["noise"] == pytest.approx(math.hypot(0.03, 0.03) * widen)
+    assert result.details["bonferroni_positions"] == 3
+
+
+def test_drops_within_the_noise_of_both_runs_pass() -> None:
+    past = [_position_run((0.80, 0.04), (0.60, 0.05))]
+    now = _positions((0.75, 0.04), (0.54, 0.05))
+    result = regress.judge_position_regression(now, past, "demo", confidence=0.95,
+                                               drafter_digest="cd" * 32)
+    assert result.status is Status.PASSED, result.message
+    assert "drafter BLAKE3 abababababababab…" in result.message
+    # One more position to judge raises the bar (Bonferroni): a drop that passes over two
+    # positions is judged against a wider noise over five.
+    single = regress.judge_position_regression(
+        _positions((0.75, 0.04)), [_position_run((0.80, 0.04))], "demo", confidence=0.95)
+    assert single.details["positions"][0]["noise"] < result.details["positions"][0]["noise"]
+
+
+def test_positions_without_history_or_interval_are_skipped_with_why() -> None:
+    now = _positions((0.8, 0.02))
+    none = regress.judge_position_regression({}, [_position_run((0.8, 0.02))], "demo",
+                                             confidence=0.95)
+    assert none.status is Status.SKIPPED
+    assert none.reason == "not_measured"
+    first = regress.judge_position_regression(now, [], "demo", confidence=0.95)
+    assert first.status is Status.SKIPPED
+    assert first.reason == "no_reference"
+    failed_before = regress.judge_position_regression(
+        now, [_position_run((0.9, 0.01), outcome="failed")], "demo", confidence=0.95)
+    assert failed_before.reason == "no_reference"
+    flat = regress.judge_position_regression(_positions((0.5, 0.0)),
+                                             [_position_run((0.9, 0.0))], "demo",
+                                             confidence=0.95)
+    assert flat.status is Status.SKIPPED
+    assert flat.reason == "no_interval"
+
+
+def test_per_position_figures_reach_the_history() -> None:
+    summary = {"mean": 0.8, "ci_low": 0.78, "ci_high": 0.82}
+    results = [claims.passed("spec.accept_len", "phase0", "ok", observed=2.6,
+                             details={"accept_pos": [summary, {**summary, "mean": 0.6}]})]
+    found = history.figures_from_claims(results)
+    assert found["accept_pos1"] == Figure(0.8, 0.78, 0.82)
+    assert found["accept_pos2"].value == 0.6
+
+
 def test_unknown_regression_id_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown regression claim"):
         regress.judge_regression("regress.vibes", {}, [], "demo")

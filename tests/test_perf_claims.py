@@ -1,6 +1,7 @@
 """Tests for specgate.claims.perf on constructed measurements: wording, verdicts, silent faults."""
 
 import contextlib
+import dataclasses
 import math
 import statistics
 from types import SimpleNamespace
@@ -589,3 +590,36 @@ def test_the_speedup_takes_the_stricter_confidence_of_two_sequential_measurement
     result = perf_claims.speedup_claim(_profile(), _live(base, spec), attach=False)
     assert result.details["speedup_within_launch"]["confidence"] == pytest.approx(strict)
     assert "98.33 % CI" in result.message
+
+
+def test_acceptance_per_draft_position_is_a_key_figure(tmp_path):
+    """spec.accept_len records each draft position's acceptance with its interval; the verdict
+    carries them as figures and the closing block shows them on one line."""
+    base = _measurement("baseline", tps_per_repeat=[81.0, 82.0, 83.0])
+    plain = _measurement("speculative", tps_per_repeat=[150.0, 152.0, 154.0], verify=40,
+                         completion=100)
+    hists = {"p0": (10, 20, 10), "p1": (12, 18, 10), "p2": (8, 22, 10), "p3": (10, 19, 11)}
+    samples = [dataclasses.replace(s, drafts_histogram=hists[s.prompt_id])
+               for s in plain.samples]
+    spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
+                             sampling=Sampling(max_repeats=3), samples=samples,
+                             server_spec={"speculative_num_steps": 2})
+    result = perf_claims.accept_len_claim(_profile(), _live(base, spec))
+    shares = [p["mean"] for p in result.details["accept_pos"]]
+    assert shares == pytest.approx([120 / 160, 41 / 160])
+    assert "accepted at draft 1 0.750, 2 0.256" in result.message
+    figures = {f.key: f for f in key_figures([result])}
+    assert list(figures) == ["accept_len", "accept_pos1", "accept_pos2"]
+    first = figures["accept_pos1"]
+    assert (first.value, first.ci_low, first.ci_high) == tuple(
+        result.details["accept_pos"][0][k] for k in ("mean", "ci_low", "ci_high"))
+    doc = verdict.build([result], profile="t", drafter=None, outcome="passed")
+    assert [f.position for f in figures_of(doc)] == [None, 1, 2]
+    verdict.write(tmp_path / "verdict.json", doc)
+    lines: list[str] = []
+    reporter = SimpleNamespace(write_sep=lambda _sep, title: lines.append(title),
+                               write_line=lines.append)
+    verdict_writer.summarize(SimpleNamespace(reports_dir=tmp_path, warnings=[]), reporter)
+    shown = [line for line in lines if "accepted at draft" in line]
+    assert shown == [f"  accepted at draft  1: {first.short_text()}, 2: "
+                     f"{figures['accept_pos2'].short_text()}"]

@@ -16,6 +16,10 @@ _FIGURES: tuple[tuple[str, str, str, str, int], ...] = (
     ("breakeven", "spec.breakeven", "break-even", "tokens/verify", 3),
     ("speedup", "spec.speedup", "speed-up", "x", 3),
 )
+# Acceptance per draft position k, from spec.accept_len's details["accept_pos"]: figures
+# "accept_pos1", "accept_pos2", … (the share of verify passes that accepted draft k).
+POSITION_PREFIX = "accept_pos"
+POSITION_CLAIM = "spec.accept_len"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Figure:
     def text(self) -> str:
         """`820.1 tok/s, 98.33 % CI [817.5, 822.7]` (the unit x written as ×)."""
         value = f"{self.value:.{self.digits}f}"
-        value += "×" if self.unit == "x" else f" {self.unit}"
+        value += "×" if self.unit == "x" else f" {self.unit}" if self.unit else ""
         if self.ci_low is None or self.ci_high is None:
             return value + " (no interval)"
         pct = f"{self.confidence * 100:.4g} % " if self.confidence else ""
@@ -55,6 +59,11 @@ class Figure:
                 "unit": self.unit, "ci_low": self.ci_low, "ci_high": self.ci_high,
                 "confidence": self.confidence, "text": self.text()}
 
+    @property
+    def position(self) -> int | None:
+        """The draft position of an acceptance-per-position figure, else None."""
+        return position_of(self.key)
+
     @classmethod
     def from_json(cls, key: str, data: Mapping[str, Any]) -> Figure:
         digits = next((d for k, _c, _l, _u, d in _FIGURES if k == key), 3)
@@ -66,7 +75,8 @@ class Figure:
 
 def key_figures(claims: Iterable[ClaimResult]) -> list[Figure]:
     """Baseline tok/s, accept length, break-even and speed-up, each where its claim measured it
-    (whatever the claim concluded), in that order."""
+    (whatever the claim concluded), in that order; then the acceptance at each draft
+    position."""
     by_id = {c.id: c for c in claims}
     found = []
     for key, claim_id, label, unit, digits in _FIGURES:
@@ -75,7 +85,33 @@ def key_figures(claims: Iterable[ClaimResult]) -> list[Figure]:
         if measured is not None:
             value, low, high, confidence = measured
             found.append(Figure(key, label, claim_id, value, unit, digits, low, high, confidence))
+    accept = by_id.get(POSITION_CLAIM)
+    for k, summary in enumerate(position_summaries(accept.details) if accept else [], 1):
+        share = _number(summary.get("mean"))
+        if share is not None:
+            found.append(Figure(f"{POSITION_PREFIX}{k}", position_label(k), POSITION_CLAIM,
+                                share, "", 3, _number(summary.get("ci_low")),
+                                _number(summary.get("ci_high")),
+                                _number(summary.get("confidence"))))
     return found
+
+
+def position_summaries(details: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The per-position acceptance summaries a spec.accept_len claim recorded, position 1 first."""
+    raw = details.get("accept_pos")
+    if not isinstance(raw, list):
+        return []
+    return [item for item in raw if isinstance(item, Mapping)]
+
+
+def position_label(k: int) -> str:
+    return f"accepted at draft {k}"
+
+
+def position_of(key: str) -> int | None:
+    tail = key.removeprefix(POSITION_PREFIX)
+    return int(tail) if key.startswith(POSITION_PREFIX) and tail.isdigit() and int(tail) > 0 \
+        else None
 
 
 def figures_of(doc: Mapping[str, Any]) -> list[Figure]:
@@ -85,6 +121,11 @@ def figures_of(doc: Mapping[str, Any]) -> list[Figure]:
         return []
     out = []
     for key, _claim, _label, _unit, _digits in _FIGURES:
+        data = raw.get(key)
+        if isinstance(data, Mapping) and _number(data.get("value")) is not None:
+            out.append(Figure.from_json(key, data))
+    positions = sorted((k, str(key)) for key in raw if (k := position_of(str(key))) is not None)
+    for _k, key in positions:
         data = raw.get(key)
         if isinstance(data, Mapping) and _number(data.get("value")) is not None:
             out.append(Figure.from_json(key, data))

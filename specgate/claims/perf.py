@@ -647,9 +647,14 @@ def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     figures = (f"accept length {accept.describe(digits=3)} over {len(got.samples)} requests"
                f" (decode-only {tau.mean:.3f}; {got.stop_reason})" if tau
                else f"accept length {accept.describe()}")
+    positions = bench.position_acceptance(got)
     details: dict[str, Any] = {"accept_len": accept.to_json(),
                                "per_category": got.per_category_accept_len,
-                               "template": got.template}
+                               "template": got.template,
+                               "accept_pos": [p.to_json() for p in positions]}
+    if positions:
+        figures += ("; accepted at draft " + ", ".join(
+            f"{k} {p.mean:.3f}" for k, p in enumerate(positions, 1)))
     if accept.mean < NOT_WIRED_ACCEPT_LEN:
         return claims.failed(cid, PHASE, _sim(live) + f"{figures}: {NOT_WIRED_HINT}",
                              observed=round(accept.mean, 3), expected=_expected(profile),

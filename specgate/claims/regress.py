@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from specgate.claims import result as claims
+from specgate.claims.figures import POSITION_PREFIX
 from specgate.claims.perf import _need, _sim
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.io import history as history_store
 from specgate.io import identity
 from specgate.io.history import HISTORY_FILE, Figure, RunRecord, figure_name
-from specgate.measure import drift
+from specgate.measure import bench, drift
 from specgate.measure.results import LiveResults
 from specgate.measure.stats import t_quantile
 
@@ -167,6 +168,123 @@ def judge_regression(
         )
     return claims.passed(claim_id, phase, f"{figures}: within the noise {noise:.4g}{covers}",
                          **kw)
+
+
+POSITION_CLAIM = "regress.accept_pos"
+
+
+def position_regression_claim(profile: Profile, live: LiveResults,
+                              reports_dir: Path) -> ClaimResult:
+    """regress.accept_pos: no draft position's acceptance dropped beyond the measured noise
+    since the last passing run of this profile."""
+    spec = _need(live.speculative, POSITION_CLAIM, live)
+    if isinstance(spec, ClaimResult):
+        return spec
+    current = {position_figure(k): Figure.of(summary)
+               for k, summary in enumerate(bench.position_acceptance(spec), 1)}
+    result = judge_position_regression(
+        current, history_store.read_history(history_store.history_file(reports_dir)),
+        profile.name, confidence=spec.confidence, concurrency=live.gate_level,
+        drafter_digest=identity.drafter_digest(profile.drafter_path))
+    if live.simulated and not result.message.startswith(_sim(live)):
+        result = dataclasses.replace(result, message=_sim(live) + result.message)
+    return result
+
+
+def position_figure(k: int) -> str:
+    """The history's name of the acceptance at draft position k (at one stream)."""
+    return f"{POSITION_PREFIX}{k}"
+
+
+def judge_position_regression(
+    current: Mapping[str, Figure],
+    history: Sequence[RunRecord],
+    profile_name: str,
+    *,
+    confidence: float,
+    concurrency: int = 1,
+    drafter_digest: str | None = None,
+    phase: str = "phase0",
+) -> ClaimResult:
+    """regress.accept_pos: at every draft position both runs measured, the acceptance may drop
+    by no more than the noise of the difference of the two measurements: the root sum of
+    squares of their interval half-widths, widened from `confidence` to the Bonferroni level
+    for that many positions (a drop at any one of K positions is K chances). No fixed
+    percentage: a position measured without an interval cannot be judged, and says so."""
+    cid = POSITION_CLAIM
+    at = f" at {concurrency} in flight" if concurrency != 1 else ""
+    now = {k: current[position_figure(k)] for k in range(1, len(current) + 1)
+           if position_figure(k) in current}
+    if not now:
+        return claims.skipped(cid, phase, f"this run measured no acceptance per draft position"
+                              f"{at} (the speculative server sent no "
+                              "spec_correct_drafts_histogram)", reason="not_measured")
+    first = figure_name(position_figure(1), concurrency)
+    before_run = history_store.last_passing(profile_name, history, figure=first)
+    if before_run is None:
+        return claims.skipped(
+            cid, phase, f"no earlier passing run of profile {profile_name!r} that measured the "
+            f"acceptance per draft position{at} in history/{HISTORY_FILE}; this run becomes the "
+            "reference once it passes", reason="no_reference", details={"figure": first})
+    before = {k: before_run.figures[name] for k in now
+              if (name := figure_name(position_figure(k), concurrency)) in before_run.figures}
+    compared = sorted(before)
+    alpha = 1.0 - confidence
+    widen = (t_quantile(1.0 - alpha / (2.0 * len(compared)), math.inf)
+             / t_quantile(1.0 - alpha / 2.0, math.inf))
+    rows: list[dict[str, Any]] = []
+    for k in compared:
+        spread = math.hypot(now[k].half_width, before[k].half_width) * widen
+        rows.append({"position": k, "current": now[k].to_json(),
+                     "reference": before[k].to_json(), "drop": before[k].value - now[k].value,
+                     "noise": spread})
+    same = drafter_digest is not None and drafter_digest == before_run.drafter_digest
+    details: dict[str, Any] = {
+        "positions": rows, "reference_time": before_run.time,
+        "reference_drafter": before_run.drafter,
+        "reference_drafter_digest": before_run.drafter_digest,
+        "drafter_digest": drafter_digest, "same_drafter_bytes": same,
+        "bonferroni_positions": len(compared), "confidence": confidence}
+    unjudged = [r["position"] for r in rows if r["noise"] == 0.0]
+    where = (f"the last passing run of {profile_name!r} ({before_run.time}, "
+             f"{_drafter_named(before_run)})")
+    if same:
+        where += ", the same drafter bytes as this run's"
+    table = "; ".join(f"draft {r['position']}: {now[r['position']].value:.3f} against "
+                      f"{before[r['position']].value:.3f} (noise {r['noise']:.3f})" for r in rows)
+    if unjudged:
+        return claims.skipped(cid, phase, f"acceptance at draft {unjudged} has no interval in "
+                              f"this run or in {where}, so no noise to judge a drop by: {table}",
+                              reason="no_interval", details=details)
+    worst = max(rows, key=lambda r: r["drop"] - r["noise"])
+    k = worst["position"]
+    kw: dict[str, Any] = {"observed": round(now[k].value, 4),
+                          "expected": f">= {before[k].value - worst['noise']:.4g} at draft {k}",
+                          "unit": "of verify passes", "details": details}
+    reference_positions = len(before_run_positions(before_run, concurrency))
+    fewer = (f"; this run drafts {len(now)} positions, the reference {reference_positions}: "
+             f"compared {len(compared)}" if len(compared) != len(now) else "")
+    dropped = [r for r in rows if r["drop"] > r["noise"]]
+    if dropped:
+        named = ", ".join(f"draft {r['position']} by {r['drop']:.3f} (noise {r['noise']:.3f})"
+                          for r in dropped)
+        return claims.failed(
+            cid, phase, f"acceptance dropped at {named} against {where}: {table}{fewer}. A drop "
+            "at one position first shows a broken drafter, a vocab map that moved or a chain "
+            "served otherwise: compare the two drafters and the server's speculative settings.",
+            **kw)
+    return claims.passed(cid, phase, f"every draft position within its noise against {where}: "
+                         f"{table}{fewer}", **kw)
+
+
+def before_run_positions(record: RunRecord, concurrency: int) -> list[int]:
+    """The draft positions a history record measured (at that concurrency)."""
+    found = []
+    k = 1
+    while figure_name(position_figure(k), concurrency) in record.figures:
+        found.append(k)
+        k += 1
+    return found
 
 
 def _drafter_named(record: RunRecord) -> str:

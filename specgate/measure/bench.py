@@ -398,6 +398,41 @@ def build_measurement(*, config: str, url: str, template: ChatTemplate, sampling
         concurrency=concurrency, fillers=fillers)
 
 
+def draft_positions(m: Measurement) -> int:
+    """The draft positions a verify pass can accept: the server's --speculative-num-steps, else
+    the widest histogram's (SGLang trims each after its last non-zero count)."""
+    steps = m.server_spec.get("speculative_num_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+        return steps
+    return max((len(s.drafts_histogram) - 1 for s in m.samples if s.drafts_histogram),
+               default=0)
+
+
+def position_acceptance(m: Measurement) -> tuple[Summary, ...]:
+    """Per draft position k (1, 2, …): the share of verify passes that accepted at least k
+    drafts, i.e. in which draft k was accepted (vLLM's acceptance per position), from SGLang's
+    spec_correct_drafts_histogram. Pooled over requests, with the jackknife over prompts at the
+    measurement's confidence; empty when the server sent no histograms."""
+    positions = draft_positions(m)
+    by_prompt: dict[str, list[int]] = {}
+    for s in m.samples:
+        if not s.drafts_histogram:
+            continue
+        counts = by_prompt.setdefault(s.prompt_id, [0] * (positions + 1))
+        for j, count in enumerate(s.drafts_histogram[: positions + 1]):
+            counts[j] += count
+    units = list(by_prompt.values())
+    if not units or positions < 1:
+        return ()
+
+    def share(k: int, chosen: Sequence[list[int]]) -> float:
+        passes = sum(sum(c) for c in chosen)
+        return sum(sum(c[k:]) for c in chosen) / passes if passes else math.nan
+
+    return tuple(jackknife(units, functools.partial(share, k), m.confidence)
+                 for k in range(1, positions + 1))
+
+
 @dataclasses.dataclass(frozen=True)
 class PromptSpeedup:
     """One prompt's speculative ÷ baseline decode tok/s (its repeats pooled on each side)."""

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specgate.claims.figures import POSITION_CLAIM, POSITION_PREFIX, position_summaries
 from specgate.claims.result import ClaimResult
 from specgate.io.history import (
     Figure,
@@ -51,6 +52,14 @@ def figures_from_claims(results: Iterable[ClaimResult]) -> dict[str, Figure]:
         if figure is not None:
             level = result.details.get("concurrency", 1)
             out[figure_name(name, level if isinstance(level, int) else 1)] = figure
+    accept = by_id.get(POSITION_CLAIM)
+    if accept is not None:
+        level = accept.details.get("concurrency", 1)
+        for k, summary in enumerate(position_summaries(accept.details), 1):
+            figure = _summary_figure(summary, "")
+            if figure is not None:
+                out[figure_name(f"{POSITION_PREFIX}{k}",
+                                level if isinstance(level, int) else 1)] = figure
     return out
 
 
