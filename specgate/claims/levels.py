@@ -15,18 +15,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from specgate.claims import perf
+from specgate.claims import parity, perf
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.measure.results import LiveResults
 
-LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup")
+LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup",
+                "spec.parity")
 _CLAIMS: dict[str, Callable[[Profile, LiveResults], ClaimResult]] = {
     "perf.baseline_tps": lambda profile, live: perf.baseline_tps_claim(profile, live,
                                                                        thresholded=False),
     "spec.accept_len": perf.accept_len_claim,
     "spec.breakeven": perf.breakeven_claim,
     "spec.speedup": perf.speedup_claim,
+    "spec.parity": parity.parity_claim,
 }
 # A level's claims carry its figures; the servers' whole logs stay with the gate's claims.
 _GATE_ONLY_ATTACHMENTS = " server log"

@@ -70,10 +70,11 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
 
 
 def claim_configs(claim_id: str) -> tuple[str, ...]:
-    """The servers whose timed figures a claim judges (the accept length is not timed)."""
+    """The servers whose timed figures a claim judges (the accept length and the answers are
+    not timed)."""
     if claim_id.startswith("perf.baseline"):
         return ("baseline",)
-    if claim_id.startswith("spec.accept_len"):
+    if claim_id.startswith(("spec.accept_len", "spec.parity")):
         return ()
     return ("baseline", "speculative")
 

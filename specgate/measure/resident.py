@@ -19,6 +19,7 @@ from specgate.measure.server_session import (
     attached_facts,
     check_gpus,
     checked_env,
+    gather_answers,
     log_tail,
     log_tail_of,
     measure_levels,
@@ -123,6 +124,7 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
                 _measure_interleaved(plan, handles, fields, coverage, say)
             else:
                 _measure_one_at_a_time(plan, handles, fields, coverage, say)
+            _gather_answers(plan, handles, fields, say)
             stage = "stop"
             last_first: tuple[Config, Config] = ("speculative", "baseline")
             for c in last_first:
@@ -146,6 +148,20 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
     for c, p in plans.items():
         fields[c].setdefault("stop", "attached: left running" if p.spec is None else "")
     return ConfigRun(**fields["baseline"]), ConfigRun(**fields["speculative"])
+
+
+def _gather_answers(plan: LivePlan, handles: dict[Config, ServerHandle],
+                    fields: dict[Config, dict[str, Any]], say: Progress) -> None:
+    """spec.parity's evidence from both servers, the baseline's first (untimed)."""
+    baseline: ConfigRun | None = None
+    for config in ("baseline", "speculative"):
+        handle = handles[config]
+        with SGLangClient(handle.url, handle.api_key,
+                          timeout_s=plan.sampling.request_timeout_s) as client:
+            fields[config]["answers"] = gather_answers(plan, config, client, fields[config],
+                                                       baseline, say)
+        if config == "baseline":
+            baseline = ConfigRun(**fields["baseline"])
 
 
 def _check_gpus(fields: dict[str, Any], planned: ServerPlan, resident: list[int]) -> None:

@@ -16,6 +16,7 @@ from specgate.core.redact import redact_urls
 from specgate.io import stop_reports
 from specgate.io.jsonl import json_safe
 from specgate.measure import bench, drift
+from specgate.measure.answers import AnswerEvidence
 from specgate.measure.deployment import Deployment, unknown
 
 RESULTS_FILE = "results.json"
@@ -119,6 +120,9 @@ class ConfigRun:
     # An attached server's launch as the launch log knows it (measure/launches.py
     # attached_launch): {"fingerprint", "identity"}, or {"why"} it has no identity; {} launched.
     attached_launch: dict[str, str] = dataclasses.field(default_factory=dict)
+    # What the server said about its own answers outside the timed passes (spec.parity's
+    # evidence); None when it was not asked (sampling at temperature > 0, a failed run).
+    answers: AnswerEvidence | None = None
 
     @property
     def max_running(self) -> int | None:
@@ -155,6 +159,7 @@ class ConfigRun:
         out["levels"] = {str(k): m.to_json() for k, m in sorted(self.levels.items())}
         out["level_failures"] = {str(k): dataclasses.asdict(f)
                                  for k, f in sorted(self.level_failures.items())}
+        out["answers"] = self.answers.to_json() if self.answers is not None else None
         return out
 
     @classmethod
@@ -179,6 +184,8 @@ class ConfigRun:
                             for k, m in (data.get("levels") or {}).items()}
         fields["level_failures"] = {int(k): Failure(**f)
                                     for k, f in (data.get("level_failures") or {}).items()}
+        fields["answers"] = (AnswerEvidence.from_json(data["answers"]) if data.get("answers")
+                             else None)
         return cls(**fields)
 
 

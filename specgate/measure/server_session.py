@@ -11,7 +11,8 @@ from typing import Any
 
 from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.redact import MASK, is_secret_name, mask_env
-from specgate.measure import bench, drift, launches, load, passes
+from specgate.measure import answer_probe, bench, drift, launches, load, passes
+from specgate.measure.answers import AnswerEvidence
 from specgate.measure.gate import Rule, keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.results import ConfigRun, EnvCheck, Failure, GpuCheck
@@ -26,7 +27,10 @@ Progress = Callable[[str], None]
 # server_info keys worth keeping beside a measurement (the rest is large and not ours).
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "tp_size",
-                "model_path", "version", "simulated", "max_running_requests")
+                "model_path", "version", "simulated", "max_running_requests",
+                # what spec.parity compares (measure/parity.py)
+                "dtype", "quantization", "kv_cache_dtype", "load_format", "tokenizer_path",
+                "revision")
 
 
 
@@ -138,7 +142,8 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
     baseline is the baseline's run, for the speculative server's rule for more repeats at each
     level; coverage puts that rule on the intervals the claims judge (with the launch spread).
     keep_going replaces the rule at the gate's level (`specgate tune` races configurations);
-    the other levels then take no extra repeats.
+    the other levels then take no extra repeats, and no answer is asked about (spec.parity's
+    evidence, gather_answers).
     """
     say = progress or (lambda _msg: None)
     planned = plan.server(config)
@@ -172,6 +177,9 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
                               timeout_s=plan.sampling.request_timeout_s) as client:
                 measure_levels(plan, config, client, handle, fields, baseline=baseline,
                                 keep_going=keep_going, coverage=coverage, say=say)
+                if keep_going is None:
+                    fields["answers"] = gather_answers(plan, config, client, fields, baseline,
+                                                       say)
             stage = "stop"
             fields["stop"] = stop_now(handle)
     except SpecgateError as exc:
@@ -244,6 +252,30 @@ def measure_levels(plan: LivePlan, config: Config, client: SGLangClient,
         else:
             failures[level] = failure
     fields["levels"], fields["level_failures"] = others, failures
+
+
+def gather_answers(plan: LivePlan, config: Config, client: SGLangClient,
+                   fields: Mapping[str, Any], baseline: ConfigRun | None,
+                   say: Progress) -> AnswerEvidence | None:
+    """spec.parity's evidence from this server, once its levels are measured (untimed): the
+    baseline's answers are passed to the speculative server's, which then scores only where it
+    parts from them. A check that breaks says so instead of stopping the session."""
+    measured: dict[int, bench.Measurement] = {}
+    if fields.get("measurement") is not None:
+        measured[plan.gate_level] = fields["measurement"]
+    measured.update(fields.get("levels") or {})
+    if not measured or plan.prompts is None:
+        return None
+    theirs: dict[int, bench.Measurement] | None = None
+    if baseline is not None:
+        theirs = {level: m for level in measured
+                  if (m := baseline.at(level).measurement) is not None}
+    try:
+        return answer_probe.collect(client, plan.prompts, plan.sampling, config, measured,
+                                    baseline=theirs, say=say)
+    except Exception as exc:  # a broken check must not stop the session
+        return AnswerEvidence(error=f"gathering the evidence failed: {type(exc).__name__}: "
+                                    f"{exc}")
 
 
 def log_tail_of(exc: SpecgateError) -> str:

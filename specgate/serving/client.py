@@ -188,6 +188,30 @@ class SGLangClient:
         finally:
             resp.close()
 
+    def generate_many(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """POST /generate with a whole body (a list of prompts, logprob fields, …), not
+        streamed; one answer object per prompt, each with meta_info."""
+        url = self._url("/generate")
+        resp = self._request("POST", "/generate", json={**payload, "stream": False})
+        try:
+            _raise_for_status("POST", url, resp)
+            try:
+                body = resp.json()
+            except ValueError:
+                raise ServerError(f"POST {url}: answer is not JSON: {resp.text[:200]!r}") from None
+        finally:
+            resp.close()
+        answers = body if isinstance(body, list) else [body]
+        out = []
+        for answer in answers:
+            if not isinstance(answer, dict):
+                raise ServerError(f"POST {url}: expected answer objects, found "
+                                  f"{type(answer).__name__}")
+            _raise_embedded_error(url, answer)
+            _meta(url, answer)
+            out.append(answer)
+        return out
+
 
 def _read_stream(url: str, resp: requests.Response, start: float,
                  clock: Callable[[], float] = time.perf_counter) -> Generation:

@@ -27,3 +27,8 @@ def test_breakeven_at_level(concurrency_level, profile, live_results, check):
 @pytest.mark.claim("spec.speedup@c{concurrency_level}")
 def test_speedup_at_level(concurrency_level, profile, live_results, check):
     check(levels.level_claim("spec.speedup", profile, live_results, concurrency_level))
+
+
+@pytest.mark.claim("spec.parity@c{concurrency_level}")
+def test_parity_at_level(concurrency_level, profile, live_results, check):
+    check(levels.level_claim("spec.parity", profile, live_results, concurrency_level))

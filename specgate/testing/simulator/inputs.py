@@ -26,6 +26,11 @@ class Job:
     ignore_eos: bool
     text_seed: str | None
     stream: bool
+    # SGLang's logprob request fields (top level of the body)
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
 
 
 def parse_generate(body: Any) -> tuple[list[Job], bool]:
@@ -59,9 +64,32 @@ def parse_generate(body: Any) -> tuple[list[Job], bool]:
     if stream and batch:
         raise RequestError(400, "The simulator streams single requests only.")
     jobs = []
-    for prompt, params in zip(prompts, samplings, strict=True):
-        jobs.append(_job(prompt, params, stream))
+    for i, (prompt, params) in enumerate(zip(prompts, samplings, strict=True)):
+        jobs.append(dataclasses.replace(_job(prompt, params, stream),
+                                        **_logprob_fields(body, i, len(prompts))))
     return jobs, batch
+
+
+def _logprob_fields(body: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+    """The logprob fields of request `index` of `count` (SGLang takes each as one value for
+    every request of the body, or a list of one per request)."""
+    picked: dict[str, Any] = {}
+    for name, default in (("return_logprob", False), ("logprob_start_len", -1),
+                          ("top_logprobs_num", 0), ("return_text_in_logprobs", False)):
+        value = body.get(name, default)
+        if isinstance(value, list):
+            if len(value) != count:
+                raise RequestError(400, f"{name} has {len(value)} values for {count} requests.")
+            value = value[index]
+        picked[name] = value
+    start, top = picked["logprob_start_len"], picked["top_logprobs_num"]
+    if not isinstance(start, int) or isinstance(start, bool) or start < -1:
+        raise RequestError(400, f"logprob_start_len must be an int >= -1, got {start!r}.")
+    if not isinstance(top, int) or isinstance(top, bool) or top < 0:
+        raise RequestError(400, f"top_logprobs_num must be a non-negative int, got {top!r}.")
+    return {"return_logprob": bool(picked["return_logprob"]), "logprob_start_len": start,
+            "top_logprobs_num": top,
+            "return_text_in_logprobs": bool(picked["return_text_in_logprobs"])}
 
 
 def _job(prompt: str | list[int], params: dict[str, Any], stream: bool) -> Job:

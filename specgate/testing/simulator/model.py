@@ -9,7 +9,7 @@ import math
 import os
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +327,7 @@ def plan_request(
     eos_token_id: int = 2,
     ignore_eos: bool = False,
     text_seed: str | None = None,
+    answer: Callable[[int], tuple[int, ...]] | None = None,
 ) -> RequestPlan:
     """The whole request, decided up front so the server only has to keep the deadlines.
 
@@ -336,6 +337,9 @@ def plan_request(
     Accepts at depth k then equal floor(u_k + a_k × reaches) — off from the mean by less than one
     per request and unbiased over the phase — so tau is matched within a few tenths of a percent
     over a few hundred cycles, while the pattern still varies from cycle to cycle.
+
+    answer(n): the answer's first n token ids (the server's target, logits.py); without it, a
+    text drawn from the prompt alone.
     """
     key = prompt_key(prompt)
     natural = output_length(key, max_new_tokens, ignore_eos=ignore_eos)
@@ -359,7 +363,8 @@ def plan_request(
         prompt_tokens=count_prompt_tokens(prompt),
         completion_tokens=length,
         finish_reason=finish,
-        output_ids=tuple(all_ids[:length]),
+        output_ids=answer(length) if answer is not None and text_seed is None
+        else tuple(all_ids[:length]),
         tokens_per_event=tuple(per_event),
         event_ms=cycle_ms(params) if params.speculative else params.timing.decode_ms,
         verify_ct=len(per_event) if params.speculative else 0,
@@ -373,8 +378,9 @@ def _spec_cycles(
 ) -> tuple[list[int], list[int], int]:
     """Verify cycles until `wanted` decode tokens are out, never past `budget` (the cap).
 
-    A natural stop lands at the end of the cycle that reaches it (the EOS is that cycle's bonus
-    token), so only length-capped requests lose tokens to a clipped last cycle, as in SGLang.
+    The answer is the target's whatever the drafts: a natural stop ends the answer at the EOS
+    even when the cycle that reached it accepted drafts beyond it (SGLang drops them), so both
+    servers' answers to a prompt have one length.
     """
     rates = effective_acceptance(params, text)
     errors = [_unit(key, f"phase{k}") for k in range(len(rates))]
@@ -389,7 +395,7 @@ def _spec_cycles(
                 break
             errors[k] -= 1.0
             accepted += 1
-        released = min(accepted + 1, budget - released_total)
+        released = min(accepted + 1, budget - released_total, wanted - released_total)
         per_cycle.append(released)
         correct += released - 1
         histogram[released - 1] += 1

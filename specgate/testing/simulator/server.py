@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from specgate.testing.simulator import model
+from specgate.testing.simulator import logits, model
 from specgate.testing.simulator.engine import Seq
 from specgate.testing.simulator.inputs import Job, RequestError, parse_generate
 from specgate.testing.simulator.state import SimState, log, meta_info
@@ -245,7 +245,7 @@ class Handler(BaseHTTPRequestHandler):
             if jobs[0].stream:
                 self._stream(jobs[0], t0)
             else:
-                results = [self._run(job) for job in jobs]
+                results = [self._run(job, len(jobs)) for job in jobs]
                 if "stall_mid_stream" in state.faults:
                     self._stall(results, stream=False)
                 due = [state.engine.wait(done.seq, len(done.plan.tokens_per_event))
@@ -323,10 +323,20 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- generation -----------------------------------------------------------------------
 
-    def _run(self, job: Job) -> _Done:
+    def _run(self, job: Job, batch: int = 1) -> _Done:
         """Plan the request and hand it to the scheduler (engine.py), which prefills it with
-        whatever else arrived and decodes it in the running batch."""
+        whatever else arrived and decodes it in the running batch. batch: the requests of one
+        /generate body."""
         state = self.state
+        prompt_ids = (tuple(job.prompt) if isinstance(job.prompt, list)
+                      else logits.tokenize(job.prompt))
+        forward: logits.Forward = "verify" if state.speculative else (
+            "decode-batch" if batch > 1 or state.engine.running else "decode")
+
+        def answer(length: int) -> tuple[int, ...]:
+            return logits.answer(state.target, prompt_ids, length, forward,
+                                 first=state.prefill_kind)
+
         plan = model.plan_request(
             state.params,
             job.prompt,
@@ -334,25 +344,68 @@ class Handler(BaseHTTPRequestHandler):
             eos_token_id=state.resolved.eos_token_id,
             ignore_eos=job.ignore_eos,
             text_seed=job.text_seed,
+            answer=answer,
         )
         cached = state.cached_tokens(model.prompt_key(job.prompt), plan.prompt_tokens)
         log(f"Prefill batch, #new-seq: 1, #new-token: {plan.prompt_tokens - cached}, "
             f"#cached-token: {cached}, token usage: 0.00, "
             f"#running-req: {len(state.engine.running)}, #queue-req: 0")
         seq = state.engine.submit(plan, plan.prompt_tokens - cached)
-        return _Done(uuid.uuid4().hex, plan, cached, seq)
+        return _Done(uuid.uuid4().hex, plan, cached, seq, job, prompt_ids, forward)
 
     def _finish(self, done: _Done, e2e: float) -> dict[str, Any]:
         self._log_decode(done)
         plan = done.plan
         meta = meta_info(self.state, done.rid, plan, plan.completion_tokens, done.cached,
                          finished=True, e2e_s=e2e)
+        meta.update(self._logprobs(done))
         meta["response_sent_to_client_ts"] = time.time()
         return {
             "text": model.detokenize(plan.output_ids),
             "output_ids": list(plan.output_ids),
             "meta_info": meta,
         }
+
+    def _logprobs(self, done: _Done) -> dict[str, Any]:
+        """SGLang's logprob fields of meta_info, as the request asked: the prompt's tokens from
+        logprob_start_len (each scored by a prefill, the first one unscored), the answer's each
+        by the forward that chose it, with the top_logprobs_num best at every position."""
+        job = done.job
+        if not job.return_logprob:
+            return {}
+        state = self.state
+        ids = [*done.prompt_ids, *done.plan.output_ids]
+        prompt_len = len(done.prompt_ids)
+        start = prompt_len - 1 if job.logprob_start_len < 0 else min(job.logprob_start_len,
+                                                                      prompt_len)
+        k = job.top_logprobs_num
+
+        def text(token: int) -> str | None:
+            return model.detokenize([token]) if job.return_text_in_logprobs and \
+                logits.ANSWER_TOKEN_BASE <= token < logits.ANSWER_TOKEN_BASE + \
+                logits.ANSWER_TOKENS else (str(token) if job.return_text_in_logprobs else None)
+
+        token_lps: list[list[Any]] = []
+        tops: list[Any] = []
+        for i, scores in enumerate([None, *logits.walk(state.target, ids)][:len(ids)]):
+            if i < start:
+                continue
+            forward = (state.prefill_kind if i <= prompt_len else done.forward)
+            if scores is None:
+                token_lps.append([None, ids[i], text(ids[i])])
+                tops.append(None)
+                continue
+            token_lps.append([logits.logprob_of(scores, state.target, forward, ids[i]), ids[i],
+                              text(ids[i])])
+            tops.append([[lp, t, text(t)] for lp, t in logits.top(scores, state.target,
+                                                                   forward, k)])
+        split = max(prompt_len - start, 0)
+        out: dict[str, Any] = {"input_token_logprobs": token_lps[:split],
+                               "output_token_logprobs": token_lps[split:]}
+        if k:
+            out["input_top_logprobs"] = tops[:split]
+            out["output_top_logprobs"] = tops[split:]
+        return out
 
     def _log_decode(self, done: _Done) -> None:
         plan = done.plan
@@ -448,6 +501,8 @@ class Handler(BaseHTTPRequestHandler):
                              e2e_s=time.monotonic() - t0)
             if index == 0:
                 meta["response_sent_to_client_ts"] = time.time()
+            if finished:
+                meta.update(self._logprobs(done))
             data = _dumps({"text": model.detokenize(ids), "output_ids": list(ids),
                            "meta_info": meta})
             if finished and "truncated_json" in faults:
@@ -479,6 +534,9 @@ class _Done:
     plan: model.RequestPlan
     cached: int
     seq: Seq
+    job: Job
+    prompt_ids: tuple[int, ...]
+    forward: logits.Forward
 
 
 class SimHTTPServer(ThreadingHTTPServer):

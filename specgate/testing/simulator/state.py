@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specgate.core.simulated import SGLANG_VERSION as SGLANG_VERSION
-from specgate.testing.simulator import model
+from specgate.testing.simulator import logits, model
 from specgate.testing.simulator.args import Resolved
 from specgate.testing.simulator.engine import Engine
 from specgate.testing.simulator.faults import Faults
@@ -75,6 +75,11 @@ class SimState:
         # Open client connections (socket -> busy serving a request), closed by the server at
         # shutdown as uvicorn does: the server's side of each then sits in TIME_WAIT.
         self.connections: dict[Any, bool] = {}
+        # What the answers are computed with: the target folder and the dtype settings.
+        self.target = logits.Target.of(model.read_config(self.args.get("model_path")),
+                                       self.args)
+        self.prefill_kind: logits.Forward = ("prefill-eagle" if resolved.params.speculative
+                                             else "prefill")
         cap = self.args.get("max_running_requests")
         self.engine = Engine(self.params, self.hung,
                              cap if isinstance(cap, int) and cap > 0 else None)
