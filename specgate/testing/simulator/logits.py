@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,9 +38,10 @@ FAR_LOGPROB = -14.0
 # Rounding noise of one forward kind (standard deviation, nats): about what bf16 leaves between
 # a decode and a prefill of the same text.
 ROUNDING_SD = 0.02
-# How often the best two tokens are a near-tie, and how near.
-NEAR_TIE_SHARE = 0.04
-NEAR_TIE_MAX = 0.06
+# The gap between the best two tokens is exponential with this mean (nats): measured along
+# SmolLM2-135M's own answers (7,530 positions, fp32), 3 % of gaps are under 0.1 nats, 9 % under
+# 0.3, 24 % under 1, and the median is 2.7.
+MEAN_GAP = 4.0
 # The fixed perturbation a server adds when it computes in another dtype or quantizes the
 # target (standard deviation per candidate, nats).
 PERTURBATION_SD: dict[str, float] = {"dtype": 0.08, "quantization": 0.5, "kv_cache_dtype": 0.05}
@@ -157,10 +159,7 @@ def _scores(state: bytes) -> Scores:
             break
     u = [int.from_bytes(digest[24 + 2 * i:26 + 2 * i], "big") / 65536.0 for i in range(16)]
     top = -(0.05 + 1.5 * u[0])
-    if u[1] < NEAR_TIE_SHARE:
-        first_gap = NEAR_TIE_MAX * u[2]
-    else:
-        first_gap = 0.3 + 2.5 * u[2] + 1.5 * u[3]
+    first_gap = -MEAN_GAP * math.log1p(-u[1])
     clean = [top, top - first_gap]
     for i in range(2, len(tokens)):
         clean.append(clean[-1] - (0.2 + 1.2 * u[2 + i]))
