@@ -48,7 +48,8 @@ def test_the_gate_selects_no_other_level_and_the_probe_every_one(collect):
     probe = collect("demo-concurrency", "probe")
     at_levels = sorted(n.split("::")[1] for n in probe if "test_levels.py" in n)
     assert at_levels == sorted(f"test_{name}_at_level[c{n}]" for n in (4, 16)
-                               for name in ("baseline_tps", "accept_len", "breakeven", "speedup"))
+                               for name in ("baseline_tps", "accept_len", "breakeven", "speedup",
+                                            "parity"))
     assert [n for n in probe if "test_levels.py" not in n] == [
         n for n in collect("demo", "probe")]  # the rest as without levels
 

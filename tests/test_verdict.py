@@ -124,4 +124,4 @@ def test_a_run_explains_its_counts_and_writes_the_verdict_as_its_other_files(
     claims_n, collected_n, by_marker, levelless = (int(g) for g in line.groups())
     assert (claims_n, collected_n) == (selected, collected)
     assert by_marker + levelless == deselected
-    assert levelless == 4  # the demo has one concurrency level: its four @c<level> claims
+    assert levelless == 5  # the demo has one concurrency level: its five @c<level> claims
