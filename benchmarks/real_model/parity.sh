@@ -63,8 +63,10 @@ say "alike pair"
 probe alike
 say "unlike pairs, both at once"
 probe dtype &
+DTYPE=$!
 probe fp8 &
-wait
+FP8=$!
+wait "$DTYPE" "$FP8"  # not a bare wait: the log's tee (env.sh) is a child too
 ALIKE=$(ls -d "$WORK/alike"/runs/*/ 2>/dev/null | tail -n 1)
 for f in "${COMMITTED[@]}"; do
   name=$(echo "${f#"$ROOT"/benchmarks/results/}" | tr '/' '_' | sed 's/_live_results.json$//')
