@@ -102,3 +102,30 @@ def test_the_byte_digest_is_blake3_of_each_file_by_name_size_and_bytes(tmp_path:
     # A file changed in place (new size and mtime) is read again, not taken from the memo.
     save_file({"x": np.zeros(5, np.float32)}, str(folder / "extra.safetensors"))
     assert (identify(folder, weight_bytes=True) or {})["weights_blake3"] != whole.hexdigest()
+
+
+def test_a_sparse_file_digests_as_the_zeros_its_holes_read_as(tmp_path: Path) -> None:
+    """The holes of a sparse weight file are hashed as zeros without being read: the digest is
+    that of the same bytes written out in full."""
+    sparse, dense = tmp_path / "sparse", tmp_path / "dense"
+    for folder in (sparse, dense):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(CONFIG))
+    data = 8 + (70 << 20)  # a hole longer than one read block, between two marks
+    header = json.dumps({"w": {"dtype": "U8", "shape": [data], "data_offsets": [0, data]}})
+    head = struct.pack("<Q", len(header)) + header.encode() + b"mark"
+    body = head + bytes(data - 8) + b"mark"
+    with open(sparse / "model.safetensors", "wb") as fh:
+        fh.write(head)
+        fh.seek(len(body) - 4)
+        fh.write(b"mark")
+    (dense / "model.safetensors").write_bytes(body)
+    assert (sparse / "model.safetensors").stat().st_blocks * 512 < len(body) // 2
+    a = identify(sparse, weight_bytes=True) or {}
+    b = identify(dense, weight_bytes=True) or {}
+    import blake3
+
+    assert a["weights_blake3"] == b["weights_blake3"]
+    expected = blake3.blake3(b"model.safetensors\0" + str(len(body)).encode() + b"\0"
+                             + blake3.blake3(body).digest()).hexdigest()
+    assert a["weights_blake3"] == expected

@@ -145,7 +145,7 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, skip_holes: bo
     handle = files.open_regular(info.file)
     fd = handle.fileno()
     try:
-        ranges = _data_ranges(fd, start, end) if skip_holes else [(start, end)]
+        ranges = data_ranges(fd, start, end) if skip_holes else [(start, end)]
         for range_lo, range_hi in ranges:
             pos = range_lo
             while pos < range_hi:
@@ -167,7 +167,7 @@ def scan_tensor(info: TensorInfo, chunk_bytes: int = CHUNK_BYTES, skip_holes: bo
     return (TensorHealth(info.name, info.dtype, nonfinite, not any_nonzero, checked_zero), holes)
 
 
-def _data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+def data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
     """Byte ranges of [start, end) that hold data; holes read as zeros, so skipping them is exact.
 
     Ranges are widened to 8-byte boundaries (relative to start) so no element is split.

@@ -13,6 +13,7 @@ from typing import Any
 import blake3
 
 from specgate.core import files
+from specgate.io.health import data_ranges
 from specgate.io.safetensors_io import MAX_HEADER_BYTES
 
 # config.json fields that say what a model is; nested text_config (multimodal) is looked into.
@@ -85,10 +86,11 @@ _memo_lock = threading.Lock()
 
 
 def weights_digest(folder: Path) -> WeightsDigest:
-    """Digest every *.safetensors file of folder (streamed through a memory map on every core:
-    a 4.7 GB drafter in about a third of a second once it is in the page cache). A folder
-    whose files are unchanged since the last call in this process is not read again. Raises
-    OSError naming the file it could not read."""
+    """Digest every *.safetensors file of folder: its data read in large blocks and hashed on
+    every core (BLAKE3 runs at 8 GB/s a core with AVX-512), the holes of a sparse file hashed as
+    the zeros they read as, without reading them. A folder whose files are unchanged since the
+    last call in this process is not read again. Raises OSError naming the file it could not
+    read."""
     weights = sorted(folder.glob("*.safetensors"))
     stats: list[_STAT] = []
     for path in weights:
@@ -102,20 +104,45 @@ def weights_digest(folder: Path) -> WeightsDigest:
     whole = blake3.blake3()
     total = 0
     for path, (_p, _dev, _ino, size, _mtime) in zip(weights, stats, strict=True):
-        one = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        if size:
-            try:
-                one.update_mmap(os.fspath(path))
-            except OSError as exc:
-                exc.filename = exc.filename or str(path)
-                raise
+        try:
+            digest = _file_digest(path, size)
+        except OSError as exc:
+            exc.filename = exc.filename or str(path)
+            raise
         whole.update(path.name.encode("utf-8", "surrogateescape") + b"\0"
-                     + str(size).encode() + b"\0" + one.digest())
+                     + str(size).encode() + b"\0" + digest)
         total += size
     found = WeightsDigest(whole.hexdigest(), total)
     with _memo_lock:
         _memo[key] = found
     return found
+
+
+_BLOCK = 16 << 20
+_ZEROS = memoryview(bytes(_BLOCK))
+
+
+def _file_digest(path: Path, size: int) -> bytes:
+    """BLAKE3 of one file's bytes: data ranges read, holes fed as zeros."""
+    one = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    buf = bytearray(_BLOCK)
+    view = memoryview(buf)
+    with files.open_regular(path) as fh:
+        fd = fh.fileno()
+        pos = 0
+        for start, end in [*data_ranges(fd, 0, size), (size, size)]:
+            while pos < start:  # a hole: zeros
+                n = min(_BLOCK, start - pos)
+                one.update(_ZEROS[:n])
+                pos += n
+            while pos < end:
+                n = os.preadv(fd, [view[:min(_BLOCK, end - pos)]], pos)
+                if n <= 0:
+                    raise OSError(f"{path}: the file ended at byte {pos} of {size} while it "
+                                  "was read")
+                one.update(view[:n])
+                pos += n
+    return one.digest()
 
 
 def drafter_digest(folder: Path | None) -> str | None:
