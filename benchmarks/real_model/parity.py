@@ -83,8 +83,8 @@ def write_profiles(target: Path, drafter: Path, work: Path, launcher: str, sim: 
     profiles = {"alike": ({**common, "name": "smollm2-parity-alike",
                            "description": "both servers as the committed SmolLM2 probes served "
                                           "them; a random-weight EAGLE-3 drafter",
-                           "server": server, "bench": {**bench, "repeats": 2,
-                                                       "max_repeats": 2}})}
+                           "server": server, "bench": {**bench, "repeats": 1,
+                                                       "max_repeats": 1}})}
     for name, (both, baseline, said) in UNLIKE.items():
         profiles[name] = {**common, "name": f"smollm2-parity-{name}",
                           "description": f"an unlike pair: {said}",
