@@ -7,11 +7,11 @@ import statistics
 from pathlib import Path
 
 RESULT = (Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-          / "2026-12-07-smollm2-135m-instruct-parity")
+          / "2026-12-07-smollm2-135m-instruct-parity" / "cpu")
 
 
 def _points() -> dict[tuple[str, int, int, int], dict]:
-    doc = json.loads((RESULT / "cpu" / "logits.json").read_text(encoding="utf-8"))
+    doc = json.loads((RESULT / "logits.json").read_text(encoding="utf-8"))
     points = {}
     for rows in doc["files"].values():
         for pid, row in rows.items():

@@ -14,6 +14,7 @@ Needs torch and transformers 5.12.1 beside specgate.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -21,9 +22,11 @@ from typing import Any
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
-        print(__doc__)
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("target", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("results", type=Path, nargs="+")
+    args = parser.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -32,7 +35,7 @@ def main(argv: list[str]) -> int:
     from specgate.measure.prompts import load_for
     from specgate.measure.results import LiveResults
 
-    target, out, results = Path(argv[0]), Path(argv[1]), [Path(a) for a in argv[2:]]
+    target, out, results = args.target, args.out, args.results
     tokenizer = AutoTokenizer.from_pretrained(target)
     sent = load_for(BenchSection(prompts="builtin", prompts_per_category=6), source=None,
                     target=target)
