@@ -14,6 +14,9 @@
 # $OUT gets parity.log, each pair's verdict.json, pytest.log and live/results.json (gzipped),
 # the profiles, and explained-*.json.
 set -u
+case "${1:-}" in
+  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 MODEL=${1:?usage: $0 MODEL [COMMITTED_RESULTS_JSON ...]}
 shift
 MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
