@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 # The committed SmolLM2 probes' server flags (benchmarks/results/2026-12-06-h100-smollm2-135m-
-# instruct-gpu-bound/probe-1/profile.toml), with a memory share that lets four servers of this
+# instruct-gpu-bound/probe-1/profile.toml), with a memory share that lets six servers of this
 # small target share one GPU.
 SERVER_ARGS = ["--attention-backend", "triton", "--speculative-draft-attention-backend",
                "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none",
                "--cuda-graph-max-bs-decode", "4", "--cuda-graph-backend-prefill", "disabled",
                "--dtype", "bfloat16", "--context-length", "2048", "--mem-fraction-static",
-               "0.15", "--max-total-tokens", "65536"]
+               "0.12", "--max-total-tokens", "65536"]
 # Unlike pairs: (flags after both servers' own, flags after the baseline's, what that makes).
 # Flags given twice take the later value, so the baseline's come last.
 UNLIKE = {

@@ -1,8 +1,9 @@
 #!/bin/bash
 # spec.parity on real SGLang with SmolLM2-135M-Instruct: an alike pair (both servers as the
-# committed SmolLM2 probes served them, a random-weight EAGLE-3 drafter), then two unlike pairs at
-# once on the same GPU (the speculative server on float16; the baseline's target quantized to
-# fp8), then the answers of committed probes judged against the alike run's baseline evidence.
+# committed SmolLM2 probes served them, a random-weight EAGLE-3 drafter) and two unlike pairs (the
+# speculative server on float16; the baseline's target quantized to fp8), all at once on one GPU
+# (their answers, not their speed, are judged), then the answers of committed probes judged
+# against the alike run's baseline evidence.
 #
 #   bash benchmarks/real_model/parity.sh MODEL [COMMITTED_RESULTS_JSON ...]
 #
@@ -62,14 +63,14 @@ probe() {  # probe NAME: pytest -m probe on WORK/NAME.toml into WORK/NAME/, kept
   say "$name: pytest exit $rc; $("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); c=[x for x in d["claims"] if x["id"]=="spec.parity"]; print(d["outcome"], "| spec.parity", c[0]["status"] if c else "absent", "|", (c[0]["message"][:600] if c else ""))' "$WORK/$name/verdict.json" 2>&1)"
 }
 
-say "alike pair"
-probe alike
-say "unlike pairs, both at once"
+say "the alike pair and the two unlike pairs, all at once (six servers on the GPU)"
+probe alike &
+ALIKE_PID=$!
 probe dtype &
 DTYPE=$!
 probe fp8 &
 FP8=$!
-wait "$DTYPE" "$FP8"  # not a bare wait: the log's tee (env.sh) is a child too
+wait "$ALIKE_PID" "$DTYPE" "$FP8"  # not a bare wait: the log's tee (env.sh) is a child too
 ALIKE=$(ls -d "$WORK/alike"/runs/*/ 2>/dev/null | tail -n 1)
 for f in "${COMMITTED[@]}"; do
   name=$(echo "${f#"$ROOT"/benchmarks/results/}" | tr '/' '_' | sed 's/_live_results.json$//')
