@@ -4,6 +4,7 @@ logprobs along each answer it gave (measure/answers.py holds what comes back).""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,8 +17,9 @@ from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config
 
 Progress = Callable[[str], None]
-# Sequences scored per /generate body: a few prefills at once keep the round trips down.
-SCORED_PER_BODY = 8
+# Sequences scored per /generate body: each position scored costs a logit row of the whole
+# vocabulary (0.6 MB for a 164k vocabulary), so a body stays at a few answers.
+SCORED_PER_BODY = 2
 
 
 def collect(client: SGLangClient, prompts: PromptSet, sampling: Sampling, config: Config,
@@ -34,10 +36,9 @@ def collect(client: SGLangClient, prompts: PromptSet, sampling: Sampling, config
         return None
     found = _Found()
     try:
+        _prompt_ids(client, prompts, found)
         if config == "baseline":
             _batch(client, prompts, sampling, found)
-        else:
-            _prompt_ids(client, prompts, found)
         wanted = list(_to_score(config, measured, found, baseline))
         if say is not None:
             say(f"{config}: scoring {len(wanted)} answers for spec.parity (untimed)")
@@ -80,17 +81,17 @@ def _logprob_body(**extra: Any) -> dict[str, Any]:
 
 def _batch(client: SGLangClient, prompts: PromptSet, sampling: Sampling,
            found: _Found) -> None:
-    """Every prompt in one body: the prompts' ids, and the answers of this batch composition
-    with the logprobs each decode chose by."""
+    """Every prompt in one body: the answers of this batch composition with the logprobs each
+    decode chose by (the answers' only: a prompt's positions would each cost a logit row of the
+    whole vocabulary, for every prompt of the batch at once)."""
     ids = [p.id for p in prompts.prompts]
     answers = client.generate_many(_logprob_body(
         text=list(prompts.texts), sampling_params=[sampling.params] * len(ids),
-        logprob_start_len=0, top_logprobs_num=TOP_K))
+        logprob_start_len=-1, top_logprobs_num=TOP_K))
     _check_count(answers, ids)
     found.batch_size = len(ids)
     for pid, answer in zip(ids, answers, strict=True):
         meta = answer["meta_info"]
-        found.prompt_ids[pid] = _input_ids(meta)
         tokens = tuple(int(t) for t in answer.get("output_ids") or ())
         found.batch[pid] = tokens
         entries = list(meta.get("output_token_logprobs") or ())
@@ -107,14 +108,14 @@ def _batch(client: SGLangClient, prompts: PromptSet, sampling: Sampling,
 
 
 def _prompt_ids(client: SGLangClient, prompts: PromptSet, found: _Found) -> None:
-    """The prompts' token ids as this server tokenizes them (one prefill each, no answer)."""
-    ids = [p.id for p in prompts.prompts]
-    answers = client.generate_many(_logprob_body(
-        text=list(prompts.texts), sampling_params={"max_new_tokens": 1, "temperature": 0.0},
-        logprob_start_len=0))
-    _check_count(answers, ids)
-    for pid, answer in zip(ids, answers, strict=True):
-        found.prompt_ids[pid] = _input_ids(answer["meta_info"])
+    """The prompts' token ids as this server tokenizes them: one prefill each (its prompt's
+    logprobs cost a vocabulary-wide row per position, so never for every prompt at once)."""
+    for prompt, text in prompts.sent():
+        answer = client.generate_many(_logprob_body(
+            text=text, sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+            logprob_start_len=0))
+        _check_count(answer, [prompt.id])
+        found.prompt_ids[prompt.id] = _input_ids(answer[0]["meta_info"])
 
 
 def _to_score(config: Config, measured: Mapping[int, Measurement], found: _Found,
@@ -154,8 +155,9 @@ def _score(client: SGLangClient, wanted: Sequence[tuple[str, tuple[int, ...], st
            found: _Found) -> None:
     """Prefill each sequence after its prompt and read the logprobs of every position."""
     bodies = [list(found.prompt_ids[pid]) + list(tokens) for pid, tokens, _ in wanted]
-    # From each prompt's end: the logprobs of the sequence's own tokens, one list per body.
-    starts = [len(found.prompt_ids[pid]) for pid, _t, _s in wanted]
+    # SGLang returns no logprob for the token at logprob_start_len itself ([None, id, text]):
+    # starting at the prompt's last token, the entries after it are the sequence's own.
+    starts = [len(found.prompt_ids[pid]) - 1 for pid, _t, _s in wanted]
     answers = client.generate_many(_logprob_body(
         input_ids=bodies, sampling_params={"max_new_tokens": 1, "temperature": 0.0},
         logprob_start_len=starts, top_logprobs_num=TOP_K))
@@ -164,6 +166,10 @@ def _score(client: SGLangClient, wanted: Sequence[tuple[str, tuple[int, ...], st
         meta = answer["meta_info"]
         entries = list(meta.get("input_token_logprobs") or ())
         tops = list(meta.get("input_top_logprobs") or ())
+        if not entries or _token(entries[0]) != found.prompt_ids[pid][-1]:
+            raise ValueError(f"prompt {pid}: the scoring does not start at the prompt's last "
+                             "token, where logprob_start_len put it")
+        entries, tops = entries[1:], tops[1:]
         if len(entries) != len(tokens) or len(tops) != len(tokens):
             raise ValueError(f"prompt {pid}: scored {len(tokens)} tokens but the server sent "
                              f"{len(entries)} logprobs and {len(tops)} best lists")
@@ -199,8 +205,10 @@ def _token(entry: Any) -> int:
 
 def _value(entry: Any) -> float | None:
     value = entry[0] if isinstance(entry, list) and entry else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+            or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _row(row: Any) -> tuple[tuple[int, float], ...]:

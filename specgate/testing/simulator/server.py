@@ -376,8 +376,10 @@ class Handler(BaseHTTPRequestHandler):
         state = self.state
         ids = [*done.prompt_ids, *done.plan.output_ids]
         prompt_len = len(done.prompt_ids)
-        start = prompt_len - 1 if job.logprob_start_len < 0 else min(job.logprob_start_len,
-                                                                      prompt_len)
+        if job.logprob_start_len >= prompt_len:
+            raise RequestError(400, f"logprob_start_len ({job.logprob_start_len}) is not smaller "
+                                    f"than the input's length ({prompt_len}).")
+        start = prompt_len if job.logprob_start_len < 0 else job.logprob_start_len
         k = job.top_logprobs_num
 
         def text(token: int) -> str | None:
@@ -391,7 +393,9 @@ class Handler(BaseHTTPRequestHandler):
             if i < start:
                 continue
             forward = (state.prefill_kind if i <= prompt_len else done.forward)
-            if scores is None:
+            if scores is None or i == start < prompt_len:
+                # SGLang gives the input token at logprob_start_len no logprob, whatever it is
+                # (it scores the tokens after it).
                 token_lps.append([None, ids[i], text(ids[i])])
                 tops.append(None)
                 continue
