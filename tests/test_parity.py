@@ -129,7 +129,7 @@ def test_a_divergence_wider_than_the_margin_is_not() -> None:
 
 
 def test_a_token_outside_the_targets_best_is_never_a_tie() -> None:
-    (d,) = _compare((11, 99, 33), shift=5.0).divergences
+    (d,) = _compare((11, 99, 33), shift=0.9).divergences
     assert d.speculative_logprob is None
     assert not d.explained
     assert "not among the target's best 2 (the worst of them -0.520" in d.why
@@ -164,11 +164,12 @@ def test_the_claim_passes_identical_and_tied_answers() -> None:
     result = parity_claim(_profile(), _live({"p": BASE, "q": (11, 12)},
                                             {"p": (11, 22, 33), "q": (11, 12)}, evidence))
     assert result.status is Status.PASSED, result.message
-    assert result.message.startswith("2 prompts: 1 answers identical, 1 part; 1 at near-ties")
+    assert result.message.startswith("2 prompts, 1 answered identically, 1 diverging answer; "
+                                     "1 at a near-tie")
     assert result.observed == 0
     table = result.attachments[0].body
     assert isinstance(table, str)
-    assert "p,near-tie,1, cat, dog" in table
+    assert "p,near-tie,1,1, cat, dog" in table
     assert "q,identical" in table
 
 
@@ -177,7 +178,7 @@ def test_the_claim_fails_naming_the_prompt_position_and_tokens() -> None:
     evidence = _evidence(_scored("p", BASE, rows), *_margin_evidence(0.1))
     result = parity_claim(_profile(), _live({"p": BASE}, {"p": (21, 12)}, evidence))
     assert result.status is Status.FAILED
-    assert "1 of 1 answers part where the target has no near-tie: p at token 0: baseline " \
+    assert "1 diverging answer where the target has no near-tie: p at token 0: baseline " \
            "' The' (logprob -0.100), speculative ' A' (-2.500)" in result.message
     assert "At the first token (p) both servers run the same prefill" in result.message
     assert result.observed == 1
@@ -294,3 +295,54 @@ def test_an_attached_pair_whose_baseline_serves_another_model_fails(tmp_path: Pa
     assert "at token 0:" in result.message
     assert "At the first token" in result.message
     assert "they serve model_path" in result.message
+
+
+def test_a_baseline_that_disagrees_with_itself_beyond_rounding_gives_no_margin() -> None:
+    """One of its own decodes trailing its prefill's best by 5 nats: no rounding does that, so
+    no margin is measured and the divergence is not judged (never explained)."""
+    evidence = _evidence(_scored("p", BASE, list(TIE)), *_margin_evidence(5.0))
+    margin = parity.noise_margin(evidence, None)
+    assert margin.value is None
+    assert margin.beyond
+    assert "5.000 nats" in margin.text()
+    result = parity_claim(_profile(), _live({"p": BASE}, {"p": (11, 22, 33)}, evidence))
+    assert result.status is Status.FAILED
+    assert "1 divergence could not be judged" in result.message
+    assert "At the first token" not in result.message
+
+
+def test_every_repeat_of_the_speculative_server_is_compared() -> None:
+    """Its first repeat answers as the baseline; its second parts where the target has no tie."""
+    base = _measured("baseline", {"p": BASE})
+    spec = build_measurement(config="speculative", url="u", template=PLAIN, sampling=Sampling(),
+                             samples=[_sample("p", BASE), _sample("p", (11, 12, 23, 14),
+                                                                  repeat=2)])
+    live = LiveResults("t", False, ConfigRun("baseline", measurement=base, answers=_evidence(
+        _scored("p", BASE, list(TIE)), *_margin_evidence(0.1))),
+        ConfigRun("speculative", measurement=spec))
+    result = parity_claim(_profile(), live)
+    assert result.status is Status.FAILED
+    assert "p at token 2 (its repeat 2)" in result.message
+
+
+def test_prompts_unanswered_or_tokenized_otherwise_fail() -> None:
+    evidence = _evidence(_scored("p", BASE, list(TIE)), *_margin_evidence(0.1))
+    missing = parity_claim(_profile(), _live({"p": BASE, "q": (11, 12)}, {"p": BASE, "q": ()},
+                                             evidence))
+    assert missing.status is Status.FAILED
+    assert "1 prompt got no answer with token ids from one of the servers" in missing.message
+    assert missing.observed == 1
+    base = ConfigRun("baseline", measurement=_measured("baseline", {"p": BASE}),
+                     answers=evidence)
+    spec = ConfigRun("speculative", measurement=_measured("speculative", {"p": BASE},
+                                                          prompt_tokens=9))
+    retokenized = parity_claim(_profile(), LiveResults("t", False, base, spec))
+    assert retokenized.status is Status.FAILED
+    assert "tokenize the same prompts differently" in retokenized.message
+
+
+def test_a_setting_left_to_auto_or_unstated_is_not_compared() -> None:
+    found = _compare(BASE, base_info={"dtype": "auto", "quantization": None},
+                     spec_info={"dtype": "bfloat16"})
+    assert found.settings == ()
+    assert found.uncompared == ("dtype", "quantization")

@@ -45,7 +45,6 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                                "baseline_evidence_error": _error(live.baseline.answers),
                                "speculative_evidence_error": _error(live.speculative.answers)}
     attachments = (Attachment("answers compared", _table(found), "csv"),)
-    unexplained = found.unexplained
     problems = []
     if found.settings:
         problems.append("the two servers compute the target differently: " + "; ".join(
@@ -55,21 +54,31 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
                         "chat template): " + ", ".join(
                             f"{pid} {b} against {s} tokens" for pid, b, s in
                             found.token_counts[:NAMED]))
-    if unexplained:
-        first = [d for d in unexplained if d.position == 0]
+    if found.unanswered:
+        problems.append(f"{_count(len(found.unanswered), 'prompt')} got no answer with token "
+                        "ids from one of the servers, so their answers were not compared: "
+                        + ", ".join(found.unanswered[:NAMED]))
+    not_ties, unjudged = found.not_ties, found.unjudged
+    if not_ties:
+        first = [d.prompt_id for d in not_ties if d.position == 0]
         problems.append(
-            f"{len(unexplained)} of {found.prompts} answers part where the target has no "
-            "near-tie: " + "; ".join(_named(d) for d in unexplained[:NAMED])
-            + (f"; and {len(unexplained) - NAMED} more (attachment)"
-               if len(unexplained) > NAMED else "")
-            + (f". At the first token ({', '.join(d.prompt_id for d in first)}) both servers "
-               "run the same prefill of the same prompt, so they do not serve the same model "
-               "the same way: check the target folder, dtype, quantization, chat template and "
-               "engine of each" if first else ""))
+            f"{_count(len(not_ties), 'diverging answer')} where the target has no near-tie: " + "; ".join(_named(d) for d in not_ties[:NAMED])
+            + (f"; and {len(not_ties) - NAMED} more (attachment)"
+               if len(not_ties) > NAMED else "")
+            + (f". At the first token ({', '.join(first)}) both servers run the same prefill "
+               "of the same prompt, so they do not serve the same model the same way: check "
+               "the target folder, dtype, quantization, chat template and engine of each"
+               if first else ""))
+    if unjudged:
+        problems.append(
+            f"{_count(len(unjudged), 'divergence')} could not be judged, so the answers are "
+            "not shown to be the target's: " + "; ".join(
+                f"{d.where}: {d.tokens_text()}: {d.why}" for d in unjudged[:NAMED]))
     summary = _summary(found)
-    kw: dict[str, Any] = {"observed": len(unexplained) + len(found.token_counts),
-                          "expected": "0", "unit": "prompts", "details": details,
-                          "attachments": attachments}
+    observed = (len(not_ties) + len(unjudged) + len(found.token_counts)
+                + len(found.unanswered) + len(found.settings))
+    kw: dict[str, Any] = {"observed": observed, "expected": "0", "unit": "findings",
+                          "details": details, "attachments": attachments}
     if problems:
         return claims.failed(CLAIM, PHASE, _sim(live) + ". ".join(problems) + f". {summary}. "
                              "The speed-up compares unlike servers until they answer alike.",
@@ -77,23 +86,27 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     return claims.passed(CLAIM, PHASE, _sim(live) + summary, **kw)
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _summary(found: parity.Parity) -> str:
     explained = [d for d in found.divergences if d.explained]
-    parts = [f"{found.prompts} prompts: {len(found.identical)} answers identical, "
-             f"{len(found.divergences)} part"]
+    parts = [f"{_count(found.prompts, 'prompt')}, {len(found.identical)} answered "
+             f"identically, {_count(len(found.divergences), 'diverging answer')}"]
     if explained:
         widest = max(abs(d.gap or 0.0) for d in explained)
-        where = ", ".join(f"{d.prompt_id} at token {d.position}"
+        where = ", ".join(d.where
                           for d in sorted(explained, key=lambda d: d.position)[:NAMED])
-        parts.append(f"{len(explained)} at near-ties of the target (gaps up to {widest:.3f} "
+        parts.append(f"{len(explained)} at a near-tie of the target (gaps up to {widest:.3f} "
                      f"nats; {where}{', …' if len(explained) > NAMED else ''})")
     parts.append(found.margin.text())
     if found.served:
         parts.append("they serve " + "; ".join(f"{key} {b} and {s}"
                                                for key, b, s in found.served))
-    if found.unanswered:
-        parts.append(f"{len(found.unanswered)} prompts without an answer on one side: "
-                     + ", ".join(found.unanswered[:NAMED]))
+    if found.uncompared:
+        parts.append("not compared, as one server does not state it: "
+                     + ", ".join(found.uncompared))
     return "; ".join(parts)
 
 
@@ -106,7 +119,7 @@ def _named(d: parity.Divergence) -> str:
         mine, own = d.speculative_view
         view = (f"; the speculative server's own prefill gives them {mine:.3f} and {own:.3f}"
                 if mine is not None and own is not None else "")
-    return (f"{d.prompt_id} at token {d.position}: baseline {d.baseline_text!r}{lp}, "
+    return (f"{d.where}: baseline {d.baseline_text!r}{lp}, "
             f"speculative {d.speculative_text!r}{theirs}: {d.why}{view}")
 
 
@@ -117,18 +130,20 @@ def _error(evidence: AnswerEvidence | None) -> str | None:
 def _table(found: parity.Parity) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["prompt", "answers", "position", "baseline_token", "speculative_token",
-                     "baseline_logprob", "speculative_logprob", "gap", "margin", "why"])
+    writer.writerow(["prompt", "answers", "repeat", "position", "baseline_token",
+                     "speculative_token", "baseline_logprob", "speculative_logprob", "gap",
+                     "margin", "why"])
     margin = "" if found.margin.value is None else round(found.margin.value, 5)
     for pid in found.identical:
-        writer.writerow([pid, "identical", "", "", "", "", "", "", margin, ""])
+        writer.writerow([pid, "identical", "", "", "", "", "", "", "", margin, ""])
     for d in found.divergences:
-        writer.writerow([d.prompt_id, "near-tie" if d.explained else "unexplained", d.position,
+        kind = "near-tie" if d.explained else "not a tie" if d.judged else "not judged"
+        writer.writerow([d.prompt_id, kind, d.repeat, d.position,
                          d.baseline_text, d.speculative_text,
                          "" if d.baseline_logprob is None else round(d.baseline_logprob, 5),
                          "" if d.speculative_logprob is None else round(d.speculative_logprob,
                                                                         5),
                          "" if d.gap is None else round(d.gap, 5), margin, d.why])
     for pid in found.unanswered:
-        writer.writerow([pid, "no answer on one side", "", "", "", "", "", "", margin, ""])
+        writer.writerow([pid, "no answer on one side", "", "", "", "", "", "", "", margin, ""])
     return buf.getvalue()

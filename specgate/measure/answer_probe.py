@@ -132,17 +132,19 @@ def _to_score(config: Config, measured: Mapping[int, Measurement], found: _Found
 
     for level, m in sorted(measured.items()):
         where = "timed" if level == 1 else f"timed at {level} in flight"
-        for pid, tokens in parity.answers_of(m).items():
-            if config == "baseline" or baseline is None:
+        if config == "baseline" or baseline is None:
+            for pid, tokens in parity.answers_of(m).items():
                 yield from once(pid, tokens, where)
-                continue
-            theirs = parity.answers_of(baseline[level]).get(pid) if level in baseline else None
-            if theirs is None:
-                yield from once(pid, tokens, where)
-                continue
-            split = parity.first_divergence(theirs, tokens)
-            if split is not None:
-                yield from once(pid, tokens[:split + 1], where)
+        else:
+            base = parity.answers_of(baseline[level]) if level in baseline else {}
+            for pid, answers in parity.distinct_answers(m).items():
+                for _repeat, tokens in answers:
+                    theirs = base.get(pid)
+                    split = None if theirs is None else parity.first_divergence(theirs, tokens)
+                    if theirs is None:
+                        yield from once(pid, tokens, where)
+                    elif split is not None:
+                        yield from once(pid, tokens[:split + 1], where)
         if config == "baseline":
             for pid, tokens in parity.other_repeats(m):
                 yield from once(pid, tokens, f"{where}, another repeat")

@@ -27,6 +27,11 @@ COMPUTE_SETTINGS = ("dtype", "quantization", "kv_cache_dtype", "load_format")
 # Settings that name what is served: reported when they differ (the same model can be served
 # from two folders), judged by the answers.
 SERVED_SETTINGS = ("model_path", "tokenizer_path", "revision")
+# No rounding moves a gap this far (nats). For scale: SmolLM2-135M served in bf16 on an H100
+# against its float32 arithmetic on a CPU, the decoded token trailed the best by at most 0.25;
+# SGLang's own tests allow 0.35 between a decode's logprobs and a prefill's. A baseline that
+# disagrees with itself by more is not reproducible to within rounding, and gives no margin.
+MARGIN_CEILING = 1.0
 
 
 def answers_of(m: Measurement) -> dict[str, tuple[int, ...]]:
@@ -36,6 +41,18 @@ def answers_of(m: Measurement) -> dict[str, tuple[int, ...]]:
         if s.output_ids and s.prompt_id not in out:
             out[s.prompt_id] = tuple(s.output_ids)
     return out
+
+
+def distinct_answers(m: Measurement) -> dict[str, list[tuple[int, tuple[int, ...]]]]:
+    """Each prompt's distinct answers, each with the first repeat that gave it, in repeat
+    order (an empty answer, a server that sent no token ids, left out)."""
+    out: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    for s in sorted(m.samples, key=lambda s: s.repeat):
+        tokens = tuple(s.output_ids)
+        found = out.setdefault(s.prompt_id, [])
+        if tokens and all(tokens != t for _r, t in found):
+            found.append((s.repeat, tokens))
+    return {pid: found for pid, found in out.items() if found}
 
 
 def other_repeats(m: Measurement) -> list[tuple[str, tuple[int, ...]]]:
@@ -79,8 +96,14 @@ class Margin:
     flips: int = 0
     widest: str = ""
     why_none: str = ""
+    # Where the baseline disagreed with itself by more than MARGIN_CEILING.
+    beyond: tuple[str, ...] = ()
 
     def text(self) -> str:
+        if self.beyond:
+            return (f"the baseline disagrees with itself by more than any rounding explains "
+                    f"(over {MARGIN_CEILING:g} nats: {'; '.join(self.beyond[:3])}), so no "
+                    "margin can be measured")
         if self.value is None:
             return f"no margin was measured ({self.why_none})"
         return (f"the baseline's own numerics moved a gap between two tokens by up to "
@@ -102,10 +125,13 @@ def noise_margin(evidence: AnswerEvidence | None, timed: Measurement | None) -> 
         return Margin(None, why_none="the baseline server was not asked for logprobs")
     widest: tuple[float, str] | None = None
     shifts = flips = 0
+    beyond: list[str] = []
 
     def take(value: float, where: str) -> None:
         nonlocal widest
-        if widest is None or value > widest[0]:
+        if value > MARGIN_CEILING:
+            beyond.append(f"{value:.3f} nats, {where}")
+        elif widest is None or value > widest[0]:
             widest = (value, where)
 
     prefills = [s for s in evidence.scored if s.forward == "prefill"]
@@ -147,6 +173,9 @@ def noise_margin(evidence: AnswerEvidence | None, timed: Measurement | None) -> 
             if a is not None and b is not None:
                 flips += 1
                 take(abs(a - b), f"its answers to prompt {pid} part at token {q}")
+    if beyond:
+        return Margin(None, shifts, flips, why_none="the baseline is not reproducible",
+                      beyond=tuple(beyond))
     if widest is None:
         why = evidence.error or "no decode and prefill of the same text to compare"
         return Margin(None, shifts, flips, why_none=why)
@@ -172,6 +201,15 @@ class Divergence:
     # The speculative server's own prefill at the same place: (its logprob of the baseline's
     # token, of its own), when it was asked.
     speculative_view: tuple[float | None, float | None] | None = None
+    # Whether the target's logprobs there were read: False when the divergence could not be
+    # judged (no evidence), so its failing says nothing of the two servers' models.
+    judged: bool = False
+    repeat: int = 1  # the speculative server's repeat that first gave this answer
+
+    @property
+    def where(self) -> str:
+        again = f" (its repeat {self.repeat})" if self.repeat > 1 else ""
+        return f"{self.prompt_id} at token {self.position}{again}"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -192,10 +230,21 @@ class Parity:
     token_counts: tuple[tuple[str, int, int], ...] = ()  # (prompt, baseline, speculative)
     settings: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, speculative)
     served: tuple[tuple[str, str, str], ...] = ()
+    uncompared: tuple[str, ...] = ()  # COMPUTE_SETTINGS one side does not state
 
     @property
     def unexplained(self) -> tuple[Divergence, ...]:
         return tuple(d for d in self.divergences if not d.explained)
+
+    @property
+    def not_ties(self) -> tuple[Divergence, ...]:
+        """Divergences the target's logprobs show are no near-tie."""
+        return tuple(d for d in self.divergences if not d.explained and d.judged)
+
+    @property
+    def unjudged(self) -> tuple[Divergence, ...]:
+        """Divergences without the evidence to judge them."""
+        return tuple(d for d in self.divergences if not d.judged)
 
     def to_json(self) -> dict[str, Any]:
         return {"prompts": self.prompts, "identical": list(self.identical),
@@ -203,29 +252,32 @@ class Parity:
                 "margin": self.margin.to_json(), "unanswered": list(self.unanswered),
                 "token_counts": [list(t) for t in self.token_counts],
                 "settings": [list(t) for t in self.settings],
-                "served": [list(t) for t in self.served]}
+                "served": [list(t) for t in self.served], "uncompared": list(self.uncompared)}
 
 
 def compare(base: Measurement, spec: Measurement, base_evidence: AnswerEvidence | None,
             spec_evidence: AnswerEvidence | None, base_info: Mapping[str, Any],
             spec_info: Mapping[str, Any]) -> Parity:
-    """Both servers' answers at one level, each divergence judged against the margin."""
+    """Both servers' answers at one level: every distinct answer the speculative server gave a
+    prompt (any repeat) against the baseline's, each divergence judged against the margin."""
     margin = noise_margin(base_evidence, base)
-    mine, theirs = answers_of(base), answers_of(spec)
+    mine, theirs = answers_of(base), distinct_answers(spec)
     prompts = [p for p in dict.fromkeys([*prompt_tokens_of(base), *prompt_tokens_of(spec)])]
     identical: list[str] = []
     divergences: list[Divergence] = []
     unanswered: list[str] = []
     for pid in prompts:
-        a, b = mine.get(pid), theirs.get(pid)
-        if a is None or b is None:
+        a, answers = mine.get(pid), theirs.get(pid)
+        if a is None or not answers:
             unanswered.append(pid)
             continue
-        p = first_divergence(a, b)
-        if p is None:
+        parted = [(repeat, b, p) for repeat, b in answers
+                  if (p := first_divergence(a, b)) is not None]
+        if not parted:
             identical.append(pid)
-            continue
-        divergences.append(_judge(pid, p, a, b, margin, base_evidence, spec_evidence))
+        for repeat, b, p in parted:
+            found = _judge(pid, p, a, b, margin, base_evidence, spec_evidence)
+            divergences.append(dataclasses.replace(found, repeat=repeat))
     counts_a, counts_b = prompt_tokens_of(base), prompt_tokens_of(spec)
     token_counts = tuple((pid, counts_a[pid], counts_b[pid]) for pid in prompts
                          if pid in counts_a and pid in counts_b
@@ -234,13 +286,25 @@ def compare(base: Measurement, spec: Measurement, base_evidence: AnswerEvidence 
                   divergences=tuple(divergences), margin=margin, unanswered=tuple(unanswered),
                   token_counts=token_counts,
                   settings=_differ(COMPUTE_SETTINGS, base_info, spec_info),
-                  served=_differ(SERVED_SETTINGS, base_info, spec_info))
+                  served=_differ(SERVED_SETTINGS, base_info, spec_info),
+                  uncompared=tuple(k for k in COMPUTE_SETTINGS
+                                   if _stated(base_info, k) != _stated(spec_info, k)
+                                   and None in (_stated(base_info, k), _stated(spec_info, k))))
+
+
+def _stated(info: Mapping[str, Any], key: str) -> str | None:
+    """A setting as a server states it; None where it does not say, or leaves it to "auto"
+    (the model's own: what that is, /server_info does not tell)."""
+    value = info.get(key, None)
+    return None if key not in info or value == "auto" else str(value)
 
 
 def _differ(keys: Sequence[str], a: Mapping[str, Any], b: Mapping[str, Any]
             ) -> tuple[tuple[str, str, str], ...]:
+    """Settings both servers state, differently (a quantization of None is stated: none)."""
     return tuple((k, str(a.get(k)), str(b.get(k))) for k in keys
-                 if k in a and k in b and a.get(k) != b.get(k))
+                 if k in a and k in b and a.get(k) != b.get(k)
+                 and "auto" not in (a.get(k), b.get(k)))
 
 
 def _judge(pid: str, p: int, base: Sequence[int], spec: Sequence[int], margin: Margin,
@@ -267,13 +331,16 @@ def _judge(pid: str, p: int, base: Sequence[int], spec: Sequence[int], margin: M
     here = Divergence(prompt_id=pid, position=p, baseline_token=b, speculative_token=s,
                       baseline_text=text(b), speculative_text=text(s), speculative_view=view)
     if b is None or s is None:
-        return dataclasses.replace(here, why="one answer ends where the other goes on")
+        return dataclasses.replace(here, judged=True,
+                                   why="one answer ends where the other goes on")
     if scored is None:
         why = (base_evidence.error if base_evidence is not None and base_evidence.error
                else "the baseline server scored no answer that reaches this position")
         return dataclasses.replace(here, why=f"no target logprobs here: {why}")
     lp_b, lp_s = scored.logprob(p, b), scored.logprob(p, s)
     here = dataclasses.replace(here, baseline_logprob=lp_b, speculative_logprob=lp_s)
+    if margin.beyond:
+        return dataclasses.replace(here, why=margin.text())
     if lp_b is None:
         return dataclasses.replace(here, why="the baseline server sent no logprob for its own "
                                              "token")
@@ -282,12 +349,12 @@ def _judge(pid: str, p: int, base: Sequence[int], spec: Sequence[int], margin: M
         floor = min((v for _t, v in row), default=None)
         bound = f" (the worst of them {floor:.3f}: a gap over {lp_b - floor:.3f} nats)" \
             if floor is not None else ""
-        return dataclasses.replace(here, floor=floor, why=(
+        return dataclasses.replace(here, floor=floor, judged=bool(row), why=(
             f"the speculative token is not among the target's best {len(row)}{bound}"))
     gap = lp_b - lp_s
-    here = dataclasses.replace(here, gap=gap)
+    here = dataclasses.replace(here, gap=gap, judged=True)
     if margin.value is None:
-        return dataclasses.replace(here, explained=gap == 0.0, why=(
+        return dataclasses.replace(here, explained=gap == 0.0, judged=gap == 0.0, why=(
             "an exact tie" if gap == 0.0 else f"a gap of {abs(gap):.3f} nats, and "
                                               f"{margin.text()}"))
     near = abs(gap) <= margin.value
