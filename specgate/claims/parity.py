@@ -62,7 +62,8 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     if not_ties:
         first = [d.prompt_id for d in not_ties if d.position == 0]
         problems.append(
-            f"{_count(len(not_ties), 'diverging answer')} where the target has no near-tie: " + "; ".join(_named(d) for d in not_ties[:NAMED])
+            f"{_count(len(not_ties), 'diverging answer')} where the target has no near-tie: "
+            + "; ".join(_named(d) for d in not_ties[:NAMED])
             + (f"; and {len(not_ties) - NAMED} more (attachment)"
                if len(not_ties) > NAMED else "")
             + (f". At the first token ({', '.join(first)}) both servers run the same prefill "
