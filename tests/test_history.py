@@ -199,11 +199,27 @@ def test_positions_without_history_or_interval_are_skipped_with_why() -> None:
     failed_before = regress.judge_position_regression(
         now, [_position_run((0.9, 0.01), outcome="failed")], "demo", confidence=0.95)
     assert failed_before.reason == "no_reference"
-    flat = regress.judge_position_regression(_positions((0.5, 0.0)),
-                                             [_position_run((0.9, 0.0))], "demo",
+    unmeasured = {"accept_pos1": Figure(0.5)}
+    flat = regress.judge_position_regression(unmeasured, [_position_run((0.9, 0.0))], "demo",
                                              confidence=0.95)
     assert flat.status is Status.SKIPPED
     assert flat.reason == "no_interval"
+
+
+def test_a_position_never_accepted_does_not_hide_a_drop_at_the_others() -> None:
+    """Draft 3 accepted in no pass of either run (0 ± 0): it is judged with no noise, and the
+    drops at drafts 1 and 2 fail the claim; a position without an interval is only left out."""
+    past = [_position_run((0.80, 0.02), (0.50, 0.03), (0.0, 0.0))]
+    now = _positions((0.20, 0.02), (0.10, 0.03), (0.0, 0.0))
+    result = regress.judge_position_regression(now, past, "demo", confidence=0.95)
+    assert result.status is Status.FAILED
+    assert "draft 1 by 0.600" in result.message
+    assert "draft 2 by 0.400" in result.message
+    blind = {**now, "accept_pos3": Figure(0.0)}
+    left_out = regress.judge_position_regression(blind, past, "demo", confidence=0.95)
+    assert left_out.status is Status.FAILED
+    assert "draft 3 not judged: no interval" in left_out.message
+    assert left_out.details["unjudged_positions"] == [3]
 
 
 def test_per_position_figures_reach_the_history() -> None:

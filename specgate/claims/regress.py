@@ -245,7 +245,12 @@ def judge_position_regression(
         "reference_drafter_digest": before_run.drafter_digest,
         "drafter_digest": drafter_digest, "same_drafter_bytes": same,
         "bonferroni_positions": len(compared), "confidence": confidence}
-    unjudged = [r["position"] for r in rows if r["noise"] == 0.0]
+    # A position without an interval in either run has no noise to judge a drop by and is left
+    # out (said); one whose interval has no width (every prompt alike) is judged with none.
+    unjudged = [r["position"] for r in rows
+                if None in (now[r["position"]].low, before[r["position"]].low)]
+    details["unjudged_positions"] = unjudged
+    rows = [r for r in rows if r["position"] not in unjudged]
     where = (f"the last passing run of {profile_name!r} ({before_run.time}, "
              f"{_drafter_named(before_run)})")
     if same:
@@ -253,8 +258,11 @@ def judge_position_regression(
     table = "; ".join(f"draft {r['position']}: {now[r['position']].value:.3f} against "
                       f"{before[r['position']].value:.3f} (noise {r['noise']:.3f})" for r in rows)
     if unjudged:
-        return claims.skipped(cid, phase, f"acceptance at draft {unjudged} has no interval in "
-                              f"this run or in {where}, so no noise to judge a drop by: {table}",
+        table += (f"; draft {', '.join(map(str, unjudged))} not judged: no interval in this run "
+                  "or the reference")
+    if not rows:
+        return claims.skipped(cid, phase, f"no draft position has an interval in this run and in "
+                              f"{where}, so no noise to judge a drop by: {table}",
                               reason="no_interval", details=details)
     worst = max(rows, key=lambda r: r["drop"] - r["noise"])
     k = worst["position"]
