@@ -17,6 +17,7 @@ import pytest
 from specgate.core.profile import parse_profile
 from specgate.measure import bench, live, results, reuse
 from specgate.measure import plan as live_plan
+from specgate.measure.answers import AnswerEvidence
 from specgate.measure.prompts import template_named
 from specgate.serving import gpu
 
@@ -283,6 +284,20 @@ def test_find_respects_the_age_bound(machine: Machine) -> None:
     assert "no stored baseline" in reuse.find(machine.reports, other, 24.0)
 
 
+def test_a_greedy_baseline_stored_without_its_answers_evidence_is_measured_again(
+        machine: Machine) -> None:
+    fp = machine.plan().fingerprint
+    assert fp is not None
+    greedy = {**_run(), "measurement": {"temperature": 0.0}}
+    reuse.save(machine.reports, fp, greedy, now=1000.0)
+    found = reuse.find(machine.reports, fp, 24.0, now=1000.0 + 3600)
+    assert isinstance(found, str)
+    assert "kept no evidence of its answers" in found
+    reuse.save(machine.reports, fp, {**greedy, "answers": AnswerEvidence().to_json()},
+               now=1000.0)
+    assert isinstance(reuse.find(machine.reports, fp, 24.0, now=1000.0 + 3600), reuse.Stored)
+
+
 def test_a_baseline_stored_by_another_specgate_is_measured_again(machine: Machine) -> None:
     fp = machine.plan().fingerprint
     assert fp is not None
@@ -345,8 +360,9 @@ class FakeServers:
             # It started and answered /server_info, then died while measured.
             return results.ConfigRun(config=config, server_info=dict(self.info),
                                   failure=results.Failure("measure", "it died"))
+        # As the real one, it keeps the evidence of its answers (spec.parity's).
         return results.ConfigRun(config=config, server_info=dict(self.info),
-                              measurement=_measurement(config))
+                              measurement=_measurement(config), answers=AnswerEvidence())
 
 
 @pytest.fixture

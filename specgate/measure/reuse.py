@@ -324,8 +324,17 @@ def find(reports_dir: Path, fp: Fingerprint, max_age_h: float, *,
         return f"the stored baseline is dated {-age_h:.1f} h in the future (clock change?)"
     if run.get("failure") or not run.get("measurement"):
         return "the stored baseline run has no measurement"
+    if sampling_greedy(run) and not run.get("answers"):
+        return ("the stored baseline kept no evidence of its answers (spec.parity judges the "
+                "speculative server's answers by the baseline's own logprobs)")
     return Stored(path=path, fingerprint=fp.id, measured_at=str(doc.get("measured_at", "")),
                   age_h=max(age_h, 0.0), run=run)
+
+
+def sampling_greedy(run: dict[str, Any]) -> bool:
+    """Whether a stored run's measurement answered greedily (temperature 0)."""
+    measurement = run.get("measurement")
+    return isinstance(measurement, dict) and measurement.get("temperature") == 0
 
 
 def recheck(stored_info: dict[str, Any], live_info: dict[str, Any]) -> tuple[dict[str, Any],
