@@ -17,6 +17,7 @@ from specgate.core.profile import Profile, parse_profile
 from specgate.io import history as history_store
 from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
+from specgate.io.identity import drafter_key
 from specgate.measure import drift, stats
 from specgate.report import history, runinfo
 
@@ -329,11 +330,14 @@ def test_append_run_records_the_verdict_and_its_figures(tmp_path: Path) -> None:
                              details={"accept_len": {"mean": 2.6, "ci_low": 2.5,
                                                      "ci_high": 2.7}})]
     doc = verdict.build(results, profile="demo", drafter="/d/k25", outcome="passed")
-    doc["identity"] = {"drafter": {"path": "/d/k25", "weights_blake3": "ef" * 32}}
+    doc["identity"] = {"drafter": {"path": "/d/k25", "weights_blake3": "ef" * 32,
+                                   "config_sha256": "01" * 32}}
     record = history.append_run(tmp_path, _profile(), doc)
     assert history_store.read_history(history_store.history_file(tmp_path)) == [record]
     assert record.drafter == "/d/k25"
-    assert record.drafter_digest == "ef" * 32
+    # The drafter is its weights and its config: another config.json is another drafter.
+    assert record.drafter_digest == drafter_key("ef" * 32, "01" * 32)
+    assert record.drafter_digest != drafter_key("ef" * 32, "02" * 32)
     assert record.figures["accept_len"] == Figure(2.6, 2.5, 2.7, "tokens/verify")
 
 

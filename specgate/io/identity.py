@@ -80,7 +80,7 @@ class WeightsDigest:
     size: int  # bytes hashed
 
 
-_STAT = tuple[str, int, int, int, int]  # path, device, inode, size, mtime in ns
+_STAT = tuple[str, int, int, int, int, int]  # path, device, inode, size, mtime and ctime in ns
 _memo: dict[tuple[_STAT, ...], WeightsDigest] = {}
 _memo_lock = threading.Lock()
 
@@ -95,7 +95,8 @@ def weights_digest(folder: Path) -> WeightsDigest:
     stats: list[_STAT] = []
     for path in weights:
         st = files.check_regular(path)
-        stats.append((str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        stats.append((str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                      st.st_ctime_ns))
     key = tuple(stats)
     with _memo_lock:
         known = _memo.get(key)
@@ -103,7 +104,7 @@ def weights_digest(folder: Path) -> WeightsDigest:
         return known
     whole = blake3.blake3()
     total = 0
-    for path, (_p, _dev, _ino, size, _mtime) in zip(weights, stats, strict=True):
+    for path, (_p, _dev, _ino, size, _mtime, _ctime) in zip(weights, stats, strict=True):
         try:
             digest = _file_digest(path, size)
         except OSError as exc:
@@ -146,13 +147,22 @@ def _file_digest(path: Path, size: int) -> bytes:
 
 
 def drafter_digest(folder: Path | None) -> str | None:
-    """weights_digest's hex for a drafter folder, or None where it cannot be read here."""
+    """A drafter as the history names it: the BLAKE3 of its weight files' bytes and of its
+    config.json (a drafter is both); None where either cannot be read here."""
     if folder is None:
         return None
     try:
-        return weights_digest(folder).hex if any(folder.glob("*.safetensors")) else None
+        if not any(folder.glob("*.safetensors")):
+            return None
+        config = files.read_bytes(folder / "config.json", limit=files.CONFIG_BYTES)
+        return drafter_key(weights_digest(folder).hex, hashlib.sha256(config).hexdigest())
     except OSError:
         return None
+
+
+def drafter_key(weights_blake3: str, config_sha256: str) -> str:
+    """The history's name for a drafter from its identity's two digests."""
+    return blake3.blake3(f"{weights_blake3}\0{config_sha256}".encode()).hexdigest()
 
 
 def _header_bytes(path: Path) -> bytes:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from specgate.claims.figures import POSITION_CLAIM, POSITION_PREFIX, position_summaries
 from specgate.claims.result import ClaimResult
+from specgate.io.identity import drafter_key
 from specgate.io.history import (
     Figure,
     RunRecord,
@@ -80,7 +81,10 @@ def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, An
     run = verdict_doc.get("run")
     identity = verdict_doc.get("identity")
     drafter = identity.get("drafter") if isinstance(identity, Mapping) else None
-    digest = drafter.get("weights_blake3") if isinstance(drafter, Mapping) else None
+    digest = None
+    if isinstance(drafter, Mapping) and isinstance(drafter.get("weights_blake3"), str) \
+            and isinstance(drafter.get("config_sha256"), str):
+        digest = drafter_key(drafter["weights_blake3"], drafter["config_sha256"])
     return record_run(
         history_file(reports_dir),
         profile=profile.name,
