@@ -3,9 +3,10 @@
 Real SGLang in bf16 answers greedily with the target's best token, but the best two are
 sometimes so close that the kernels of one forward (a decode of one sequence, a batch, a prefill,
 a speculative verify) and another round them differently: the speculative server then answers
-another token at that position, and from there another text. Measured on real SGLang 0.5.17 with
-SmolLM2-135M (benchmarks/results/2026-12-07-h100-smollm2-135m-instruct-parity): 32 of 42
-answers diverged, every one at a near-tie of the target's own logits.
+another token at that position, and from there another text. Real SGLang 0.5.17 serving
+SmolLM2-135M did so on 32 of 42 prompts, every one at a near-tie of the target's own logits
+(benchmarks/results/2026-12-07-smollm2-135m-instruct-parity/cpu: the target's logits computed
+on a CPU at each place the committed answers part).
 
 The simulator keeps that shape. At each position the target has a few candidate tokens with
 clean logprobs, drawn from a hash of the whole context (so the text after a divergence is
