@@ -31,7 +31,8 @@ RS_LOG=parity.log
 RM=$ROOT/benchmarks/real_model
 say() { echo "[parity $(( $(date +%s) - T0 )) s] $*"; }
 if [ ${#COMMITTED[@]} -eq 0 ]; then
-  mapfile -t COMMITTED < <(ls "$ROOT"/benchmarks/results/*smollm2*/probe*/live/results.json \
+  mapfile -t COMMITTED < <(ls "$ROOT"/benchmarks/results/*smollm2*/probe*/results.json \
+    "$ROOT"/benchmarks/results/*smollm2*/probe*/live/results.json \
     "$ROOT"/benchmarks/results/*smollm2*/*/probe*/live/results.json 2>/dev/null)
 fi
 SIMFLAG=

@@ -32,6 +32,7 @@ SERVED_SETTINGS = ("model_path", "tokenizer_path", "revision")
 # SGLang's own tests allow 0.35 between a decode's logprobs and a prefill's. A baseline that
 # disagrees with itself by more is not reproducible to within rounding, and gives no margin.
 MARGIN_CEILING = 1.0
+BEYOND_KEPT = 10
 
 
 def answers_of(m: Measurement) -> dict[str, tuple[int, ...]]:
@@ -96,14 +97,17 @@ class Margin:
     flips: int = 0
     widest: str = ""
     why_none: str = ""
-    # Where the baseline disagreed with itself by more than MARGIN_CEILING.
+    # Where the baseline disagreed with itself by more than MARGIN_CEILING (the widest few),
+    # and how often it did.
     beyond: tuple[str, ...] = ()
+    beyond_count: int = 0
 
     def text(self) -> str:
         if self.beyond:
-            return (f"the baseline disagrees with itself by more than any rounding explains "
-                    f"(over {MARGIN_CEILING:g} nats: {'; '.join(self.beyond[:3])}), so no "
-                    "margin can be measured")
+            return (f"the baseline disagrees with itself by more than any rounding explains, "
+                    f"{self.beyond_count} time{'' if self.beyond_count == 1 else 's'} over "
+                    f"{MARGIN_CEILING:g} nat (the widest: "
+                    f"{'; '.join(self.beyond[:3])}), so no margin can be measured")
         if self.value is None:
             return f"no margin was measured ({self.why_none})"
         return (f"the baseline's own numerics moved a gap between two tokens by up to "
@@ -125,12 +129,12 @@ def noise_margin(evidence: AnswerEvidence | None, timed: Measurement | None) -> 
         return Margin(None, why_none="the baseline server was not asked for logprobs")
     widest: tuple[float, str] | None = None
     shifts = flips = 0
-    beyond: list[str] = []
+    beyond: list[tuple[float, str]] = []
 
     def take(value: float, where: str) -> None:
         nonlocal widest
         if value > MARGIN_CEILING:
-            beyond.append(f"{value:.3f} nats, {where}")
+            beyond.append((value, f"{value:.3f} nats, {where}"))
         elif widest is None or value > widest[0]:
             widest = (value, where)
 
@@ -174,8 +178,9 @@ def noise_margin(evidence: AnswerEvidence | None, timed: Measurement | None) -> 
                 flips += 1
                 take(abs(a - b), f"its answers to prompt {pid} part at token {q}")
     if beyond:
+        widest_few = sorted(beyond, key=lambda b: -b[0])[:BEYOND_KEPT]
         return Margin(None, shifts, flips, why_none="the baseline is not reproducible",
-                      beyond=tuple(beyond))
+                      beyond=tuple(text for _v, text in widest_few), beyond_count=len(beyond))
     if widest is None:
         why = evidence.error or "no decode and prefill of the same text to compare"
         return Margin(None, shifts, flips, why_none=why)
