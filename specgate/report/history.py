@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from specgate.claims.figures import POSITION_CLAIM, POSITION_PREFIX, position_summaries
 from specgate.claims.result import ClaimResult
-from specgate.io.identity import drafter_key
 from specgate.io.history import (
     Figure,
     RunRecord,
@@ -18,6 +17,7 @@ from specgate.io.history import (
     number,
     record_run,
 )
+from specgate.io.identity import drafter_key
 
 if TYPE_CHECKING:
     from specgate.core.profile import Profile
