@@ -531,3 +531,43 @@ def test_figures_judged_at_another_concurrency_compare_only_with_that_concurrenc
         Status.SKIPPED)
     assert regress.judge_regression("regress.accept_len", now, [four], "demo",
                                     concurrency=4).status is Status.FAILED
+
+
+def test_the_live_claim_reads_this_runs_positions_and_names_its_drafter(tmp_path: Path) -> None:
+    """regress.accept_pos from a live session: the speculative server's histograms at the gate's
+    level, against the history, naming this run's drafter by its bytes."""
+    import dataclasses as dc
+
+    from ckpt_support import tiny_drafter
+
+    from specgate.io.identity import drafter_digest
+    from specgate.measure.bench import RequestSample, Sampling, build_measurement
+    from specgate.measure.prompts import template_named
+    from specgate.measure.results import ConfigRun, LiveResults
+
+    drafter = tiny_drafter(tmp_path / "drafter")
+    profile = parse_profile({"name": "demo", "drafter": {"path": str(drafter)}})
+    mine = drafter_digest(drafter)
+    assert mine is not None
+    samples = [RequestSample(1, f"p{i}", "c", 5, 20, 10, 0.01, 0.2, None, "stop", 10,
+                             drafts_histogram=(6 + i % 2, 3, 1)) for i in range(6)]
+    spec = build_measurement(config="speculative", url="u",
+                             template=template_named("plain", "t"), sampling=Sampling(),
+                             samples=samples, server_spec={"speculative_num_steps": 2})
+    live = LiveResults("demo", False, ConfigRun("baseline"),
+                       ConfigRun("speculative", measurement=spec))
+    history_store.record_run(history_store.history_file(tmp_path), profile="demo",
+                             drafter=str(drafter), outcome="passed",
+                             figures=_positions((0.9, 0.01), (0.6, 0.01)),
+                             drafter_digest=mine)
+    result = regress.position_regression_claim(profile, live, tmp_path)
+    assert result.status is Status.FAILED, result.message
+    assert "acceptance dropped at draft 1" in result.message
+    assert result.details["same_drafter_bytes"] is True
+    assert result.details["drafter_digest"] == mine
+    assert [r["position"] for r in result.details["positions"]] == [1, 2]
+    unknown = dc.replace(history_store.read_history(history_store.history_file(tmp_path))[0],
+                         drafter_digest=None)
+    neither = regress.judge_position_regression(
+        {"accept_pos1": Figure(0.9, 0.89, 0.91)}, [unknown], "demo", confidence=0.95)
+    assert neither.details["same_drafter_bytes"] is False

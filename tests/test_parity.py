@@ -346,3 +346,73 @@ def test_a_setting_left_to_auto_or_unstated_is_not_compared() -> None:
                      spec_info={"dtype": "bfloat16"})
     assert found.settings == ()
     assert found.uncompared == ("dtype", "quantization")
+
+
+def test_no_divergence_is_explained_without_its_evidence() -> None:
+    """An answer that ends where the other goes on, a gap with no margin measured, a token the
+    baseline gave no logprob for: none of them is a near-tie."""
+    evidence = _evidence(_scored("p", BASE, list(TIE)), *_margin_evidence(0.1))
+    base, spec = _measured("baseline", {"p": BASE}), _measured("speculative", {"p": BASE[:2]})
+    (ended,) = parity.compare(base, spec, evidence, None, {}, {}).divergences
+    assert (ended.explained, ended.speculative_text) == (False, "(the answer ends)")
+    alone = _evidence(_scored("p", BASE, list(TIE)))  # no decode to measure a margin by
+    (blind,) = _compare_with(alone, (11, 22, 33)).divergences
+    assert blind.gap == pytest.approx(0.02)
+    assert not blind.explained
+    assert not blind.judged
+    rows = (TIE[0], ((22, -0.52), (32, -0.9)), TIE[2], TIE[3])
+    silent = _evidence(Scored("p", BASE, (None,) * 4, tuple(tuple(r) for r in rows), "prefill",
+                              "timed"), *_margin_evidence(0.1))
+    (mute,) = _compare_with(silent, (11, 22, 33)).divergences
+    assert not mute.explained
+    assert "sent no logprob for its own token" in mute.why
+
+
+def test_the_speculative_servers_own_view_is_its_logprobs_of_the_baseline_token_then_its_own(
+        ) -> None:
+    own = AnswerEvidence(scored=(_scored("p", (11, 22), [[(11, -0.1)], [(22, -0.4), (12, -0.6)]]),))
+    base = _measured("baseline", {"p": BASE})
+    spec = _measured("speculative", {"p": (11, 22, 33)})
+    evidence = _evidence(_scored("p", BASE, list(TIE)), *_margin_evidence(0.1))
+    (d,) = parity.compare(base, spec, evidence, own, {}, {}).divergences
+    assert d.speculative_view == (-0.6, -0.4)
+
+
+def _compare_with(evidence: AnswerEvidence, spec_answer: tuple[int, ...]) -> parity.Parity:
+    return parity.compare(_measured("baseline", {"p": BASE}),
+                          _measured("speculative", {"p": spec_answer}), evidence, None, {}, {})
+
+
+@pytest.mark.slow
+def test_both_resident_servers_give_their_evidence(tmp_path: Path) -> None:
+    """The interleaved design (both servers resident) gathers the same evidence."""
+    profile = _sim_profile(tmp_path)
+    raw_bench = {**profile.bench.model_dump(), "design": "interleaved"}
+    interleaved = parse_profile({"name": "parity", "target": {"path": str(profile.target_path)},
+                                 "drafter": {"path": str(profile.drafter_path)},
+                                 "server": profile.server.model_dump(exclude_none=True),
+                                 "speculative": profile.speculative.model_dump(),
+                                 "bench": raw_bench,
+                                 "thresholds": {"baseline_tps_min": 1.0, "accept_len_min": 1.0}},
+                                source=tmp_path / "interleaved.toml")
+    live = run_live(interleaved, tmp_path / "reports")
+    assert live.coverage.design == "interleaved"
+    assert live.baseline.answers is not None
+    assert live.baseline.answers.batch
+    assert live.speculative.answers is not None
+    assert parity_claim(interleaved, live).status is Status.PASSED
+
+
+@pytest.mark.slow
+def test_a_race_of_configurations_asks_no_evidence(tmp_path: Path) -> None:
+    """`specgate tune` races configurations (keep_going given): no answer is asked about."""
+    from specgate.measure import plan as live_plan
+    from specgate.measure.server_session import run_config
+
+    profile = _sim_profile(tmp_path)
+    planned = live_plan.resolve(profile, tmp_path / "reports")
+    raced = run_config(planned, "baseline", keep_going=lambda _m: None)
+    assert raced.measurement is not None
+    assert raced.answers is None
+    probed = run_config(planned, "baseline")
+    assert probed.answers is not None
