@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
-import itertools
 import json
 import os
 import time
@@ -242,13 +241,9 @@ def attached_fingerprint(info: Mapping[str, object], gpu_names: Sequence[str]) -
 
 
 def _drafter_dir(spec: LaunchSpec) -> Path | None:
-    """The drafter folder the speculative command names, where this machine can read it."""
-    args = spec.server_args
-    for flag, value in itertools.pairwise(args):
-        if flag in ("--speculative-draft-model-path", "--speculative-draft-model"):
-            path = Path(value)
-            return path if path.is_dir() else None
-    return None
+    """The drafter folder the speculative command serves, where this machine can read it."""
+    found = spec.local_drafter
+    return found if found is not None and found.is_dir() else None
 
 
 def _gpus(facts: GpuFacts | None) -> dict[str, Any] | None:

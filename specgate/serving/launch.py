@@ -63,6 +63,9 @@ class LaunchSpec:
     # the command run there starts at remote_at. 0 for a local launcher.
     remote_at: int = 0
     secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    # The drafter folder the speculative command serves, as this machine sees it (None for the
+    # baseline, and where this machine cannot read it).
+    local_drafter: Path | None = None
     redacted_argv: tuple[str, ...] = dataclasses.field(init=False, repr=False)
     redacted_env: Mapping[str, str] = dataclasses.field(init=False, repr=False)
     # The command as a shell line a person can read, with every secret as ***.
@@ -240,6 +243,7 @@ def command(settings: LaunchSettings, config: Config, *, port: int | None = None
         simulated=settings.simulated,
         stop_command=tuple(server.stop_command) if server.stop_command else None,
         remote_at=built.remote_at,
+        local_drafter=settings.local_drafter if config == "speculative" else None,
         secrets=tuple(secrets_from_env(server.env)),
     )
 
