@@ -47,7 +47,8 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
                    keep: dict[str, Any] | None = None) -> dict[str, Any]:
     """The harness's figures against the simulator's truth log in one streaming mode; `keep`
     receives the measurement and the served records for a caller that checks each request."""
-    from specgate.measure import bench, passes, prompts
+    from specgate.measure import passes
+    from specgate.results import bench, prompts
     from specgate.serving.client import SGLangClient
     from specgate.testing import generate
     from specgate.testing.simulator import model

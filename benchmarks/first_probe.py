@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgate.measure.deployment import Deployment, Kind  # noqa: E402
+from specgate.results.deployment import Deployment, Kind  # noqa: E402
 from specgate.testing import drift_trials  # noqa: E402
 
 CLASSES: dict[Kind, dict[str, float]] = {

@@ -9,7 +9,7 @@ with that prior pooled without the target's own launches.
 
     python benchmarks/launch_spread_model.py [--records FILE ...] [--json OUT.json]
 
-Reads the priors of specgate/measure/drift.py and the launch records committed under
+Reads the priors of specgate/results/drift.py and the launch records committed under
 benchmarks/results/ (launch_records.py's JSON). Runs in a second on any machine.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgate.measure import deployment, drift  # noqa: E402
-from specgate.measure.stats import summarize  # noqa: E402
+from specgate.results import deployment, drift  # noqa: E402
+from specgate.results.stats import summarize  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDS = (

@@ -17,8 +17,9 @@ import requests
 
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import bench, drift, gate, launches, passes, prompts
-from specgate.measure.results import ConfigRun, LiveResults
+from specgate.measure import gate, launches, passes
+from specgate.results import bench, drift, prompts
+from specgate.results.live import ConfigRun, LiveResults
 from specgate.serving.client import SGLangClient
 from specgate.testing import demo, generate
 from specgate.testing.simulator import model

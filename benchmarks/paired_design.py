@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgate.measure import bench, stats  # noqa: E402
-from specgate.measure.prompts import template_named  # noqa: E402
+from specgate.results import bench, stats  # noqa: E402
+from specgate.results.prompts import template_named  # noqa: E402
 
 # The launch-mode run's live/results.json: every request of both servers.
 RUN = (ROOT / "benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager"

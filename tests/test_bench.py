@@ -1,4 +1,4 @@
-"""Tests for specgate.measure.bench: end to end against the simulator, held to its truth."""
+"""Tests for specgate.results.bench: end to end against the simulator, held to its truth."""
 
 import dataclasses
 import json
@@ -7,7 +7,8 @@ import math
 import pytest
 import sim_support
 
-from specgate.measure import bench, passes, prompts
+from specgate.measure import passes
+from specgate.results import bench, prompts
 from specgate.serving.client import SGLangClient
 from specgate.testing.simulator import model
 
@@ -163,7 +164,7 @@ def test_pass_rates_from_samples():
 
 
 def test_straddles():
-    from specgate.measure.stats import summarize
+    from specgate.results.stats import summarize
 
     s = summarize([1.0, 2.0, 3.0])
     assert bench.straddles(s, 2.0, "x") is not None

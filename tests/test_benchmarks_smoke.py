@@ -192,7 +192,7 @@ def test_first_probe_benchmark_reports_each_class_and_the_smallest_speedup_passe
 def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: Path) -> None:
     import launch_spread_model
 
-    from specgate.measure import drift
+    from specgate.results import drift
 
     out = tmp_path / "model.json"
     assert launch_spread_model.main(["--json", str(out)]) == 0

@@ -84,13 +84,13 @@ def _load_map(target: Path) -> Any:
 
 
 def _prompts(target: Path) -> Any:
-    from specgate.measure.prompts import load_jsonl
+    from specgate.results.prompts import load_jsonl
 
     return load_jsonl(target)
 
 
 def _template(target: Path) -> Any:
-    from specgate.measure.prompts import target_template
+    from specgate.results.prompts import target_template
 
     return target_template(target.parent)
 

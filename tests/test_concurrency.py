@@ -14,10 +14,10 @@ from specgate.claims import levels
 from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
-from specgate.measure import bench
-from specgate.measure import curve as curves
 from specgate.measure.live import run_live
-from specgate.measure.results import LiveResults
+from specgate.results import bench
+from specgate.results import curve as curves
+from specgate.results.live import LiveResults
 from specgate.testing.simulator import model
 
 # Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).

@@ -1,11 +1,11 @@
-"""Tests for specgate.measure.curve: the crossover from each level's paired speed-up."""
+"""Tests for specgate.results.curve: the crossover from each level's paired speed-up."""
 
 import math
 
 import pytest
 
-from specgate.measure import curve
-from specgate.measure.stats import Summary
+from specgate.results import curve
+from specgate.results.stats import Summary
 
 
 def _point(level: int, mean: float, half: float = 0.05) -> curve.LevelPoint:

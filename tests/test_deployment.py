@@ -1,4 +1,4 @@
-"""Tests for specgate.measure.deployment: the share of the GPU's memory bandwidth a
+"""Tests for specgate.results.deployment: the share of the GPU's memory bandwidth a
 single-stream decode uses, the class it gives, and the prior of the launch spread it picks."""
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from specgate.core.errors import CheckpointError
 from specgate.core.profile import parse_profile
 from specgate.io.launch_log import LaunchRecord
 from specgate.io.safetensors_io import TensorSpec, write_sparse
-from specgate.measure import deployment, drift, launches, live, plan, server_session
-from specgate.measure.bench import Measurement, RequestSample, Sampling, build_measurement
-from specgate.measure.prompts import template_named
-from specgate.measure.results import ConfigRun, Failure, GpuCheck, LiveResults, server_facts
+from specgate.measure import launches, live, plan, server_session
+from specgate.results import deployment, drift
+from specgate.results.bench import Measurement, RequestSample, Sampling, build_measurement
+from specgate.results.live import ConfigRun, Failure, GpuCheck, LiveResults, server_facts
+from specgate.results.prompts import template_named
 from specgate.serving.launch import ServerPlan
 from specgate.testing import fake_gpus
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.measure.drift: the launch-to-launch spread, learned and added to intervals."""
+"""Tests for specgate.results.drift: the launch-to-launch spread, learned and added to intervals."""
 
 import math
 import statistics
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgate.io.launch_log import LaunchRecord
-from specgate.measure import drift
-from specgate.measure.stats import Summary, t_quantile
+from specgate.results import drift
+from specgate.results.stats import Summary, t_quantile
 
 
 def _summary(mean, half, *, df=20.0, confidence=0.95):

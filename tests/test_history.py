@@ -18,8 +18,8 @@ from specgate.io import history as history_store
 from specgate.io import jsonl
 from specgate.io.history import Figure, RunRecord
 from specgate.io.identity import drafter_key
-from specgate.measure import drift, stats
 from specgate.report import history, runinfo
+from specgate.results import drift, stats
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -470,9 +470,9 @@ def test_regress_reads_the_last_passing_run_of_this_profile(tmp_path: Path) -> N
 
 
 def test_regress_compares_the_speculative_servers_figures(tmp_path: Path) -> None:
-    from specgate.measure.bench import RequestSample, Sampling, build_measurement
-    from specgate.measure.prompts import template_named
-    from specgate.measure.results import ConfigRun, LiveResults
+    from specgate.results.bench import RequestSample, Sampling, build_measurement
+    from specgate.results.live import ConfigRun, LiveResults
+    from specgate.results.prompts import template_named
 
     def measured(config: str, tps: float, verify: int | None) -> object:
         rows = [RequestSample(1, f"p{i}", "chat", 10, 101, verify, 0.01, 0.01 + 100 / tps,
@@ -541,9 +541,9 @@ def test_the_live_claim_reads_this_runs_positions_and_names_its_drafter(tmp_path
     from ckpt_support import tiny_drafter
 
     from specgate.io.identity import drafter_digest
-    from specgate.measure.bench import RequestSample, Sampling, build_measurement
-    from specgate.measure.prompts import template_named
-    from specgate.measure.results import ConfigRun, LiveResults
+    from specgate.results.bench import RequestSample, Sampling, build_measurement
+    from specgate.results.live import ConfigRun, LiveResults
+    from specgate.results.prompts import template_named
 
     drafter = tiny_drafter(tmp_path / "drafter")
     profile = parse_profile({"name": "demo", "drafter": {"path": str(drafter)}})

@@ -93,7 +93,7 @@ def test_the_prior_alone_does_not_confirm_1_5_at_the_real_spread():
 
 
 def _first_probes(kind, true_speedup, spread, noise, n):
-    from specgate.measure.deployment import Deployment
+    from specgate.results.deployment import Deployment
 
     return [drift_trials.Trials(true_speedup, spread=spread, noise=noise,
                                 deployment_=Deployment(kind))

@@ -14,7 +14,7 @@ import sim_support
 from specgate.claims import levels
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
-from specgate.measure.results import ConfigRun, Failure, LiveResults
+from specgate.results.live import ConfigRun, Failure, LiveResults
 from specgate.testing.simulator import model
 
 # Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).

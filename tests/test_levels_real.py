@@ -11,8 +11,8 @@ from pathlib import Path
 from specgate.claims import levels
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import load_profile
-from specgate.measure import held
-from specgate.measure.results import ConfigRun, LiveResults
+from specgate.results import held
+from specgate.results.live import ConfigRun, LiveResults
 from specgate.testing.simulator import calibrate
 
 RESULT = (Path(__file__).resolve().parents[1] / "benchmarks" / "results"

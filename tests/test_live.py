@@ -14,7 +14,7 @@ from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.live import run_live
-from specgate.measure.results import LiveResults
+from specgate.results.live import LiveResults
 
 
 def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, bench=None):
@@ -83,7 +83,7 @@ def test_the_speculative_passes_are_judged_with_the_class_the_baseline_showed(tm
     for more passes on the speculative server judges on that class's launch spread, the one
     its claims are judged with, not on the prior of an unclassified deployment."""
     from specgate.measure import live as live_mod
-    from specgate.measure.deployment import Deployment
+    from specgate.results.deployment import Deployment
 
     found = Deployment("GPU-bound", share=0.65, gpu="NVIDIA H200", peak_tbps=4.8, tps=217.0)
     monkeypatch.setattr(live_mod, "classify", lambda plan, baseline: found)

@@ -24,9 +24,6 @@ from specgate.claims.result import ClaimResult, Status
 from specgate.cli.eval import main_eval
 from specgate.core.errors import DataError
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.prompts import template_named
-from specgate.measure.results import ConfigRun, Failure, LiveResults
 from specgate.model.evaluate import (
     ALL,
     ServedPrediction,
@@ -36,6 +33,9 @@ from specgate.model.evaluate import (
     sample_categories,
     teacher_forced,
 )
+from specgate.results.bench import RequestSample, Sampling, build_measurement
+from specgate.results.live import ConfigRun, Failure, LiveResults
+from specgate.results.prompts import template_named
 
 # Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_live_agreement")

@@ -14,11 +14,12 @@ from ckpt_support import tiny_drafter
 from specgate.claims import perf as perf_claims
 from specgate.core.profile import parse_profile
 from specgate.io import launch_log
-from specgate.measure import drift, gate, launches, live, plan, resident, reuse
-from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.prompts import template_named
-from specgate.measure.results import LiveResults
-from specgate.measure.stats import Summary
+from specgate.measure import gate, launches, live, plan, resident, reuse
+from specgate.results import drift
+from specgate.results.bench import RequestSample, Sampling, build_measurement
+from specgate.results.live import LiveResults
+from specgate.results.prompts import template_named
+from specgate.results.stats import Summary
 from specgate.testing.simulator import model
 
 PLAIN = template_named("plain", "test")

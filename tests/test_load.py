@@ -7,7 +7,8 @@ import re
 import pytest
 import sim_support as sim
 
-from specgate.measure import bench, load, passes, prompts
+from specgate.measure import load, passes
+from specgate.results import bench, prompts
 from specgate.serving.client import SGLangClient
 
 STEPS = 2

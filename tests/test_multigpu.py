@@ -19,7 +19,7 @@ from specgate.claims.result import Status
 from specgate.core.errors import ProfileError
 from specgate.core.profile import Profile, parse_profile
 from specgate.measure import live, plan, server_session
-from specgate.measure import results as live_results
+from specgate.results import live as live_results
 from specgate.serving import gpu, server
 from specgate.serving.launch import LaunchSettings, plan_server
 from specgate.testing import fake_gpus

@@ -1,5 +1,5 @@
 """spec.parity: both servers' greedy answers compared, each divergence judged by the target's
-own logprobs (measure/parity.py, claims/parity.py), on constructed evidence and against the
+own logprobs (results/parity.py, claims/parity.py), on constructed evidence and against the
 simulator, alike pairs and unlike ones."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from ckpt_support import tiny_drafter
 from specgate.claims.parity import parity_claim
 from specgate.claims.result import Status
 from specgate.core.profile import Profile, parse_profile
-from specgate.measure import parity
-from specgate.measure.answers import AnswerEvidence, Scored
-from specgate.measure.bench import RequestSample, Sampling, build_measurement
 from specgate.measure.live import run_live
-from specgate.measure.prompts import template_named
-from specgate.measure.results import ConfigRun, LiveResults
+from specgate.results import parity
+from specgate.results.answers import AnswerEvidence, Scored
+from specgate.results.bench import RequestSample, Sampling, build_measurement
+from specgate.results.live import ConfigRun, LiveResults
+from specgate.results.prompts import template_named
 
 PLAIN = template_named("plain", "test")
 

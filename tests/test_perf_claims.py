@@ -16,10 +16,10 @@ from specgate.claims import verdict
 from specgate.claims.figures import figures_of, key_figures
 from specgate.claims.result import Attachment, Status
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, drift, stats
-from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.prompts import template_named
-from specgate.measure.results import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
+from specgate.results import bench, drift, stats
+from specgate.results.bench import RequestSample, Sampling, build_measurement
+from specgate.results.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults
+from specgate.results.prompts import template_named
 
 PLAIN = template_named("plain", "test")
 # A deployment whose launches are known not to move (set in the profile): the tests of wording
@@ -522,7 +522,7 @@ def test_a_gpu_bound_deployment_is_judged_with_the_narrow_prior_and_says_its_cla
     """The case above on a deployment classed GPU-bound: the prior of GPU-bound launches (under
     1 %) leaves the baseline's margin over its minimum clear, where the host-bound prior made
     it inconclusive."""
-    from specgate.measure import deployment
+    from specgate.results import deployment
 
     base, spec = _faster(1.12)
     profile = _profile(baseline_tps_min=82.0, accept_len_min="breakeven")

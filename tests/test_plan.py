@@ -12,8 +12,10 @@ import pytest
 from specgate.core.profile import parse_profile
 from specgate.io.checkpoint import empty_folder
 from specgate.measure import plan as live_plan
-from specgate.measure import prompts, results, server_session
+from specgate.measure import server_session
 from specgate.measure.plan import Blocked
+from specgate.results import live as results
+from specgate.results import prompts
 from specgate.serving import gpu
 from specgate.serving.launch import ServerPlan
 

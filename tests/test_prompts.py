@@ -1,4 +1,4 @@
-"""Tests for specgate.measure.prompts: the built-in set, JSONL files and chat templates."""
+"""Tests for specgate.results.prompts: the built-in set, JSONL files and chat templates."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from specgate.core.errors import DataError, ProfileError
-from specgate.measure import prompts
+from specgate.results import prompts
 
 
 def test_builtin_set_has_several_categories_and_unique_ids():

@@ -179,7 +179,7 @@ def _data_runner(earn: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     import sys
     from types import SimpleNamespace
 
-    from specgate.measure import prompts as probe_prompts
+    from specgate.results import prompts as probe_prompts
 
     def post(url: str, body: dict[str, Any], timeout_s: float = 0.0) -> Any:
         clock[0] += 10.0

@@ -8,7 +8,7 @@ from types import ModuleType
 import pytest
 from script_support import load_real_model_script
 
-from specgate.measure.prompts import load_builtin
+from specgate.results.prompts import load_builtin
 
 MATERIAL = ([("json.dumps", "Serialize obj to a JSON formatted str."),
              ("textwrap.fill", "Wrap a single paragraph of text, returning a single string.")],

@@ -26,10 +26,11 @@ from specgate.claims import perf as perf_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, live, passes, prompts
-from specgate.measure.bench import RequestSample, Sampling, build_measurement
-from specgate.measure.prompts import template_named
-from specgate.measure.results import ConfigRun, LiveResults
+from specgate.measure import live, passes
+from specgate.results import bench, prompts
+from specgate.results.bench import RequestSample, Sampling, build_measurement
+from specgate.results.live import ConfigRun, LiveResults
+from specgate.results.prompts import template_named
 from specgate.serving import safety_net, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import LaunchSpec, free_port

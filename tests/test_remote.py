@@ -51,7 +51,7 @@ from ckpt_support import tiny_drafter
 from specgate.core.errors import ServerError
 from specgate.core.profile import Profile, parse_profile
 from specgate.io import stop_reports
-from specgate.measure import results
+from specgate.results import live as results
 from specgate.serving import server
 from specgate.serving.launch import build_command
 from specgate.serving.launchers import remote

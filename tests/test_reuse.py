@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 
 from specgate.core.profile import parse_profile
-from specgate.measure import bench, live, results, reuse
+from specgate.measure import live, reuse
 from specgate.measure import plan as live_plan
-from specgate.measure.answers import AnswerEvidence
-from specgate.measure.prompts import template_named
+from specgate.results import bench
+from specgate.results import live as results
+from specgate.results.answers import AnswerEvidence
+from specgate.results.prompts import template_named
 from specgate.serving import gpu
 
 KEY_ENV = "REUSE_TEST_KEY"

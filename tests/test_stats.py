@@ -1,4 +1,4 @@
-"""Tests for specgate.measure.stats: t quantiles, coverage, break-even, accept length."""
+"""Tests for specgate.results.stats: t quantiles, coverage, break-even, accept length."""
 
 import math
 import random
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.measure import stats
+from specgate.results import stats
 
 # Two-sided 95 % (p = 0.975) and 99 % (p = 0.995) critical values from standard t tables.
 T_TABLE = [
@@ -257,8 +257,8 @@ def test_sequential_repeats_keep_the_false_pass_rate_at_its_level():
     per the 95 % interval; without the split over looks it was about 6 %)."""
     import random
 
-    from specgate.measure.bench import Sampling, judged_confidence
-    from specgate.measure.stats import summarize
+    from specgate.results.bench import Sampling, judged_confidence
+    from specgate.results.stats import summarize
 
     bench = Sampling(repeats=3, max_repeats=6)
     confidence = judged_confidence(bench)
@@ -277,7 +277,7 @@ def test_sequential_repeats_keep_the_false_pass_rate_at_its_level():
 
 
 def test_spearman_ranks_ties_and_degenerate_inputs():
-    from specgate.measure.stats import spearman
+    from specgate.results.stats import spearman
 
     assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
     assert spearman([1.0, 2.0, 3.0, 4.0], [9.0, 1.0, 0.5, 0.1]) == pytest.approx(-1.0)

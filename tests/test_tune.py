@@ -5,8 +5,9 @@ import tomllib
 import pytest
 
 from specgate.core.profile import SpeculativeSection, load_profile
-from specgate.measure import bench, tune
-from specgate.measure.prompts import template_named
+from specgate.measure import tune
+from specgate.results import bench
+from specgate.results.prompts import template_named
 
 
 def _m(histograms, steps_hint=None):
@@ -86,8 +87,8 @@ def test_tune_on_the_demo_finds_the_truth_best_with_few_launches(tmp_path):
 def test_an_interrupted_tune_keeps_what_it_measured(tmp_path):
     # A bounded run (timeout --signal=INT, Ctrl-C) stopped at its second launch: the first
     # launch's figures are in the result and its table, not lost (as happened on real SGLang).
-    from specgate.measure.results import ConfigRun
     from specgate.report import tune_report
+    from specgate.results.live import ConfigRun
 
     profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
                                                          "profiles/demo.toml"))
@@ -126,9 +127,9 @@ def test_a_tune_json_gives_back_the_same_result_and_report(tmp_path, capsys):
     import json
 
     from specgate.cli.tune import main_tune
-    from specgate.measure.results import ConfigRun
-    from specgate.measure.tune_result import TuneResult
     from specgate.report import tune_report
+    from specgate.results.live import ConfigRun
+    from specgate.results.tune import TuneResult
 
     profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
                                                          "profiles/demo.toml"))
@@ -167,8 +168,8 @@ def test_a_file_that_is_not_a_tune_json_is_named(tmp_path, capsys, text):
 
 
 def test_a_tune_whose_first_launch_failed_says_nothing_was_measured(tmp_path):
-    from specgate.measure.results import ConfigRun
     from specgate.report import tune_report
+    from specgate.results.live import ConfigRun
 
     profile = load_profile(tune_report.__file__.replace("report/tune_report.py",
                                                          "profiles/demo.toml"))
@@ -221,7 +222,7 @@ def _timed(e2e_s, spread, hist=None):
 def _tuned(tmp_path, spec_e2e, *, spread=0.01, steps=(1, 2, 3)):
     """A tune of the demo profile's chains `steps` whose runner returns fixed timings: the
     baseline at 0.4 s per request (±1 %), chain s at spec_e2e[s] (± spread)."""
-    from specgate.measure.results import ConfigRun
+    from specgate.results.live import ConfigRun
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
     profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
@@ -286,7 +287,7 @@ FIRST = [0.20, 0.30, 0.20, 0.30, 0.20, 0.30]  # the longest chain, launched firs
 def _race(tmp_path, second):
     """A tune of chains 1 and 2: chain 2 is launched first with FIRST's timings, then chain 1
     with `second`'s; the baseline is left out."""
-    from specgate.measure.results import ConfigRun
+    from specgate.results.live import ConfigRun
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
     profile = demo.model_copy(update={"tune": demo.tune.model_copy(update={
@@ -368,8 +369,8 @@ def test_the_tune_reports_each_chain_against_the_baseline_at_every_level(tmp_pat
     """With [bench] concurrency [1, 16] every launch measures both levels; the race runs at
     the gate's, and the output gives every chain's speed-up per level and the fastest there:
     the longest chain wins alone, the shortest at 16 (its cycle grows least with the batch)."""
-    from specgate.measure.results import ConfigRun
     from specgate.report import tune_report
+    from specgate.results.live import ConfigRun
 
     demo = load_profile(tune.__file__.replace("measure/tune.py", "profiles/demo.toml"))
     profile = demo.model_copy(update={

@@ -90,7 +90,7 @@ class Build:
     def answers(self) -> None:
         from transformers import AutoTokenizer
 
-        from specgate.measure import prompts as probe_prompts
+        from specgate.results import prompts as probe_prompts
         from specgate.serving import launch, server
 
         a = self.args

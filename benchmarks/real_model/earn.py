@@ -501,7 +501,7 @@ class Earn:
     def data(self) -> None:
         from transformers import AutoTokenizer
 
-        from specgate.measure import prompts as probe_prompts
+        from specgate.results import prompts as probe_prompts
 
         a = self.a
         tok: Any = AutoTokenizer.from_pretrained(str(self.target))

@@ -110,8 +110,8 @@ def _toml(raw: dict[str, Any]) -> str:
 
 
 def explain(results: Path, evidence_results: Path, out: Path) -> int:
-    from specgate.measure import parity
-    from specgate.measure.results import LiveResults
+    from specgate.results import parity
+    from specgate.results.live import LiveResults
 
     then = LiveResults.read(results)
     now = LiveResults.read(evidence_results)

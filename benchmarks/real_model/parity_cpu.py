@@ -31,9 +31,9 @@ def main(argv: list[str]) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specgate.core.profile import BenchSection
-    from specgate.measure import parity
-    from specgate.measure.prompts import load_for
-    from specgate.measure.results import LiveResults
+    from specgate.results import parity
+    from specgate.results.live import LiveResults
+    from specgate.results.prompts import load_for
 
     target, out, results = args.target, args.out, args.results
     tokenizer = AutoTokenizer.from_pretrained(target)

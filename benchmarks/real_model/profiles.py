@@ -26,7 +26,7 @@ def chat_template(target: Path) -> str | None:
     """None when specgate picks the target's own template; else "chatml" (SmolLM2's family):
     a specgate without the target-template fix reads no chat_template.jinja and would send the
     probe's prompts as plain text."""
-    from specgate.measure import prompts
+    from specgate.results import prompts
 
     try:
         chosen = prompts.choose_template(None, target)

@@ -96,7 +96,7 @@ class ProbeFilter:
 
 def probe_texts() -> list[str]:
     """The probe's built-in prompts (specgate/data/prompts.jsonl)."""
-    from specgate.measure import prompts as probe_prompts
+    from specgate.results import prompts as probe_prompts
 
     return [p.text for p in probe_prompts.load_builtin()]
 

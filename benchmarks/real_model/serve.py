@@ -118,8 +118,9 @@ def start(profile: Any, config: str, log_path: Path, port: int | None = None
 def accept_length(url: str, profile: Any) -> dict[str, Any]:
     """The probe's measurement of a speculative server: accept length overall and per
     category (Σ completion tokens / Σ verify passes)."""
-    from specgate.measure import passes, prompts
-    from specgate.measure.bench import Sampling
+    from specgate.measure import passes
+    from specgate.results import prompts
+    from specgate.results.bench import Sampling
     from specgate.serving.client import SGLangClient
 
     section = profile.bench.model_copy(update={"repeats": 1, "max_repeats": 1})

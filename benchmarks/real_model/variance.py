@@ -51,11 +51,12 @@ def flag(args: list[str], name: str) -> str | None:
 
 
 def measure(url: str, profile: Any, per_category: int = PER_CATEGORY) -> dict[str, Any]:
-    """The probe's measurement (specgate.measure.bench) of the server at url on a few prompts,
+    """The probe's measurement (specgate.results.bench) of the server at url on a few prompts,
     with nvidia-smi read just before and just after."""
     from specgate.core.profile import BenchSection
-    from specgate.measure import passes, prompts
-    from specgate.measure.bench import Sampling
+    from specgate.measure import passes
+    from specgate.results import prompts
+    from specgate.results.bench import Sampling
     from specgate.serving.client import SGLangClient
 
     section = BenchSection(**{**profile.bench.model_dump(), "prompts_per_category": per_category,

@@ -182,7 +182,7 @@ def peer_dataset(ns: argparse.Namespace, path: Path) -> int:
     """The probe's prompts as bench_serving's custom dataset (one conversation per line, the
     user turn first; bench_serving renders it with the target's chat template); returns how
     many prompts it has."""
-    from specgate.measure.prompts import load_builtin, select
+    from specgate.results.prompts import load_builtin, select
 
     prompts = select(load_builtin(), None, ns.prompts_per_category)
     lines = [json.dumps({"conversations": [{"role": "user", "content": p.text},
@@ -287,8 +287,8 @@ def _load(path: Path) -> Any:
 
 def summarize(out: Path) -> dict[str, Any]:
     """crossover.json and crossover.md from what a run left in OUT."""
-    from specgate.measure import curve
-    from specgate.measure.results import LiveResults
+    from specgate.results import curve
+    from specgate.results.live import LiveResults
 
     doc: dict[str, Any] = {"meta": _load(out / "crossover-meta.json")}
     verdict = _load(out / "crossover-verdict.json")

@@ -456,7 +456,7 @@ def heldout_prompts(tok: Any, target_dir: Path,
 
     With a limit, an evenly spaced subset (so several categories stay represented).
     """
-    from specgate.measure import prompts as probe_prompts
+    from specgate.results import prompts as probe_prompts
 
     template = probe_prompts.choose_template(None, target_dir)
     chosen = probe_prompts.load_builtin()
@@ -866,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
         f"tokenizer {tok.get_vocab_size()} tokens)")
 
     held_p, template = heldout_prompts(tok, target_dir, size.heldout_prompts)
-    from specgate.measure import prompts as probe_prompts
+    from specgate.results import prompts as probe_prompts
     try:
         train_p = train_prompts(tok, size.train_prompts, rng, size.vocab,
                                 probe_prompts.choose_template(None, target_dir), mix)

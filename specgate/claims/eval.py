@@ -17,9 +17,6 @@ from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
-from specgate.measure import bench, stats
-from specgate.measure.bench import Measurement, RequestSample
-from specgate.measure.results import LiveResults
 from specgate.model.evaluate import (
     ALL,
     DEFAULT_STEPS,
@@ -30,6 +27,9 @@ from specgate.model.evaluate import (
     served_table,
     teacher_forced,
 )
+from specgate.results import bench, stats
+from specgate.results.bench import Measurement, RequestSample
+from specgate.results.live import LiveResults
 
 PHASE = "phase1"
 # "Clearly below random": the initial loss must beat the uniform guess by 10 %.

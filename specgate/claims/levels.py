@@ -18,7 +18,7 @@ from collections.abc import Callable
 from specgate.claims import parity, perf
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
-from specgate.measure.results import LiveResults
+from specgate.results.live import LiveResults
 
 LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup",
                 "spec.parity")

@@ -1,5 +1,5 @@
 """spec.parity: the speculative server answers what the target answers, up to near-ties of
-the target's own logprobs (measure/parity.py judges; this words the claim)."""
+the target's own logprobs (results/parity.py judges; this words the claim)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from specgate.claims import result as claims
 from specgate.claims.perf import PHASE, _broken, _need, _sim
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.profile import Profile
-from specgate.measure import parity
-from specgate.measure.answers import AnswerEvidence
-from specgate.measure.results import LiveResults
+from specgate.results import parity
+from specgate.results.answers import AnswerEvidence
+from specgate.results.live import LiveResults
 
 CLAIM = "spec.parity"
 # Divergences named in the message (the attachment lists every prompt).

@@ -18,12 +18,12 @@ from specgate.core import files
 from specgate.core.profile import Profile
 from specgate.core.redact import mask_env
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, drift, held, stats
-from specgate.measure import curve as curves
-from specgate.measure.bench import Measurement
-from specgate.measure.results import ConfigRun, LiveResults
 from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
+from specgate.results import bench, drift, held, stats
+from specgate.results import curve as curves
+from specgate.results.bench import Measurement
+from specgate.results.live import ConfigRun, LiveResults
 from specgate.serving import gpu
 
 PHASE = "phase0"
@@ -83,7 +83,7 @@ def not_held_at(live: LiveResults, level: int,
                 configs: Sequence[str] = ("baseline", "speculative")
                 ) -> tuple[str, dict[str, Any]]:
     """A server of `configs` that did not run the requests held in flight at `level` at once
-    (measure/held.py: a clear share of them decoded clearly faster than its fastest request at
+    (results/held.py: a clear share of them decoded clearly faster than its fastest request at
     its smallest level), in words and as details ({config: NotHeld.to_json()}); ("", {})
     otherwise."""
     found: dict[str, Any] = {}
@@ -243,7 +243,7 @@ def _covers(covered: drift.Covered) -> str:
 
 def _deployment_text(live: LiveResults) -> str:
     """The sentence perf.baseline_tps ends with: the deployment's class from this baseline
-    (measure/deployment.py), which picked the prior of the launch-to-launch spread."""
+    (results/deployment.py), which picked the prior of the launch-to-launch spread."""
     return f". Deployment: {live.deployment.line()}"
 
 

@@ -16,9 +16,9 @@ from specgate.core.profile import Profile
 from specgate.io import history as history_store
 from specgate.io import identity
 from specgate.io.history import HISTORY_FILE, Figure, RunRecord, figure_name
-from specgate.measure import bench, drift
-from specgate.measure.results import LiveResults
-from specgate.measure.stats import t_quantile
+from specgate.results import bench, drift
+from specgate.results.live import LiveResults
+from specgate.results.stats import t_quantile
 
 DEFAULT_MIN_REL_NOISE = 0.02
 

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from specgate.measure.results import LiveResults
+from specgate.results.live import LiveResults
 from specgate.testing.simulator import calibrate, model
 
 

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile, choose_profile_path, load_profile
-from specgate.measure import prompts
 from specgate.model.evaluate import (
     DEFAULT_STEPS,
     MIN_TOKENS,
@@ -20,6 +19,7 @@ from specgate.model.evaluate import (
     served_table,
     teacher_forced,
 )
+from specgate.results import prompts
 
 # The probe's prompt ids → category for a profile (None: the builtin prompts).
 ProbeNames = Callable[[Profile | None], Mapping[str, str]]

@@ -82,7 +82,7 @@ def _rebuild(source: Path, reports: Path) -> int:
     """The report of a tune.json (launching nothing); a file that is not one is a clear error."""
     import json
 
-    from specgate.measure.tune_result import TuneResult
+    from specgate.results.tune import TuneResult
 
     try:
         data = json.loads(source.read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """Asking a server about its own answers, after its timed passes and before it stops: the
 prompts' token ids, its answers to every prompt sent as one batch (the baseline), and its
-logprobs along each answer it gave (measure/answers.py holds what comes back)."""
+logprobs along each answer it gave (results/answers.py holds what comes back)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from specgate.core.errors import SpecgateError
-from specgate.measure import parity
-from specgate.measure.answers import TOP_K, AnswerEvidence, Scored
-from specgate.measure.bench import Measurement, Sampling
-from specgate.measure.prompts import PromptSet
+from specgate.results import parity
+from specgate.results.answers import TOP_K, AnswerEvidence, Scored
+from specgate.results.bench import Measurement, Sampling
+from specgate.results.prompts import PromptSet
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config
 

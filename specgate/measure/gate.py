@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable
 
 from specgate.core.profile import ThresholdsSection
-from specgate.measure import bench, drift
-from specgate.measure.stats import Summary
+from specgate.results import bench, drift
+from specgate.results.stats import Summary
 
 Config = bench.Config
 # The measurement so far → why another pass is worth it, or None to stop.
@@ -28,7 +28,7 @@ class _Check:
 class GateRule:
     """Another pass is worth it while an interval a claim is judged on straddles its threshold,
     and more passes can still move it off: an interval held there by the launch-to-launch
-    spread alone (measure/drift.py), which passes do not narrow, is left as it is."""
+    spread alone (results/drift.py), which passes do not narrow, is left as it is."""
 
     def __init__(self, thresholds: ThresholdsSection, config: Config,
                  baseline: bench.Measurement | None, coverage: drift.Coverage | None, *,

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specgate.measure.bench import (
+from specgate.measure.passes import Progress, sample_of
+from specgate.results.bench import (
     Measurement,
     RequestSample,
     Sampling,
     build_measurement,
 )
-from specgate.measure.passes import Progress, sample_of
-from specgate.measure.prompts import PromptSet
+from specgate.results.prompts import PromptSet
 from specgate.serving.client import SGLangClient
 
 # keep_going over the pair so far: a reason for another pass, or None to stop.

@@ -1,5 +1,5 @@
 """A live session's launches: the keys they are logged under, their records, and the coverage
-(measure/drift.py) the session's timed claims are judged with."""
+(results/drift.py) the session's timed claims are judged with."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 from specgate.core import files
 from specgate.io import launch_log
 from specgate.io.launch_log import LaunchRecord
-from specgate.measure import drift, reuse
-from specgate.measure.bench import Measurement, Sampling, build_measurement
-from specgate.measure.deployment import Deployment, Kind
-from specgate.measure.prompts import ChatTemplate
-from specgate.measure.stats import Summary, t_quantile
+from specgate.measure import reuse
+from specgate.results import drift
+from specgate.results.bench import Measurement, Sampling, build_measurement
+from specgate.results.deployment import Deployment, Kind
+from specgate.results.prompts import ChatTemplate
+from specgate.results.stats import Summary, t_quantile
 from specgate.serving.launch import Config, ServerPlan
 
 if TYPE_CHECKING:

@@ -16,11 +16,12 @@ from filelock import FileLock
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile
 from specgate.core.redact import redact_urls
-from specgate.measure import bench, deployment, drift, launches, resident, reuse
+from specgate.measure import launches, resident, reuse
 from specgate.measure import plan as live_plan
 from specgate.measure.plan import Blocked, LivePlan
-from specgate.measure.results import RESULTS_FILE, ConfigRun, Failure, LiveResults
 from specgate.measure.server_session import Progress, run_config
+from specgate.results import bench, deployment, drift
+from specgate.results.live import RESULTS_FILE, ConfigRun, Failure, LiveResults
 from specgate.serving import server
 from specgate.serving.launch import Config, ServerPlan
 
@@ -178,7 +179,7 @@ def _covered(plan: LivePlan, reports_dir: Path, keys: launches.Keys, baseline: C
 
 
 def classify(plan: LivePlan, baseline: ConfigRun) -> deployment.Deployment:
-    """The deployment's class from the baseline as measured (measure/deployment.py): its
+    """The deployment's class from the baseline as measured (results/deployment.py): its
     single-stream decode tok/s, its GPUs' name from the snapshot its GPU check took (an
     attached server's from the listing through the launcher prefix, or on this machine for a
     loopback address), and the bytes a step of the target reads per GPU. Unknown, with why,

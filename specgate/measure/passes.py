@@ -1,5 +1,5 @@
 """Benchmark passes against one server at one concurrency: warm-up, then passes over every
-prompt, each streamed answer kept as a measured request (measure/bench.py)."""
+prompt, each streamed answer kept as a measured request (results/bench.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specgate.measure import load
-from specgate.measure.bench import (
+from specgate.results.bench import (
     Config,
     Measurement,
     RequestSample,
     Sampling,
     build_measurement,
 )
-from specgate.measure.prompts import Prompt, PromptSet
+from specgate.results.prompts import Prompt, PromptSet
 from specgate.serving.client import Generation, SGLangClient
 
 Progress = Callable[[str], None]

@@ -9,9 +9,10 @@ from pathlib import Path
 from specgate.core.errors import CheckpointError, SpecgateError
 from specgate.core.profile import Profile, ThresholdsSection
 from specgate.core.simulated import SGLANG_VERSION
-from specgate.measure import drift, prompts, reuse
-from specgate.measure.bench import Sampling
-from specgate.measure.prompts import PromptSet
+from specgate.measure import reuse
+from specgate.results import drift, prompts
+from specgate.results.bench import Sampling
+from specgate.results.prompts import PromptSet
 from specgate.serving import gpu, launch
 from specgate.serving.gpu import GpuFacts
 from specgate.serving.launch import Config, ServerPlan
@@ -35,7 +36,7 @@ class Blocked:
 class LivePlan:
     """Everything a live session needs, resolved from the profile in one pass.
 
-    Its parts go down separately: the prompt set and sampling to measure/bench.py, each
+    Its parts go down separately: the prompt set and sampling to results/bench.py, each
     ServerPlan to serving/server.py, the plan itself to measure/reuse.py for the fingerprint.
     """
 
@@ -57,7 +58,7 @@ class LivePlan:
     # speculative server), or why the baseline is launched; "" when reuse is off.
     stored: reuse.Stored | str = ""
     # [bench] design and launch_spread: how the servers are launched, and the launch-to-launch
-    # spread the timed claims' intervals add (measure/drift.py).
+    # spread the timed claims' intervals add (results/drift.py).
     launches: drift.Settings = dataclasses.field(default_factory=drift.Settings)
     # [bench] concurrency, ascending, and the level the gate decides at (one of them).
     levels: tuple[int, ...] = (1,)

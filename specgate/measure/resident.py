@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from specgate.core.errors import SpecgateError
-from specgate.measure import bench, drift, interleave
+from specgate.measure import interleave
 from specgate.measure.gate import keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
-from specgate.measure.results import ConfigRun, Failure, GpuCheck
 from specgate.measure.server_session import (
     Progress,
     attached_facts,
@@ -26,6 +25,8 @@ from specgate.measure.server_session import (
     server_spec,
     stop_now,
 )
+from specgate.results import bench, drift
+from specgate.results.live import ConfigRun, Failure, GpuCheck
 from specgate.serving import server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, ServerPlan, server_url

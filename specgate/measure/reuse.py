@@ -40,8 +40,8 @@ from specgate.io.jsonl import json_safe
 from specgate.serving.launch import Config, ServerPlan
 
 if TYPE_CHECKING:
-    from specgate.measure.bench import Sampling
-    from specgate.measure.prompts import PromptSet
+    from specgate.results.bench import Sampling
+    from specgate.results.prompts import PromptSet
     from specgate.serving.gpu import GpuFacts
     from specgate.serving.launch import LaunchSpec
 

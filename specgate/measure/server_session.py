@@ -11,11 +11,12 @@ from typing import Any
 
 from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.redact import MASK, is_secret_name, mask_env
-from specgate.measure import answer_probe, bench, drift, launches, load, passes
-from specgate.measure.answers import AnswerEvidence
+from specgate.measure import answer_probe, launches, load, passes
 from specgate.measure.gate import Rule, keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
-from specgate.measure.results import ConfigRun, EnvCheck, Failure, GpuCheck
+from specgate.results import bench, drift
+from specgate.results.answers import AnswerEvidence
+from specgate.results.live import ConfigRun, EnvCheck, Failure, GpuCheck
 from specgate.serving import gpu, server
 from specgate.serving.client import SGLangClient
 from specgate.serving.launch import Config, ServerPlan
@@ -28,7 +29,7 @@ Progress = Callable[[str], None]
 _SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "tp_size",
                 "model_path", "version", "simulated", "max_running_requests",
-                # what spec.parity compares (measure/parity.py)
+                # what spec.parity compares (results/parity.py)
                 "dtype", "quantization", "kv_cache_dtype", "load_format", "tokenizer_path",
                 "revision")
 
@@ -69,7 +70,7 @@ def check_attached_gpus(plan: ServerPlan) -> GpuCheck:
     """The names of an attached server's GPUs, listed as a launched server's are: through the
     profile's launcher prefix, or on this machine for a server on a loopback address. Its own
     processes hold them, so they are not checked for others; every GPU listed could be its, so
-    their names tell only when they agree (measure/deployment.py classify)."""
+    their names tell only when they agree (results/deployment.py classify)."""
     launcher = plan.launcher
     unlisted = (launcher.attached_gpus_unlisted(plan.url) if launcher is not None
                 else loopback_only(plan.url))

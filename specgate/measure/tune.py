@@ -40,13 +40,15 @@ from pathlib import Path
 
 from specgate.core.errors import SpecgateError
 from specgate.core.profile import Profile, TuneSection
-from specgate.measure import bench, reuse, stats
 from specgate.measure import plan as live_plan
+from specgate.measure import reuse
 from specgate.measure.plan import LivePlan
-from specgate.measure.results import ConfigRun
 from specgate.measure.server_session import Progress, run_config
-from specgate.measure.stats import Summary
-from specgate.measure.tune_result import (
+from specgate.model import predict
+from specgate.results import bench, stats
+from specgate.results.live import ConfigRun
+from specgate.results.stats import Summary
+from specgate.results.tune import (
     RESULT_FILE,
     Candidate,
     CycleFit,
@@ -55,7 +57,6 @@ from specgate.measure.tune_result import (
     Trial,
     TuneResult,
 )
-from specgate.model import predict
 from specgate.serving.launch import LaunchSettings
 
 # run_config's shape: runner(plan, config, *, baseline=, progress=, keep_going=) -> ConfigRun

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specgate.core.attachment import Attachment
-from specgate.measure.curve import Curve
 from specgate.plot.figures import BASELINE_COLOR, FAIL_COLOR, PASS_COLOR, SPEC_COLOR, figure, png
+from specgate.results.curve import Curve
 
 
 def chart(c: Curve, *, simulated: bool = False) -> bytes:

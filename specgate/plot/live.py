@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specgate.core.attachment import Attachment
-from specgate.measure.bench import Measurement, RequestSample
 from specgate.plot import figures as plots
+from specgate.results.bench import Measurement, RequestSample
 
 
 def _ci(m: Measurement, name: str) -> tuple[float, float] | None:

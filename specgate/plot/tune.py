@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from specgate.measure.tune_result import TuneResult
 from specgate.plot.figures import BASELINE_COLOR, PASS_COLOR, SPEC_COLOR, figure, png
+from specgate.results.tune import TuneResult
 
 
 def plot(result: TuneResult) -> bytes:

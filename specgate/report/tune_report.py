@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from specgate.measure.stats import percent
-from specgate.measure.tune_result import TuneResult
 from specgate.plot.tune import plot
+from specgate.results.stats import percent
+from specgate.results.tune import TuneResult
 
 TABLE_FILE = "tune.md"
 PLOT_FILE = "tune.png"

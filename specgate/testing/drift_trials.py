@@ -12,9 +12,11 @@ from specgate.claims import perf
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.launch_log import LaunchRecord
-from specgate.measure import bench, drift, gate, launches, passes, results
-from specgate.measure.deployment import Deployment
-from specgate.measure.prompts import PromptSet, load_builtin, select, template_named
+from specgate.measure import gate, launches, passes
+from specgate.results import bench, drift
+from specgate.results import live as results
+from specgate.results.deployment import Deployment
+from specgate.results.prompts import PromptSet, load_builtin, select, template_named
 from specgate.testing.simulator import model
 from specgate.testing.simulator.offline import OfflineClient
 

@@ -14,7 +14,7 @@ slope what is left for the draft. A server runs at most its max_running_requests
 sets 48 for speculative decoding unless --max-running-requests is given; /server_info reports
 it): above that the rest wait in its queue, so each server's batch is taken as min(N, its cap),
 and such a level is left out of the fit unless --fit-levels names it, as is a level at which a
-server did not run the requests held in flight at once (measure/held.py).
+server did not run the requests held in flight at once (results/held.py).
 Below the cap the fit takes N (the requests the client held in flight) as the batch: the
 server's batch is a little smaller in a closed loop (a request leaves it between its last token
 and its successor's prefill), so the slopes are the effective ones that reproduce the measured
@@ -39,8 +39,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specgate.measure import bench, held
-from specgate.measure.results import LiveResults
+from specgate.results import bench, held
+from specgate.results.live import LiveResults
 from specgate.testing.simulator import model
 
 
@@ -90,7 +90,7 @@ def fit(live: LiveResults, *, draft_step_ms: float = model.DEFAULT_DRAFT_STEP_MS
         speculative_max_running: int | None = None) -> Fit:
     """The batching that reproduces the session's per-level figures (see the module), fitted to
     `fit_levels` (default: every level measured on both servers at which neither queues nor
-    left the requests held in flight waiting, measure/held.py). Each
+    left the requests held in flight waiting, results/held.py). Each
     server's batch at N in flight is min(N, its max_running_requests): the value given here,
     else the one its /server_info reported, else N. A level where a server queues is left out
     of the default fit: on real SGLang its figures are not those of a steady batch at the cap

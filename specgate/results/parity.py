@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specgate.measure.answers import AnswerEvidence
-from specgate.measure.bench import Measurement
+from specgate.results.answers import AnswerEvidence
+from specgate.results.bench import Measurement
 
 # /server_info settings that change the numbers the target computes: a pair that differs in one
 # compares unlike servers, whatever their answers.

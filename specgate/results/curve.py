@@ -1,7 +1,7 @@
 """The speed-up against concurrency: one paired speed-up per level, and where it stops paying.
 
 A level pays when its whole paired interval lies above 1 (as spec.speedup judges: the interval
-over prompts and passes widened by the launch-to-launch spread, measure/drift.py), costs when
+over prompts and passes widened by the launch-to-launch spread, results/drift.py), costs when
 the whole interval lies below, and is inconclusive otherwise. Going up from the smallest level,
 the crossover lies between the last level that pays and the next one, which does not; the
 point estimates are interpolated there, linearly in log2 of the concurrency, for where the
@@ -16,9 +16,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specgate.measure import bench, drift
-from specgate.measure.results import LiveResults
-from specgate.measure.stats import Summary
+from specgate.results import bench, drift
+from specgate.results.live import LiveResults
+from specgate.results.stats import Summary
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specgate.measure.bench import Measurement
-from specgate.measure.results import ConfigRun
+from specgate.results.bench import Measurement
+from specgate.results.live import ConfigRun
 
 FASTER_BY = 1.2
 MIN_SHARE = 0.1

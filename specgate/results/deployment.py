@@ -6,7 +6,7 @@ small beside them). Bytes read a step per GPU × decode steps per second (the ba
 at one stream) ÷ the GPU's peak memory bandwidth is the share of the memory system the decode
 keeps busy. A large share is a decode bound by the GPU's memory, whose speed moves little from
 one launch to the next; a small one is bound by the host (Python scheduling, kernel launches),
-whose speed moves a lot. measure/drift.py picks the prior of the launch-to-launch spread by it;
+whose speed moves a lot. results/drift.py picks the prior of the launch-to-launch spread by it;
 docs/claims.md gives the data behind the shares.
 """
 

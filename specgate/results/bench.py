@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
-from specgate.measure.prompts import ChatTemplate
-from specgate.measure.stats import Summary, jackknife
+from specgate.results.prompts import ChatTemplate
+from specgate.results.stats import Summary, jackknife
 
 Config = Literal["baseline", "speculative"]
 

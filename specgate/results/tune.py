@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench
-from specgate.measure.results import ConfigRun
-from specgate.measure.stats import Summary
+from specgate.results import bench
+from specgate.results.live import ConfigRun
+from specgate.results.stats import Summary
 
 RESULT_FILE = "tune.json"
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from specgate.core.profile import BenchSection
 from specgate.io.launch_log import LaunchRecord
-from specgate.measure.deployment import Deployment, Kind, kind_of
-from specgate.measure.stats import Summary, percent, t_quantile
+from specgate.results.deployment import Deployment, Kind, kind_of
+from specgate.results.stats import Summary, percent, t_quantile
 
 Source = Literal["learned", "updated", "prior", "profile"]
 Design = Literal["ab", "aba", "interleaved"]
@@ -44,7 +44,7 @@ DESIGN_SPOKEN: dict[str, str] = {"ab": "A–B (baseline, then speculative)",
 # of the baseline and verify cycle (ms) of the speculative server, as committed under
 # benchmarks/results/ (the folder named in each key). A group is one configuration launched
 # several times; a prior is the pooled standard deviation of ln(figure) within groups. There is
-# one prior per class of deployment (measure/deployment.py): the class says how much of the
+# one prior per class of deployment (results/deployment.py): the class says how much of the
 # GPU's memory bandwidth the single-stream decode uses, and a decode bound by the GPU's memory
 # moves far less between launches than one bound by the host.
 #
@@ -329,7 +329,7 @@ class Coverage:
     baseline_launches: int = 1  # launches the baseline's figures pool
     bracket: Bracket | None = None
     note: str = ""  # e.g. why an A–B–A run has one baseline launch
-    # The deployment's class from this run's baseline (measure/deployment.py), which picked the
+    # The deployment's class from this run's baseline (results/deployment.py), which picked the
     # priors; None: not classified (a coverage known before the baseline was measured).
     deployment: Deployment | None = None
 

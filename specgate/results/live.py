@@ -15,9 +15,9 @@ from typing import Any
 from specgate.core.redact import redact_urls
 from specgate.io import stop_reports
 from specgate.io.jsonl import json_safe
-from specgate.measure import bench, drift
-from specgate.measure.answers import AnswerEvidence
-from specgate.measure.deployment import Deployment, unknown
+from specgate.results import bench, drift
+from specgate.results.answers import AnswerEvidence
+from specgate.results.deployment import Deployment, unknown
 
 RESULTS_FILE = "results.json"
 # A failure at these stages is one concurrency level's (a measurement, or its streams under
@@ -203,7 +203,7 @@ class LiveResults:
     # The launched servers' GPUs (model, driver, selection) from the plan's one snapshot, or
     # why they are unknown; None when nothing was launched here.
     gpus: dict[str, Any] | None = None
-    # The launch part of the timed claims' intervals (measure/drift.py); None: not known, and
+    # The launch part of the timed claims' intervals (results/drift.py); None: not known, and
     # the claims take the prior.
     coverage: drift.Coverage | None = None
     # A–B–A: the baseline's second launch, after the speculative server; `baseline` then pools
@@ -232,7 +232,7 @@ class LiveResults:
 
     @property
     def deployment(self) -> Deployment:
-        """The deployment's class this run's baseline gave (measure/deployment.py)."""
+        """The deployment's class this run's baseline gave (results/deployment.py)."""
         found = self.coverage.deployment if self.coverage is not None else None
         return found if found is not None else unknown("not classified: these results record "
                                                        "no class")

@@ -1,6 +1,6 @@
 """What a server said about its own answers outside the timed passes: the prompts' token ids,
 its answers to every prompt sent as one batch, and its logprobs along answers (the evidence
-spec.parity judges divergences by, measure/parity.py)."""
+spec.parity judges divergences by, results/parity.py)."""
 
 from __future__ import annotations
 
