@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgate.claims import inputs
+from specgate.claims import ids, inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
 from specgate.core.errors import CheckpointError
@@ -174,7 +174,7 @@ def served_context_length(args: list[str]) -> int | None:
 
 
 def target_compat_claim(profile: Profile) -> ClaimResult:
-    cid = "config.target_compat"
+    cid = ids.TARGET_COMPAT.id
     loaded = inputs.prepare(profile, cid, PHASE, ["drafter", "target"], lambda a, b: (
         a, b, read_config(a), load_target_config(b)))
     if isinstance(loaded, ClaimResult):

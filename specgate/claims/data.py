@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from specgate.claims import ids as claim_ids
 from specgate.claims import inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
@@ -78,10 +79,10 @@ def _listing(problems: list[str]) -> str:
     return "; ".join(problems[:LISTED]) + more
 
 
-@_claim("data.counts")
+@_claim(claim_ids.DATA_COUNTS.id)
 def counts_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.counts: samples, tokens and loss-masked tokens; every sample has something to learn."""
-    cid = "data.counts"
+    cid = claim_ids.DATA_COUNTS.id
     tokens = masked = 0
     empty: list[str] = []
     for sample in ctx.dump.samples:
@@ -121,10 +122,10 @@ def _aux_width(ctx: DataContext) -> tuple[int | None, str]:
     return None, "the first sample"
 
 
-@_claim("data.shapes")
+@_claim(claim_ids.DATA_SHAPES.id)
 def shapes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.shapes: input_ids [T], aux states [T, n_aux × hidden], loss_mask [T] in every sample."""
-    cid = "data.shapes"
+    cid = claim_ids.DATA_SHAPES.id
     width, source = _aux_width(ctx)
     if width is None:
         width = ctx.dump.samples[0].aux.shape[-1]
@@ -156,10 +157,10 @@ def shapes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                                                    "shapes": found[:50]})
 
 
-@_claim("data.dtypes")
+@_claim(claim_ids.DATA_DTYPES.id)
 def dtypes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.dtypes: integer ids, one float dtype for aux states across files, int/bool masks."""
-    cid = "data.dtypes"
+    cid = claim_ids.DATA_DTYPES.id
     problems = []
     aux_dtypes = collections.Counter(s.aux.dtype for s in ctx.dump.samples)
     for s in ctx.dump.samples:
@@ -184,10 +185,10 @@ def dtypes_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
                          details={"aux_dtypes": dict(aux_dtypes), "problems": problems[:50]})
 
 
-@_claim("data.finite")
+@_claim(claim_ids.DATA_FINITE.id)
 def finite_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.finite: no NaN or Inf in any aux hidden state (read in bounded blocks)."""
-    cid = "data.finite"
+    cid = claim_ids.DATA_FINITE.id
     bad: list[str] = []
     where: dict[str, list[int | None]] = {}  # file → [non-finite values, first row]
     values = 0
@@ -257,10 +258,10 @@ def target_family(profile: Profile, ctx: DataContext) -> str | None:
     return None
 
 
-@_claim("data.capture_layers", need_drafter=True)
+@_claim(claim_ids.DATA_CAPTURE_LAYERS.id, need_drafter=True)
 def capture_layers_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.capture_layers: the dataset was captured at the layers the drafter is configured for."""
-    cid = "data.capture_layers"
+    cid = claim_ids.DATA_CAPTURE_LAYERS.id
     assert ctx.drafter is not None
     meta = ctx.dump.metadata
     recorded = meta.get("aux_hidden_state_layer_ids", meta.get("capture_layers"))
@@ -315,10 +316,10 @@ def _masked_ids(sample: DumpSample) -> np.ndarray[Any, Any]:
     return masked
 
 
-@_claim("data.vocab_map", need_drafter=True)
+@_claim(claim_ids.DATA_VOCAB_MAP.id, need_drafter=True)
 def vocab_map_claim(profile: Profile, ctx: DataContext) -> ClaimResult:
     """data.vocab_map: the drafter's map is the top-Vd loss-masked tokens of this dataset."""
-    cid = "data.vocab_map"
+    cid = claim_ids.DATA_VOCAB_MAP.id
     assert ctx.drafter is not None
     drafter_map = map_of(ctx.drafter)
     vd = drafter_map.draft_vocab_size

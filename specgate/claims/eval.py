@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 
-from specgate.claims import inputs, perf
+from specgate.claims import ids, inputs, perf
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
@@ -55,7 +55,7 @@ def eval_device(profile: Profile) -> str:
 
 def teacher_forced_claim(profile: Profile) -> ClaimResult:
     """eval.teacher_forced: the init (else the drafter) predicts the dump clearly above chance."""
-    cid = "eval.teacher_forced"
+    cid = ids.TEACHER_FORCED.id
     found = inputs.paths(profile, cid, PHASE, "hidden_states")
     if isinstance(found, ClaimResult):
         return found
@@ -114,7 +114,7 @@ def teacher_forced_claim(profile: Profile) -> ClaimResult:
 # -- eval.live_agreement: the offline prediction against the live measurement -----------------
 
 LIVE_PHASE = "phase0"
-LIVE_AGREEMENT = "eval.live_agreement"
+LIVE_AGREEMENT = ids.LIVE_AGREEMENT.id
 # A category's measured figure needs at least this many requests to be compared.
 MIN_REQUESTS = 2
 SIMULATED_NOTE = ("; this server is specgate's simulator, whose acceptance is synthetic (set "

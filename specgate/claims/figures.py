@@ -7,19 +7,20 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from specgate.claims import ids
 from specgate.claims.result import ClaimResult
 
 # (key in verdict.json "figures", the claim that measures it, how people name it, unit, digits)
 _FIGURES: tuple[tuple[str, str, str, str, int], ...] = (
-    ("baseline_tps", "perf.baseline_tps", "baseline", "tok/s", 1),
-    ("accept_len", "spec.accept_len", "accept length", "tokens/verify", 3),
-    ("breakeven", "spec.breakeven", "break-even", "tokens/verify", 3),
-    ("speedup", "spec.speedup", "speed-up", "x", 3),
+    ("baseline_tps", ids.BASELINE_TPS.id, "baseline", "tok/s", 1),
+    ("accept_len", ids.ACCEPT_LEN.id, "accept length", "tokens/verify", 3),
+    ("breakeven", ids.BREAKEVEN.id, "break-even", "tokens/verify", 3),
+    ("speedup", ids.SPEEDUP.id, "speed-up", "x", 3),
 )
 # Acceptance per draft position k, from spec.accept_len's details["accept_pos"]: figures
 # "accept_pos1", "accept_pos2", … (the share of verify passes that accepted draft k).
 POSITION_PREFIX = "accept_pos"
-POSITION_CLAIM = "spec.accept_len"
+POSITION_CLAIM = ids.ACCEPT_LEN.id
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 
-from specgate.claims import inputs
+from specgate.claims import ids, inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.claims.weights import tensor_parity
@@ -22,7 +22,7 @@ LOSS_MARGIN = 0.9
 
 
 def init_parity_claim(profile: Profile) -> ClaimResult:
-    cid = "finetune.init_parity"
+    cid = ids.INIT_PARITY.id
     # The tensors a fine-tune's loader leaves out (SpecForge's and the seeds' --finetune-from)
     # are the frozen ones: the vocab map is the new data's, embed_tokens comes from the target.
     loaded = inputs.prepare(profile, cid, PHASE, ["init", "drafter"], lambda a, b: (
@@ -62,7 +62,7 @@ def _names(names: tuple[str, ...], shown: int = 6) -> str:
 
 
 def vocab_alignment_claim(profile: Profile) -> ClaimResult:
-    cid = "finetune.vocab_alignment"
+    cid = ids.VOCAB_ALIGNMENT.id
     loaded = inputs.prepare(profile, cid, PHASE, ["init", "vocab_map"],
                             lambda a, b: (a, b, load_map(a), load_map(b)))
     if isinstance(loaded, ClaimResult):
@@ -122,7 +122,7 @@ def draft_vocab_size(profile: Profile) -> tuple[int, str] | None:
 
 
 def initial_loss_claim(profile: Profile) -> ClaimResult:
-    cid = "finetune.initial_loss"
+    cid = ids.INITIAL_LOSS.id
     found = inputs.paths(profile, cid, PHASE, "log")
     if isinstance(found, ClaimResult):
         return found
@@ -138,7 +138,7 @@ def initial_loss_claim(profile: Profile) -> ClaimResult:
 
 
 def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimResult:
-    cid = "finetune.initial_loss"
+    cid = ids.INITIAL_LOSS.id
     row = log.first_loss()
     if row is None or row.loss is None:
         return claims.broken(cid, PHASE, f"{log.path}: no record carries a loss",
@@ -179,7 +179,7 @@ def judge_initial_loss(log: MetricsLog, vd: int, vd_source: str = "") -> ClaimRe
 
 
 def progress_claim(profile: Profile) -> ClaimResult:
-    cid = "finetune.progress"
+    cid = ids.PROGRESS.id
     logs = inputs.prepare(profile, cid, PHASE, ["log", "reference_log"],
                           lambda a, b: (read_metrics(a), read_metrics(b)))
     if isinstance(logs, ClaimResult):
@@ -190,7 +190,7 @@ def progress_claim(profile: Profile) -> ClaimResult:
 def judge_progress(log: MetricsLog, ref: MetricsLog) -> ClaimResult:
     """Accuracy epoch by epoch, over the epochs both logs have finished (see finished_epochs):
     the last accuracy of an epoch still training is no match for a finished one."""
-    cid = "finetune.progress"
+    cid = ids.PROGRESS.id
     mine, theirs = log.accuracy_by_epoch(), ref.accuracy_by_epoch()
     for which, acc in ((log.path, mine), (ref.path, theirs)):
         if not acc:

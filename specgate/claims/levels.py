@@ -15,20 +15,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from specgate.claims import parity, perf
+from specgate.claims import ids, parity, perf
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.results.live import LiveResults
 
-LEVEL_CLAIMS = ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup",
-                "spec.parity")
+LEVEL_CLAIMS = tuple(c.id for c in ids.PER_LEVEL)
 _CLAIMS: dict[str, Callable[[Profile, LiveResults], ClaimResult]] = {
-    "perf.baseline_tps": lambda profile, live: perf.baseline_tps_claim(profile, live,
+    ids.BASELINE_TPS.id: lambda profile, live: perf.baseline_tps_claim(profile, live,
                                                                        thresholded=False),
-    "spec.accept_len": perf.accept_len_claim,
-    "spec.breakeven": perf.breakeven_claim,
-    "spec.speedup": perf.speedup_claim,
-    "spec.parity": parity.parity_claim,
+    ids.ACCEPT_LEN.id: perf.accept_len_claim,
+    ids.BREAKEVEN.id: perf.breakeven_claim,
+    ids.SPEEDUP.id: perf.speedup_claim,
+    ids.PARITY.id: parity.parity_claim,
 }
 # A level's claims carry its figures; the servers' whole logs stay with the gate's claims.
 _GATE_ONLY_ATTACHMENTS = " server log"
@@ -36,7 +35,7 @@ _GATE_ONLY_ATTACHMENTS = " server log"
 
 def level_id(claim_id: str, level: int) -> str:
     """The stable id of a claim at a concurrency level: spec.speedup@c16."""
-    return f"{claim_id}@c{level}"
+    return ids.BY_ID[claim_id].at(level)
 
 
 def other_levels(profile: Profile) -> list[int]:

@@ -7,6 +7,7 @@ import csv
 import io
 from typing import Any
 
+from specgate.claims import ids
 from specgate.claims import result as claims
 from specgate.claims.perf import PHASE, _broken, _need, _sim
 from specgate.claims.result import Attachment, ClaimResult
@@ -15,7 +16,7 @@ from specgate.results import parity
 from specgate.results.answers import AnswerEvidence
 from specgate.results.live import LiveResults
 
-CLAIM = "spec.parity"
+CLAIM = ids.PARITY.id
 # Divergences named in the message (the attachment lists every prompt).
 NAMED = 6
 

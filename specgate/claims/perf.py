@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec
 
+from specgate.claims import ids
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core import files
@@ -72,9 +73,9 @@ def _levelled(claim: Callable[Concatenate[Profile, LiveResults, P], ClaimResult]
 def claim_configs(claim_id: str) -> tuple[str, ...]:
     """The servers whose timed figures a claim judges (the accept length and the answers are
     not timed)."""
-    if claim_id.startswith("perf.baseline"):
+    if claim_id.startswith(ids.BASELINE_TPS.id):
         return ("baseline",)
-    if claim_id.startswith(("spec.accept_len", "spec.parity")):
+    if claim_id.startswith((ids.ACCEPT_LEN.id, ids.PARITY.id)):
         return ()
     return ("baseline", "speculative")
 
@@ -330,7 +331,7 @@ def _baseline_is_speculative(run: ConfigRun) -> str | None:
 
 def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """env.gpu_clean: no other process holds any GPU of the server's set before each launch."""
-    cid = "env.gpu_clean"
+    cid = ids.GPU_CLEAN.id
     checks = [(r.config, r.gpu) for r in (live.baseline, live.speculative)
               if r.gpu is not None and not r.attached]
     if not checks:
@@ -363,7 +364,7 @@ def gpu_clean_claim(profile: Profile, live: LiveResults) -> ClaimResult:
 def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """env.server_env: each launched server's serving process and every one of its TP rank
     processes carry the profile's [server] env."""
-    cid = "env.server_env"
+    cid = ids.SERVER_ENV.id
     if not profile.server.env:
         return claims.skipped(cid, PHASE, "the profile sets no [server] env, so there is "
                               "nothing to check")
@@ -459,7 +460,7 @@ def baseline_tps_claim(profile: Profile, live: LiveResults, *,
     """perf.baseline_tps: decode tok/s per request without speculation ≥ baseline_tps_min, at
     the gate's concurrency (single stream by default); thresholded=False reports the figures
     only (another level: the threshold is the gate's)."""
-    cid = "perf.baseline_tps"
+    cid = ids.BASELINE_TPS.id
     got = _need(live.baseline, cid, live)
     if isinstance(got, ClaimResult):
         return got
@@ -629,7 +630,7 @@ def _targets_attachment(profile: Profile, live: LiveResults,
 @_levelled
 def accept_len_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.accept_len: Σ completion_tokens / Σ spec_verify_ct ≥ accept_len_min (or break-even)."""
-    cid = "spec.accept_len"
+    cid = ids.ACCEPT_LEN.id
     got = spec_measurement(cid, live, timed=profile.thresholds.accept_len_min == "breakeven")
     if isinstance(got, ClaimResult):
         return got
@@ -724,11 +725,11 @@ def _expected(profile: Profile) -> str | None:
 @_levelled
 def breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     """spec.breakeven: measured accept length ≥ cycle time × baseline tok/s."""
-    return gpu_threat("spec.breakeven", live) or gpu_noted(_breakeven_claim(profile, live), live)
+    return gpu_threat(ids.BREAKEVEN.id, live) or gpu_noted(_breakeven_claim(profile, live), live)
 
 
 def _breakeven_claim(profile: Profile, live: LiveResults) -> ClaimResult:
-    cid = "spec.breakeven"
+    cid = ids.BREAKEVEN.id
     got = spec_measurement(cid, live)
     if isinstance(got, ClaimResult):
         return got
@@ -817,12 +818,12 @@ def speedup_claim(profile: Profile, live: LiveResults, *, attach: bool = True) -
     is the servers' too. The total speed-up (output tok/s, prefill and waiting included) is
     stated beside it: where prefill weighs much (long prompts, short answers) it is smaller.
     """
-    return gpu_threat("spec.speedup", live) or gpu_noted(
+    return gpu_threat(ids.SPEEDUP.id, live) or gpu_noted(
         _speedup_claim(profile, live, attach=attach), live)
 
 
 def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> ClaimResult:
-    cid = "spec.speedup"
+    cid = ids.SPEEDUP.id
     spec = _need(live.speculative, cid, live)
     if isinstance(spec, ClaimResult):
         return spec

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specgate.claims import ids
 from specgate.claims import result as claims
 from specgate.claims.figures import POSITION_PREFIX
 from specgate.claims.perf import _need, _sim
@@ -24,8 +25,8 @@ DEFAULT_MIN_REL_NOISE = 0.02
 
 # regress claim id → (figure name, how a user calls it)
 REGRESSION_CLAIMS: dict[str, tuple[str, str]] = {
-    "regress.accept_len": ("accept_len", "accept length"),
-    "regress.tps": ("spec_tps", "speculative tok/s"),
+    ids.REGRESS_ACCEPT_LEN.id: ("accept_len", "accept length"),
+    ids.REGRESS_TPS.id: ("spec_tps", "speculative tok/s"),
 }
 
 
@@ -42,7 +43,7 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
     if spec.stat("tps") is not None:
         current["spec_tps"] = Figure.of(spec.stats["tps"], "tok/s")
     launch = (launch_noise(live.launch_coverage, spec.confidence)
-              if claim_id == "regress.tps" else None)
+              if claim_id == ids.REGRESS_TPS.id else None)
     result = check_regression(claim_id, profile, reports_dir, current, launch=launch,
                               concurrency=live.gate_level,
                               drafter_digest=identity.drafter_digest(profile.drafter_path))
@@ -170,7 +171,7 @@ def judge_regression(
                          **kw)
 
 
-POSITION_CLAIM = "regress.accept_pos"
+POSITION_CLAIM = ids.REGRESS_ACCEPT_POS.id
 
 
 def position_regression_claim(profile: Profile, live: LiveResults,

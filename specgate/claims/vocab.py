@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgate.claims import inputs
+from specgate.claims import ids, inputs
 from specgate.claims import result as claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError
@@ -24,7 +24,7 @@ from specgate.io.vocab_maps import (
 PHASE = "phase0"
 
 def invariants_claim(profile: Profile) -> ClaimResult:
-    cid = "vocab.invariants"
+    cid = ids.VOCAB_INVARIANTS.id
     loaded = inputs.prepare(profile, cid, PHASE, ["drafter"], _read_drafter_map)
     if isinstance(loaded, ClaimResult):
         return loaded
@@ -109,7 +109,7 @@ def _details(cmp: MapComparison) -> dict[str, Any]:
 
 
 def d2t_match_claim(profile: Profile) -> ClaimResult:
-    cid = "vocab.d2t_match"
+    cid = ids.D2T_MATCH.id
     compared = _compared(profile, cid)
     if isinstance(compared, ClaimResult):
         return compared
@@ -140,7 +140,7 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
 
 
 def t2d_match_claim(profile: Profile) -> ClaimResult:
-    cid = "vocab.t2d_match"
+    cid = ids.T2D_MATCH.id
     compared = _compared(profile, cid)
     if isinstance(compared, ClaimResult):
         return compared

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specgate.claims import inputs
+from specgate.claims import ids, inputs
 from specgate.claims import result as claims
 from specgate.claims.result import ClaimResult
 from specgate.core.errors import CheckpointError
@@ -52,7 +52,7 @@ def layout_problems(drafter: Drafter) -> tuple[list[str], list[str]]:
 
 
 def layout_claim(profile: Profile) -> ClaimResult:
-    cid = "weights.layout"
+    cid = ids.WEIGHTS_LAYOUT.id
     drafter = _drafter(profile, cid)
     if isinstance(drafter, ClaimResult):
         return drafter
@@ -123,7 +123,7 @@ def parity_problems(drafter: Drafter, reference: Drafter) -> list[str]:
 
 
 def shape_parity_claim(profile: Profile) -> ClaimResult:
-    cid = "weights.shape_parity"
+    cid = ids.SHAPE_PARITY.id
     pair = inputs.prepare(profile, cid, PHASE, ["drafter", "reference"],
                           lambda a, b: (open_drafter(a), open_drafter(b)))
     if isinstance(pair, ClaimResult):
@@ -145,7 +145,7 @@ def shape_parity_claim(profile: Profile) -> ClaimResult:
 
 
 def health_claim(profile: Profile, *, workers: int | None = None) -> ClaimResult:
-    cid = "weights.health"
+    cid = ids.WEIGHTS_HEALTH.id
     drafter = _drafter(profile, cid)
     if isinstance(drafter, ClaimResult):
         return drafter

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specgate.claims import ids
 from specgate.claims.figures import POSITION_CLAIM, POSITION_PREFIX, position_summaries
 from specgate.claims.result import ClaimResult
 from specgate.io.history import (
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 
 # figure name → (claim id, details key holding its stats.Summary JSON, unit)
 FIGURE_SOURCES: dict[str, tuple[str, str, str]] = {
-    "accept_len": ("spec.accept_len", "accept_len", "tokens/verify"),
-    "baseline_tps": ("perf.baseline_tps", "tps", "tok/s"),
-    "speedup": ("spec.speedup", "speedup", "x"),
-    "spec_tps": ("spec.speedup", "spec_tps", "tok/s"),
+    "accept_len": (ids.ACCEPT_LEN.id, "accept_len", "tokens/verify"),
+    "baseline_tps": (ids.BASELINE_TPS.id, "tps", "tok/s"),
+    "speedup": (ids.SPEEDUP.id, "speedup", "x"),
+    "spec_tps": (ids.SPEEDUP.id, "spec_tps", "tok/s"),
 }
 
 def figures_from_claims(results: Iterable[ClaimResult]) -> dict[str, Figure]:
