@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 import specgate_suites
+
 from specgate.claims import ids
 
 ROOT = Path(__file__).resolve().parents[1]
