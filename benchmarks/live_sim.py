@@ -16,6 +16,7 @@ from typing import Any
 import requests
 
 from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.core.profile import Profile, parse_profile
 from specgate.measure import gate, launches, passes
 from specgate.results import bench, drift, prompts
@@ -124,8 +125,8 @@ def _results(profile: Profile, base: bench.Measurement,
 
 def _decisions(profile: Profile, results: LiveResults) -> dict[str, str]:
     claims = (perf_claims.baseline_tps_claim(profile, results),
-              perf_claims.accept_len_claim(profile, results),
-              perf_claims.speedup_claim(profile, results))
+              spec_claims.accept_len_claim(profile, results),
+              spec_claims.speedup_claim(profile, results))
     return {c.id: c.status.value for c in claims}
 
 

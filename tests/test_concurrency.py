@@ -10,8 +10,8 @@ import pytest
 import sim_support
 from ckpt_support import tiny_drafter
 
-from specgate.claims import levels
-from specgate.claims import perf as perf_claims
+from specgate.claims import levels, live_run
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.live import run_live
@@ -165,7 +165,7 @@ def test_the_crossover_is_found_where_the_drafter_stops_paying(session):
 @pytest.mark.slow
 def test_claims_per_level_and_the_gate_keep_their_ids(session):
     profile, live, _ = session
-    gate = perf_claims.speedup_claim(profile, live)
+    gate = spec_claims.speedup_claim(profile, live)
     assert gate.id == "spec.speedup"
     assert gate.status is Status.PASSED
     assert gate.details["concurrency"] == 1
@@ -227,7 +227,7 @@ def test_a_stream_that_stalls_at_the_highest_level_is_reported(tmp_path):
     assert "a stream of the speculative server stalled or was cut" in speedup16.message
     assert "1 of 16 streams failed" in speedup16.cause
     assert "stalled" in speedup16.cause
-    assert perf_claims.speedup_claim(profile, live).status is Status.PASSED
+    assert spec_claims.speedup_claim(profile, live).status is Status.PASSED
     records = model.read_truth(tmp_path / "truth.jsonl")
     assert [r.outcome for r in records].count("stalled") == 2  # one per server
     point = next(p for p in curves.curve(live).points if p.level == 16)
@@ -307,7 +307,7 @@ def test_a_level_above_a_servers_max_running_requests_says_it_measures_the_queue
     assert at4.details["queued"] == {"speculative": {"max_running_requests": 2, "waiting": 2}}
     assert "the speculative server runs at most 2 requests at once" in at4.message
     assert "2 of the 4 in flight wait in its queue" in at4.message
-    gate = perf_claims.speedup_claim(profile, capped, attach=False)  # at 1 in flight
+    gate = spec_claims.speedup_claim(profile, capped, attach=False)  # at 1 in flight
     assert "queued" not in gate.details
     assert set(gate.details["queued_levels"]) == {"4", "16"}
     assert "max_running_requests: the speculative server's is 2" in gate.message
@@ -316,10 +316,10 @@ def test_a_level_above_a_servers_max_running_requests_says_it_measures_the_queue
     breakeven = levels.level_claim("spec.breakeven", profile, capped, 16)
     assert breakeven.details["queued"]["speculative"]["waiting"] == 14
     # SGLang's own default, named as such, at a level above it
-    note, queued = perf_claims.queued_at(live, 64)
+    note, queued = live_run.queued_at(live, 64)
     assert queued == {"speculative": {"max_running_requests": 48, "waiting": 16}}
     assert "(max_running_requests, SGLang's default for speculative decoding)" in note
-    assert perf_claims.queued_at(live, 48) == ("", {})
+    assert live_run.queued_at(live, 48) == ("", {})
 
 
 @pytest.mark.slow

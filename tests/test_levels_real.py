@@ -9,7 +9,7 @@ import gzip
 from pathlib import Path
 
 from specgate.claims import levels
-from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.core.profile import load_profile
 from specgate.results import held
 from specgate.results.live import ConfigRun, LiveResults
@@ -58,7 +58,7 @@ def test_a_baseline_whose_requests_decoded_far_faster_than_alone_was_not_held(tm
     assert "not_held" not in levels.level_claim("spec.accept_len", profile, live, 64).details
     for level in (32, 48):
         assert "not_held" not in levels.level_claim("spec.speedup", profile, live, level).details
-    gate = perf_claims.speedup_claim(profile, live, attach=False)
+    gate = spec_claims.speedup_claim(profile, live, attach=False)
     assert set(gate.details["not_held_levels"]) == {"64"}
     assert "at 64 in flight the baseline server did not run the requests" in gate.message
 

@@ -10,7 +10,9 @@ import pytest
 from ckpt_support import tiny_drafter
 from specgate_fixtures.live import shared_live_results
 
+from specgate.claims import env as env_claims
 from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import Status
 from specgate.core.profile import parse_profile
 from specgate.measure.live import run_live
@@ -62,9 +64,9 @@ def test_run_live_measures_both_servers_and_claims_follow(tmp_path):
         live.speculative.measurement.stats["accept_len"].mean)
 
     results = {c.id: c for c in (
-        perf_claims.baseline_tps_claim(profile, back), perf_claims.accept_len_claim(profile, back),
-        perf_claims.breakeven_claim(profile, back), perf_claims.speedup_claim(profile, back),
-        perf_claims.server_env_claim(profile, back), perf_claims.gpu_clean_claim(profile, back))}
+        perf_claims.baseline_tps_claim(profile, back), spec_claims.accept_len_claim(profile, back),
+        spec_claims.breakeven_claim(profile, back), spec_claims.speedup_claim(profile, back),
+        env_claims.server_env_claim(profile, back), env_claims.gpu_clean_claim(profile, back))}
     for cid in ("perf.baseline_tps", "spec.accept_len", "spec.breakeven", "spec.speedup",
                 "env.server_env"):
         assert results[cid].status is Status.PASSED, results[cid].message
@@ -106,11 +108,11 @@ def test_the_speculative_passes_are_judged_with_the_class_the_baseline_showed(tm
 def test_slow_drafter_fails_breakeven_and_speedup(tmp_path):
     profile = _profile(tmp_path, acceptance=(0.3, 0.1), thresholds={"accept_len_min": "breakeven"})
     live = run_live(profile, tmp_path / "reports")
-    be = perf_claims.breakeven_claim(profile, live)
+    be = spec_claims.breakeven_claim(profile, live)
     assert be.status is Status.FAILED
     assert "the drafter makes serving slower" in be.message
-    assert perf_claims.speedup_claim(profile, live).status is Status.FAILED
-    assert perf_claims.accept_len_claim(profile, live).status is Status.FAILED
+    assert spec_claims.speedup_claim(profile, live).status is Status.FAILED
+    assert spec_claims.accept_len_claim(profile, live).status is Status.FAILED
 
 
 def test_server_that_dies_at_start_makes_claims_broken_with_log_tail(tmp_path):
@@ -121,8 +123,8 @@ def test_server_that_dies_at_start_makes_claims_broken_with_log_tail(tmp_path):
     claim = perf_claims.baseline_tps_claim(profile, live)
     assert claim.status is Status.BROKEN
     assert "could not be made" in claim.message
-    for fn in (perf_claims.accept_len_claim, perf_claims.breakeven_claim,
-               perf_claims.speedup_claim, perf_claims.server_env_claim):
+    for fn in (spec_claims.accept_len_claim, spec_claims.breakeven_claim,
+               spec_claims.speedup_claim, env_claims.server_env_claim):
         assert fn(profile, live).status is Status.BROKEN
 
 
@@ -131,7 +133,7 @@ def test_no_spec_fields_is_flagged(tmp_path):
                        bench={"repeats": 1, "max_repeats": 1, "prompts_per_category": None,
                               "categories": ["math"]})
     live = run_live(profile, tmp_path / "reports")
-    claim = perf_claims.accept_len_claim(profile, live)
+    claim = spec_claims.accept_len_claim(profile, live)
     assert claim.status is Status.BROKEN
     assert "no spec_verify_ct" in claim.message
 

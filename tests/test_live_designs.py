@@ -11,7 +11,7 @@ import pytest
 import sim_support
 from ckpt_support import tiny_drafter
 
-from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.core.profile import parse_profile
 from specgate.io import launch_log
 from specgate.measure import gate, launches, live, plan, resident, reuse
@@ -95,7 +95,7 @@ def test_aba_launches_the_baseline_again_and_pools_its_two_launches(tmp_path):
     back = LiveResults.read(reports / "live" / "results.json")
     assert back.coverage == coverage
     assert back.baseline_after.measurement.repeats == 2
-    claim = perf_claims.speedup_claim(_profile(tmp_path, design="aba"), back)
+    claim = spec_claims.speedup_claim(_profile(tmp_path, design="aba"), back)
     assert "A–B–A" in claim.message
     assert "between its two launches in this run" in claim.message
     assert claim.details["launch_spread"]["baseline_launches"] == 2
@@ -173,7 +173,7 @@ def test_launches_of_successive_runs_teach_the_deployment_its_spread(tmp_path):
     assert second.coverage.baseline.source == "learned"
     assert second.coverage.baseline.launches == 2
     assert second.coverage.speculative.source == "learned"
-    claim = perf_claims.speedup_claim(profile, second)
+    claim = spec_claims.speedup_claim(profile, second)
     assert "baseline tok/s" in claim.message
     assert "learned from 2 launches of this deployment" in claim.message
     assert len(launch_log.read(launch_log.log_file(reports))) == 4

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from ckpt_support import tiny_drafter
 
-from specgate.claims import perf as perf_claims
+from specgate.claims import env as env_claims
+from specgate.claims import live_run
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ProfileError
 from specgate.core.profile import Profile, parse_profile
@@ -193,7 +195,7 @@ def test_the_profile_env_must_reach_every_tp_rank(
                                        baseline=live_results.ConfigRun("baseline"),
                                        speculative=live_results.ConfigRun("speculative",
                                                                           env=check))
-    claim = perf_claims.server_env_claim(profile, results)
+    claim = env_claims.server_env_claim(profile, results)
     assert claim.status is Status.FAILED
     assert "speculative, TP1 (pid" in claim.message
     assert "NCCL_PROTO=None (expected 'Simple')" in claim.message
@@ -255,9 +257,9 @@ def test_both_servers_load_at_once_on_disjoint_gpu_sets_and_are_measured_one_at_
     assert results.gpus_by_server["speculative"]["selected"] == (0, 1)
     assert results.gpu_differences == ()
     back = live_results.LiveResults.read(reports / "live" / "results.json")
-    claims = {c.id: c for c in (perf_claims.gpu_clean_claim(profile, back),
-                                perf_claims.server_env_claim(profile, back),
-                                perf_claims.speedup_claim(profile, back))}
+    claims = {c.id: c for c in (env_claims.gpu_clean_claim(profile, back),
+                                env_claims.server_env_claim(profile, back),
+                                spec_claims.speedup_claim(profile, back))}
     assert claims["env.gpu_clean"].status is Status.PASSED
     assert claims["env.gpu_clean"].details["gpus_checked"] == {"baseline": [2, 3],
                                                                "speculative": [0, 1]}
@@ -321,8 +323,8 @@ def test_another_gpu_model_for_the_baseline_breaks_the_comparison(
     (model_line,) = planned.gpu_differences
     assert model_line.startswith("GPU model: the baseline on GPUs [2, 3]")
     results = _results_of(planned)
-    for claim in (perf_claims.speedup_claim(profile, results),
-                  perf_claims.breakeven_claim(profile, results)):
+    for claim in (spec_claims.speedup_claim(profile, results),
+                  spec_claims.breakeven_claim(profile, results)):
         assert claim.status is Status.BROKEN
         assert claim.reason == "gpu_mismatch"
         assert H100 in claim.message
@@ -347,7 +349,7 @@ def test_another_driver_breaks_it_and_other_clocks_are_reported_only(
               fake_gpus.FakeGpu(3, driver_version="570.124.06")]
     profile, planned = _differing(machine, tmp_path, driver)
     assert [d.split(":")[0] for d in planned.gpu_differences] == ["driver"]
-    assert perf_claims.speedup_claim(profile, _results_of(planned)).reason == "gpu_mismatch"
+    assert spec_claims.speedup_claim(profile, _results_of(planned)).reason == "gpu_mismatch"
 
     clocks = [fake_gpus.FakeGpu(0), fake_gpus.FakeGpu(1),
               fake_gpus.FakeGpu(2, clocks_applications_graphics="1500"),
@@ -357,8 +359,8 @@ def test_another_driver_breaks_it_and_other_clocks_are_reported_only(
     assert clock_line.startswith("clocks: the baseline on GPUs [2, 3]")
     assert "applications 1500/3201 MHz" in clock_line
     results = _results_of(planned)
-    assert perf_claims.gpu_threat("spec.speedup", results) is None
-    noted = perf_claims.gpu_noted(perf_claims.speedup_claim(profile, results), results)
+    assert live_run.gpu_threat("spec.speedup", results) is None
+    noted = live_run.gpu_noted(spec_claims.speedup_claim(profile, results), results)
     assert noted.details["gpu_differences"] == [clock_line]
     assert "the two servers' GPUs differ in clocks" in noted.message
 

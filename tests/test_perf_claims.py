@@ -11,7 +11,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from specgate_fixtures import verdict_writer
 
+from specgate.claims import env as env_claims
 from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.claims import verdict
 from specgate.claims.figures import figures_of, key_figures
 from specgate.claims.result import Attachment, Status
@@ -69,7 +71,7 @@ def _seeds_story():
 
 def test_breakeven_message_shows_the_arithmetic_of_the_seeds():
     base, spec = _seeds_story()
-    result = perf_claims.breakeven_claim(_profile(), _live(base, spec))
+    result = spec_claims.breakeven_claim(_profile(), _live(base, spec))
     assert result.status is Status.FAILED
     assert result.message.startswith("cycle 30.0 ms × 82.0 tok/s = break-even 2.46")
     assert "the drafter makes serving slower" in result.message
@@ -85,7 +87,7 @@ def test_breakeven_message_shows_the_arithmetic_of_the_seeds():
 
 def test_speedup_fails_below_one_with_interval():
     base, spec = _seeds_story()
-    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    result = spec_claims.speedup_claim(_profile(), _live(base, spec))
     assert result.status is Status.FAILED
     assert "makes serving slower" in result.message
     assert "95 % CI" in result.message
@@ -98,7 +100,7 @@ def test_speedup_names_the_prompts_that_are_not_faster():
     base = _measurement("baseline", tps_per_repeat=[100.0] * 3)
     spec = _measurement("speculative", tps_per_repeat=[100.0] * 3, verify=40, completion=83,
                         prompt_factors=[0.5, 2.0, 0.6, 2.0])
-    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    result = spec_claims.speedup_claim(_profile(), _live(base, spec))
     assert "per prompt (median 1.30×) not above 1 on 2 of 4: p0 0.50×" in result.message
     assert "p2 0.60×, accept length 2.08" in result.message
     rows = result.details["per_prompt"]
@@ -111,14 +113,14 @@ def test_speedup_spread_when_every_prompt_is_faster():
     base = _measurement("baseline", tps_per_repeat=[100.0] * 3)
     spec = _measurement("speculative", tps_per_repeat=[150.0] * 3, verify=40,
                         prompt_factors=[1.0, 1.2, 1.1, 1.3])
-    result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+    result = spec_claims.speedup_claim(_profile(), _live(base, spec))
     assert "per prompt 1.50× to 1.95× (median 1.73×), above 1 on all 4" in result.message
     assert "not above" not in result.message
 
 
 def test_accept_len_against_breakeven_threshold():
     base, spec = _seeds_story()
-    result = perf_claims.accept_len_claim(_profile(accept_len_min="breakeven"), _live(base, spec))
+    result = spec_claims.accept_len_claim(_profile(accept_len_min="breakeven"), _live(base, spec))
     assert result.status is Status.FAILED
     assert "measured break-even 2.460" in result.message
     assert "chat 2.00" in result.message
@@ -160,7 +162,7 @@ def test_secretly_speculative_baseline_is_flagged():
 
 def test_accept_len_near_one_says_drafter_not_wired():
     spec = _measurement("speculative", tps_per_repeat=[50.0, 50.0], verify=82, completion=83)
-    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    result = spec_claims.accept_len_claim(_profile(), _live(None, spec))
     assert result.status is Status.FAILED
     assert "not wired in" in result.message
     assert "missing d2t" in result.message
@@ -168,7 +170,7 @@ def test_accept_len_near_one_says_drafter_not_wired():
 
 def test_missing_spec_fields_break_accept_len():
     spec = _measurement("speculative", tps_per_repeat=[50.0, 50.0])
-    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    result = spec_claims.accept_len_claim(_profile(), _live(None, spec))
     assert result.status is Status.BROKEN
     assert "no spec_verify_ct on 8 of 8 responses" in result.message
 
@@ -177,8 +179,8 @@ def test_failures_make_claims_broken_with_log_tail():
     failure = Failure("start", "server exited with code 1", "CUDA error: out of memory")
     live = _live(base_run=ConfigRun("baseline", failure=failure),
                  spec_run=ConfigRun("speculative", failure=failure))
-    for fn in (perf_claims.baseline_tps_claim, perf_claims.accept_len_claim,
-               perf_claims.breakeven_claim, perf_claims.speedup_claim):
+    for fn in (perf_claims.baseline_tps_claim, spec_claims.accept_len_claim,
+               spec_claims.breakeven_claim, spec_claims.speedup_claim):
         result = fn(_profile(), live)
         assert result.status is Status.BROKEN
         assert "server did not start" in result.message
@@ -188,26 +190,26 @@ def test_failures_make_claims_broken_with_log_tail():
 def test_gpu_clean_lists_offenders_or_skips():
     dirty = GpuCheck(True, "GPUs [0] checked", ({"pid": 4242, "process_name": "python3",
                                                  "gpu_index": 0, "used_memory_mib": 70000},))
-    result = perf_claims.gpu_clean_claim(_profile(), _live(gpu=dirty))
+    result = env_claims.gpu_clean_claim(_profile(), _live(gpu=dirty))
     assert result.status is Status.FAILED
     assert "pid 4242 python3 on GPU 0 holding 70000 MiB" in result.message
     nosmi = GpuCheck(False, "nvidia-smi is not available")
-    assert perf_claims.gpu_clean_claim(_profile(), _live(gpu=nosmi)).status is Status.SKIPPED
-    assert perf_claims.gpu_clean_claim(_profile(), _live()).status is Status.SKIPPED
+    assert env_claims.gpu_clean_claim(_profile(), _live(gpu=nosmi)).status is Status.SKIPPED
+    assert env_claims.gpu_clean_claim(_profile(), _live()).status is Status.SKIPPED
     clean = GpuCheck(True, "GPUs [0] checked")
-    assert perf_claims.gpu_clean_claim(_profile(), _live(gpu=clean)).status is Status.PASSED
+    assert env_claims.gpu_clean_claim(_profile(), _live(gpu=clean)).status is Status.PASSED
 
 
 def test_server_env_mismatch_and_unreadable():
     want = {"NCCL_PROTO": "Simple"}
     bad = EnvCheck(True, "read", want, {"NCCL_PROTO": None})
-    result = perf_claims.server_env_claim(_profile(), _live(env=bad))
+    result = env_claims.server_env_claim(_profile(), _live(env=bad))
     assert result.status is Status.FAILED
     assert "NCCL_PROTO=None (expected 'Simple')" in result.message
     good = EnvCheck(True, "read", want, {"NCCL_PROTO": "Simple"})
-    assert perf_claims.server_env_claim(_profile(), _live(env=good)).status is Status.PASSED
+    assert env_claims.server_env_claim(_profile(), _live(env=good)).status is Status.PASSED
     remote = EnvCheck(False, "remote launcher: the environment lives on the GPU host", want)
-    result = perf_claims.server_env_claim(_profile(), _live(env=remote))
+    result = env_claims.server_env_claim(_profile(), _live(env=remote))
     assert result.status is Status.SKIPPED
     assert "remote launcher" in result.message
 
@@ -313,7 +315,7 @@ def test_the_speedup_of_two_prompts_is_neither_a_mean_of_ratios_nor_of_rates():
     assert (mean_of_ratios, ratio_of_mean_rates) == pytest.approx((2.25, 212.5 / 75))
     assert bench.speedup(spec, base).mean == pytest.approx(pooled) == pytest.approx(2.4 / 1.3)
     with _no_plots():
-        result = perf_claims.speedup_claim(_profile(), _live(base, spec))
+        result = spec_claims.speedup_claim(_profile(), _live(base, spec))
     assert result.observed == pytest.approx(1.8462, abs=1e-4)
 
 
@@ -329,7 +331,7 @@ def ratios(draw):
 
 @given(ratios(), st.floats(1.0, 8.0), st.floats(0.1, 100.0))
 def test_the_breakeven_interval_is_the_speedup_interval_in_accept_length(ratio, tau, cycle_ms):
-    be = perf_claims.BreakEven(ratio, tau, cycle_ms, tau / ratio.mean / (cycle_ms / 1000.0))
+    be = spec_claims.BreakEven(ratio, tau, cycle_ms, tau / ratio.mean / (cycle_ms / 1000.0))
     low, high = be.breakeven_ci
     assert low is not None
     assert high is not None
@@ -349,7 +351,7 @@ def test_no_breakeven_interval_without_a_positive_speedup_interval():
     no_interval = stats.summarize([1.2])
     reaching_zero = stats.Summary(5, 0.5, 1.0, 2.0, -0.3, 1.3, 0.95, 4.0)
     for ratio in (no_interval, reaching_zero):
-        assert perf_claims.BreakEven(ratio, 2.0, 10.0, 100.0).breakeven_ci == (None, None)
+        assert spec_claims.BreakEven(ratio, 2.0, 10.0, 100.0).breakeven_ci == (None, None)
 
 
 @contextlib.contextmanager
@@ -358,7 +360,7 @@ def _no_plots():
     blank = Attachment("chart", b"", "png")
     with pytest.MonkeyPatch.context() as mp:
         for name in ("breakeven", "tps_repeats", "per_prompt", "per_category", "per_position"):
-            mp.setattr(perf_claims.live_plots, name, lambda *a, **k: blank)
+            mp.setattr(spec_claims.live_plots, name, lambda *a, **k: blank)
         yield
 
 
@@ -369,9 +371,9 @@ def test_breakeven_and_speedup_decide_on_the_one_paired_interval(runs):
     profile = _profile(speedup_min=1.0, accept_len_min="breakeven")
     live = _live(base, spec)
     with _no_plots():
-        breakeven = perf_claims.breakeven_claim(profile, live)
-        speedup = perf_claims.speedup_claim(profile, live)
-        accept = perf_claims.accept_len_claim(profile, live)
+        breakeven = spec_claims.breakeven_claim(profile, live)
+        speedup = spec_claims.speedup_claim(profile, live)
+        accept = spec_claims.accept_len_claim(profile, live)
     ratio = bench.speedup(spec, base)
     tau = spec.stats["tau_decode"].mean  # decode-only: Σ(completion − 1) / Σ verify
     d = breakeven.details
@@ -402,9 +404,9 @@ def test_key_figures_come_from_the_claims_with_their_intervals(tmp_path):
     live = _live(base, spec)
     profile = _profile(speedup_min=1.0)
     results = [perf_claims.baseline_tps_claim(profile, live),
-               perf_claims.accept_len_claim(profile, live),
-               perf_claims.breakeven_claim(profile, live),
-               perf_claims.speedup_claim(profile, live)]
+               spec_claims.accept_len_claim(profile, live),
+               spec_claims.breakeven_claim(profile, live),
+               spec_claims.speedup_claim(profile, live)]
     by_id = {r.id: r for r in results}
     figures = {f.key: f for f in key_figures(results)}
     assert list(figures) == ["baseline_tps", "accept_len", "breakeven", "speedup"]
@@ -444,7 +446,7 @@ def test_a_failed_server_is_one_cause_of_every_claim_it_broke():
     live = _live(_measurement("baseline", tps_per_repeat=[80.0] * 3),
                  spec_run=ConfigRun("speculative", failure=failure))
     results = [fn(_profile(), live) for fn in (
-        perf_claims.accept_len_claim, perf_claims.breakeven_claim, perf_claims.speedup_claim)]
+        spec_claims.accept_len_claim, spec_claims.breakeven_claim, spec_claims.speedup_claim)]
     assert {r.status for r in results} == {Status.BROKEN}
     assert {r.cause for r in results} == {"speculative server, during start: the speculative "
                                          "server exited with code 1\n--- last lines of the "
@@ -472,8 +474,8 @@ def _faster(by):
     return base, spec
 
 
-TIMED = (perf_claims.baseline_tps_claim, perf_claims.speedup_claim,
-         perf_claims.breakeven_claim, perf_claims.accept_len_claim)
+TIMED = (perf_claims.baseline_tps_claim, spec_claims.speedup_claim,
+         spec_claims.breakeven_claim, spec_claims.accept_len_claim)
 
 
 def test_every_timed_claim_says_what_its_interval_covers():
@@ -556,7 +558,7 @@ def test_a_gpu_bound_deployment_is_judged_with_the_narrow_prior_and_says_its_cla
 def test_a_result_without_a_coverage_is_judged_with_the_prior():
     base, spec = _faster(3.0)
     with _no_plots():
-        result = perf_claims.speedup_claim(_profile(), _live(base, spec, coverage=None))
+        result = spec_claims.speedup_claim(_profile(), _live(base, spec, coverage=None))
     assert result.status is Status.PASSED
     spread = result.details["launch_spread"]
     assert spread["speculative"] == drift.prior("cycle_ms").to_json()
@@ -587,7 +589,7 @@ def test_the_speedup_takes_the_stricter_confidence_of_two_sequential_measurement
     ratio = bench.speedup(spec, base)
     assert ratio.mean == pytest.approx(at_95.mean)
     assert ratio.ci_high - ratio.ci_low > at_95.ci_high - at_95.ci_low
-    result = perf_claims.speedup_claim(_profile(), _live(base, spec), attach=False)
+    result = spec_claims.speedup_claim(_profile(), _live(base, spec), attach=False)
     assert result.details["speedup_within_launch"]["confidence"] == pytest.approx(strict)
     assert "98.33 % CI" in result.message
 
@@ -604,7 +606,7 @@ def test_acceptance_per_draft_position_is_a_key_figure(tmp_path):
     spec = build_measurement(config="speculative", url="http://x", template=PLAIN,
                              sampling=Sampling(max_repeats=3), samples=samples,
                              server_spec={"speculative_num_steps": 2})
-    result = perf_claims.accept_len_claim(_profile(), _live(base, spec))
+    result = spec_claims.accept_len_claim(_profile(), _live(base, spec))
     shares = [p["mean"] for p in result.details["accept_pos"]]
     assert shares == pytest.approx([120 / 160, 41 / 160])
     assert "accepted at draft 1 0.750, 2 0.256" in result.message

@@ -23,6 +23,7 @@ import pytest
 import sim_support
 
 from specgate.claims import perf as perf_claims
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import Status
 from specgate.core.errors import ServerError
 from specgate.core.profile import parse_profile
@@ -551,8 +552,8 @@ def test_breakeven_and_speedup_never_contradict(monkeypatch: pytest.MonkeyPatch)
                       build_measurement(config="speculative", url="x", template=PLAIN,
                                         sampling=bench_, samples=spec))
         profile = _profile(speedup_min=1.0)
-        be = perf_claims.breakeven_claim(profile, live_).status
-        sp = perf_claims.speedup_claim(profile, live_).status
+        be = spec_claims.breakeven_claim(profile, live_).status
+        sp = spec_claims.speedup_claim(profile, live_).status
         assert be == sp, (trial, be, sp)
 
 
@@ -647,7 +648,7 @@ def test_all_one_token_speculative_answers_give_a_reason_not_a_crash() -> None:
     spec = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                              samples=[_row(prompt=f"p{i}", completion=1, verify=None)
                                       for i in range(3)])
-    result = perf_claims.accept_len_claim(_profile(), _live(None, spec))
+    result = spec_claims.accept_len_claim(_profile(), _live(None, spec))
     assert result.status is Status.BROKEN
     assert "no verify pass ran" in result.message
 
@@ -670,7 +671,7 @@ def test_speedup_without_shared_prompts_is_broken_with_the_reason() -> None:
     spec = build_measurement(config="speculative", url="x", template=PLAIN, sampling=Sampling(),
                              samples=[_row(prompt=f"s{i}", completion=40, verify=20, tps=150.0)
                                       for i in range(3)])
-    for claim in (perf_claims.speedup_claim, perf_claims.breakeven_claim):
+    for claim in (spec_claims.speedup_claim, spec_claims.breakeven_claim):
         result = claim(_profile(), _live(base, spec))
         assert result.status is Status.BROKEN, (claim, result.message)
         assert "0 prompt(s) were timed on both servers" in result.message

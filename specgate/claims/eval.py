@@ -12,8 +12,9 @@ import json
 import math
 from collections.abc import Sequence
 
-from specgate.claims import ids, inputs, perf
+from specgate.claims import ids, inputs
 from specgate.claims import result as claims
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.errors import CheckpointError, DataError
 from specgate.core.profile import Profile
@@ -516,7 +517,7 @@ def live_agreement_claim(profile: Profile, live: LiveResults) -> ClaimResult:
         return claims.skipped(cid, LIVE_PHASE, sim + "no drafter given ([drafter] path or "
                               "--drafter) to evaluate on the dump",
                               details={"missing_input": "drafter"})
-    spec = perf.spec_measurement(cid, live, timed=False)
+    spec = spec_claims.spec_measurement(cid, live, timed=False)
     if isinstance(spec, ClaimResult):
         return spec
     measured = spec.stat("accept_len")

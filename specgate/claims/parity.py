@@ -9,7 +9,7 @@ from typing import Any
 
 from specgate.claims import ids
 from specgate.claims import result as claims
-from specgate.claims.perf import PHASE, _broken, _need, _sim
+from specgate.claims.live_run import PHASE, blocked, needs, sim
 from specgate.claims.result import Attachment, ClaimResult
 from specgate.core.profile import Profile
 from specgate.results import parity
@@ -27,18 +27,18 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     temperature = profile.bench.temperature
     if temperature != 0:
         return claims.skipped(
-            CLAIM, PHASE, _sim(live) + f"answers are sampled at temperature {temperature:g}, "
+            CLAIM, PHASE, sim(live) + f"answers are sampled at temperature {temperature:g}, "
             "so two servers' texts differ by design; comparing their distributions is out of "
             "reach here: judge parity with [bench] temperature = 0", reason="sampled")
-    base = _need(live.baseline, CLAIM, live, timed=False)
+    base = needs(live.baseline, CLAIM, live, timed=False)
     if isinstance(base, ClaimResult):
         return base
-    spec = _need(live.speculative, CLAIM, live, timed=False)
+    spec = needs(live.speculative, CLAIM, live, timed=False)
     if isinstance(spec, ClaimResult):
         return spec
     if not parity.answers_of(base) or not parity.answers_of(spec):
         side = "baseline" if not parity.answers_of(base) else "speculative"
-        return _broken(CLAIM, live, f"the {side} server's answers carry no token ids "
+        return blocked(CLAIM, live, f"the {side} server's answers carry no token ids "
                        "(output_ids), so the two servers' answers cannot be compared")
     found = parity.compare(base, spec, live.baseline.answers, live.speculative.answers,
                            live.baseline.server_info, live.speculative.server_info)
@@ -82,10 +82,10 @@ def parity_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     kw: dict[str, Any] = {"observed": observed, "expected": "0", "unit": "findings",
                           "details": details, "attachments": attachments}
     if problems:
-        return claims.failed(CLAIM, PHASE, _sim(live) + ". ".join(problems) + f". {summary}. "
+        return claims.failed(CLAIM, PHASE, sim(live) + ". ".join(problems) + f". {summary}. "
                              "The speed-up compares unlike servers until they answer alike.",
                              **kw)
-    return claims.passed(CLAIM, PHASE, _sim(live) + summary, **kw)
+    return claims.passed(CLAIM, PHASE, sim(live) + summary, **kw)
 
 
 def _count(n: int, what: str) -> str:

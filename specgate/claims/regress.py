@@ -11,7 +11,7 @@ from typing import Any
 from specgate.claims import ids
 from specgate.claims import result as claims
 from specgate.claims.figures import POSITION_PREFIX
-from specgate.claims.perf import _need, _sim
+from specgate.claims.live_run import needs, sim
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.io import history as history_store
@@ -34,7 +34,7 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
                      reports_dir: Path) -> ClaimResult:
     """regress.accept_len / regress.tps: no drop beyond the measured noise since the last
     passing run of this profile (reports/history)."""
-    spec = _need(live.speculative, claim_id, live)
+    spec = needs(live.speculative, claim_id, live)
     if isinstance(spec, ClaimResult):
         return spec
     current: dict[str, Figure] = {}
@@ -47,8 +47,8 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
     result = check_regression(claim_id, profile, reports_dir, current, launch=launch,
                               concurrency=live.gate_level,
                               drafter_digest=identity.drafter_digest(profile.drafter_path))
-    if live.simulated and not result.message.startswith(_sim(live)):
-        result = dataclasses.replace(result, message=_sim(live) + result.message)
+    if live.simulated and not result.message.startswith(sim(live)):
+        result = dataclasses.replace(result, message=sim(live) + result.message)
     return result
 
 
@@ -178,7 +178,7 @@ def position_regression_claim(profile: Profile, live: LiveResults,
                               reports_dir: Path) -> ClaimResult:
     """regress.accept_pos: no draft position's acceptance dropped beyond the measured noise
     since the last passing run of this profile."""
-    spec = _need(live.speculative, POSITION_CLAIM, live)
+    spec = needs(live.speculative, POSITION_CLAIM, live)
     if isinstance(spec, ClaimResult):
         return spec
     current = {position_figure(k): Figure.of(summary)
@@ -187,8 +187,8 @@ def position_regression_claim(profile: Profile, live: LiveResults,
         current, history_store.read_history(history_store.history_file(reports_dir)),
         profile.name, confidence=spec.confidence, concurrency=live.gate_level,
         drafter_digest=identity.drafter_digest(profile.drafter_path))
-    if live.simulated and not result.message.startswith(_sim(live)):
-        result = dataclasses.replace(result, message=_sim(live) + result.message)
+    if live.simulated and not result.message.startswith(sim(live)):
+        result = dataclasses.replace(result, message=sim(live) + result.message)
     return result
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from specgate.claims import perf
+from specgate.claims import spec as spec_claims
 from specgate.claims.result import ClaimResult, Status
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.launch_log import LaunchRecord
@@ -136,7 +136,7 @@ class Trials:
             results.ConfigRun("speculative", measurement=spec,
                               server_info={"speculative_algorithm": "EAGLE3"}),
             coverage=coverage)
-        judged = perf.speedup_claim(self.profile, session, attach=False)
+        judged = spec_claims.speedup_claim(self.profile, session, attach=False)
         return Trial(seed, speeds, judged, coverage)
 
 
