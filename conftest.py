@@ -1,2 +1,2 @@
-"""The specgate plugin is loaded through its pytest11 entry point (specgate_fixtures.plugin),
+"""The specgate plugin is loaded through its pytest11 entry point (specgate.plugin.entry),
 installed with the package: `pip install -e .` (tox does this). Nothing else is needed here."""

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-# Labelled the way fixtures/plugin.py labels claims: epic = phase title, feature = family,
+# Labelled the way specgate/plugin/session.py labels claims: epic = phase title, feature = family,
 # story = claim id; failed claims call pytest.fail, broken ones raise a non-assertion error,
 # both with "<claim id>: <message>".
 _SAMPLE = '''

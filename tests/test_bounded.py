@@ -178,7 +178,7 @@ def test_the_offline_run_does_not_grow_with_empty_tensors(tmp_path: Path) -> Non
 def test_the_offline_run_does_per_key_work_once(tmp_path: Path) -> None:
     """200 [drafter.expect] keys: config.json is read once for all of them, each claim leaves
     one Allure file (no container per claim), and the interim verdicts are few."""
-    from specgate_fixtures.verdict_writer import INTERIM_EVERY, INTERIM_SECONDS
+    from specgate.plugin.verdict_writer import INTERIM_EVERY, INTERIM_SECONDS
 
     runs = {}
     for keys in (2, 200):

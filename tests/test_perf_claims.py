@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from specgate_fixtures import verdict_writer
 
 from specgate.claims import env as env_claims
 from specgate.claims import perf as perf_claims
@@ -18,6 +17,7 @@ from specgate.claims import verdict
 from specgate.claims.figures import figures_of, key_figures
 from specgate.claims.result import Attachment, Status
 from specgate.core.profile import parse_profile
+from specgate.plugin import verdict_writer
 from specgate.results import bench, drift, stats
 from specgate.results.bench import RequestSample, Sampling, build_measurement
 from specgate.results.live import ConfigRun, EnvCheck, Failure, GpuCheck, LiveResults

@@ -68,7 +68,7 @@ def pytest_sessionfinish(session):
         json.dump(record, fh)
 '''
 # What pytest must import to find out the plugin is not wanted: its entry point and options.
-ENTRY_POINT = ["specgate_fixtures", "specgate_fixtures.options", "specgate_fixtures.plugin"]
+ENTRY_POINT = ["specgate", "specgate.plugin", "specgate.plugin.entry", "specgate.plugin.options"]
 
 
 def _recorded(project: Path, *args: str, env: dict[str, str] | None = None,

@@ -275,7 +275,7 @@ def figure_key(figure: Figure) -> str:
 
 
 # allure-pytest writes an exception's qualified name before its text ("Failed: ",
-# "specgate_fixtures.guard.ClaimBroken: "); a claim's own words start with its lower-case id.
+# "specgate.plugin.guard.ClaimBroken: "); a claim's own words start with its lower-case id.
 _EXCEPTION_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ")
 
 
