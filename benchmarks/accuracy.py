@@ -1,7 +1,7 @@
 """The harness's live figures against the truth the server logs itself, in every simulator mode,
 and against real SGLang's own server-side figures (e2e_latency, spec_verify_ct).
 
-    python benchmarks/accuracy.py            # prints the table; writes reports/accuracy.json
+    python -m benchmarks.accuracy            # prints the table; writes reports/accuracy.json
 
 Simulator: each mode runs `passes.measure` over the 42 built-in prompts against a simulator that
 logs every request on its own clock (SPECGATE_SIM_TRUTH); accept length and decode tok/s are

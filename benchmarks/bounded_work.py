@@ -20,9 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON
+from benchmarks.common import PYTHON
 
 # The offline claims on a pathological input take at most this many times the normal run.
 TARGETS = {"ratio_max": 4.0}

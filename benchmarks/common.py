@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+
+
+def with_root(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A child's environment (this process's, or `env`) with the checkout's root on PYTHONPATH:
+    a child runs a benchmark as `python -m benchmarks.<module>` from any folder. The root comes
+    last, so a specgate installed where PYTHONPATH already points (RS_SITE) is the one imported."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (out.get("PYTHONPATH", ""), str(ROOT)) if p)
+    return out
+
+
+def import_package(root: Path, name: str) -> types.ModuleType:
+    """Package `name` from a folder that is not on sys.path (an unpacked wheel): its submodules
+    then import as usual (`from name.x import y`), through the package's own path."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.machinery.PathFinder.find_spec(name, [str(root)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{root}: holds no package {name!r} (unpack its wheel there)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +70,7 @@ def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None,
               timeout_s: float = 600.0) -> ChildRun:
     """Run argv to completion; stdout and stderr are kept, the peak RSS read from the wrapper's
     tag on stderr when there is one (see measured())."""
-    full_env = dict(os.environ)
+    full_env = with_root()
     full_env.update(env or {})
     for name in unset:
         full_env.pop(name, None)

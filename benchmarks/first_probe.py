@@ -3,7 +3,7 @@ launch history, no stored baseline), judged with the prior of the class the prob
 simulator's model set to the noise real SGLang showed for that class (specgate.testing.
 drift_trials: seeded launches whose speed factors and true speed-up are known).
 
-    python benchmarks/first_probe.py [--false-trials 1000] [--trials 100]
+    python -m benchmarks.first_probe [--false-trials 1000] [--trials 100]
 
 Per class: the false-pass rate at a true speed-up of 1.00 (a drafter that does not pay), which
 must stay within the interval's nominal one-sided error (2.5 % at the default 95 %);
@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from specgate.results.deployment import Deployment, Kind  # noqa: E402
 from specgate.testing import drift_trials  # noqa: E402

@@ -12,7 +12,7 @@ hidden-state dump of a few thousand tokens, then measures:
 Prints one JSON line, with two reference figures beside the measured ones: 0.66 ms per draft
 cycle reported for a TP-8 deployment of this drafter, and 0.62 ms per draft step (CUDA graph)
 measured on one H200.
-Run: `python benchmarks/gpu_eval.py` on a GPU box, `python benchmarks/gpu_eval.py --small` on CPU.
+Run: `python -m benchmarks.gpu_eval` on a GPU box, `python -m benchmarks.gpu_eval --small` on CPU.
 Only torch and numpy are needed (no pydantic: specgate.model.eagle is imported alone).
 """
 
@@ -21,14 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings
 

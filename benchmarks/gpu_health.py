@@ -4,7 +4,7 @@ Prints one JSON line: the file size, `cat` bandwidth, the CPU scan (1 and N work
 scan (read on the CPU, copy to the GPU, check there) in GB/s, plus the GPU's own check time with
 the data already on it. Run it on a machine with a GPU:
 
-    python benchmarks/gpu_health.py [--dir FOLDER]
+    python -m benchmarks.gpu_health [--dir FOLDER]
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specgate.io import health
 from specgate.io.checkpoint import open_drafter

@@ -10,12 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON, drop_cache, measure_child, weight_files
+from benchmarks.common import PYTHON, drop_cache, measure_child, weight_files
 
 TARGETS = {"fraction_of_cat": 0.70, "rss_mb": 512.0}
-SCRIPT = str(Path(__file__).resolve())
+MODULE = "benchmarks.health_scan"
 
 
 def make_drafter(root: Path, preset: str = "mid") -> Path:
@@ -62,7 +60,7 @@ def _dd(files: list[Path]) -> dict[str, Any]:
 
 def _scan(folder: Path, workers: int) -> dict[str, Any]:
     """`seconds` is the scan inside the child (what a pytest run, imports paid, waits for)."""
-    run = measure_child([PYTHON, SCRIPT, "scan", str(folder), str(workers), "1"])
+    run = measure_child([PYTHON, "-m", MODULE, "scan", str(folder), str(workers), "1"])
     out = run.json_out()
     out.update(process_wall_s=run.wall_s, peak_rss_mb=run.peak_rss_mb)
     return out

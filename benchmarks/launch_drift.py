@@ -1,7 +1,7 @@
 """The gate when servers drift between launches: false passes at a true speed-up of 1.0, passes at
 1.5, over many seeded launches of the simulator's model (specgate.testing.drift_trials).
 
-    python benchmarks/launch_drift.py [--trials N]
+    python -m benchmarks.launch_drift [--trials N]
 
 Each trial is one probe: a baseline and a speculative launch (and, for A–B–A, the baseline
 again), each at a speed factor exp(N(0, σ²)) drawn as the simulator draws it, measured
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from specgate.testing import drift_trials  # noqa: E402
 

@@ -7,7 +7,7 @@ would report (the launch's requests, widened by its class's prior) covers the la
 truth, the geometric mean of the other launches' medians: with the prior specgate ships, and
 with that prior pooled without the target's own launches.
 
-    python benchmarks/launch_spread_model.py [--records FILE ...] [--json OUT.json]
+    python -m benchmarks.launch_spread_model [--records FILE ...] [--json OUT.json]
 
 Reads the priors of specgate/results/drift.py and the launch records committed under
 benchmarks/results/ (launch_records.py's JSON). Runs in a second on any machine.
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from specgate.results import deployment, drift  # noqa: E402
 from specgate.results.stats import summarize  # noqa: E402

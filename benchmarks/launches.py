@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON, ROOT, measure_child
+from benchmarks.common import PYTHON, ROOT, measure_child
 
 
 def counting_launcher(root: Path) -> tuple[Path, Path]:

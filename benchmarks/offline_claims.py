@@ -8,12 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON, allocated_bytes, fmt_ratio, measure_child, weight_files
+from benchmarks.common import PYTHON, allocated_bytes, fmt_ratio, measure_child, weight_files
 
 TARGETS = {"claims_s": 0.2, "claims_rss_mb": 150.0, "ratio": 20.0}
-SCRIPT = str(Path(__file__).resolve())
+MODULE = "benchmarks.offline_claims"
 
 
 def make_pair(root: Path, preset: str = "full") -> tuple[Path, Path]:
@@ -89,13 +87,13 @@ def run(root: Path, preset: str = "full") -> dict[str, Any]:
     sizes = {p.name: sum(f.stat().st_size for f in weight_files(p)) for p in (drafter, reference)}
     on_disk = {p.name: sum(allocated_bytes(f) for f in weight_files(p))
                for p in (drafter, reference)}
-    claims_runs = [measure_child([PYTHON, SCRIPT, "claims", str(drafter), str(reference)])
+    claims_runs = [measure_child([PYTHON, "-m", MODULE, "claims", str(drafter), str(reference)])
                    for _ in range(3)]
     best = min(claims_runs, key=lambda r: r.json_out()["claims_s"])
     claims = best.json_out()
-    load = measure_child([PYTHON, SCRIPT, "load", str(drafter), str(reference)])
+    load = measure_child([PYTHON, "-m", MODULE, "load", str(drafter), str(reference)])
     loaded = load.json_out()
-    touch = measure_child([PYTHON, SCRIPT, "load", str(drafter), str(reference), "1"])
+    touch = measure_child([PYTHON, "-m", MODULE, "load", str(drafter), str(reference), "1"])
     touched = touch.json_out()
     # A bare interpreter with the same imports, so the claims' own RSS can be told apart.
     bare = measure_child([PYTHON, "-c", "import specgate.claims.vocab, specgate.claims.weights"])

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from common import ROOT
+from benchmarks.common import ROOT
 
 TEST = "tests/test_safetensors_oracle.py::test_specgate_agrees_with_the_safetensors_library"
 FULL_EXAMPLES = 20_000

@@ -1,6 +1,6 @@
 """Paired per-prompt intervals against intervals over whole passes: requests to a decision.
 
-    python benchmarks/paired_design.py [--trials N]
+    python -m benchmarks.paired_design [--trials N]
 
 The speed-up claim is decided when its interval leaves the threshold (1.0): with sequential
 repeats (2, then up to 6 while it straddles), at the gate's confidence split over the looks.
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from specgate.results import bench, stats  # noqa: E402
 from specgate.results.prompts import template_named  # noqa: E402

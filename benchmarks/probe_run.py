@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON, ROOT, measure_child, run_child
+from benchmarks.common import PYTHON, ROOT, measure_child, run_child
 
 SELECT = "probe and not live"
 HEAVY = ("torch", "matplotlib", "requests", "allure", "allure_pytest", "pydantic", "numpy",

@@ -92,7 +92,7 @@ earn_rerun() {
   if [ -z "$source" ] && [ -e "$RS_WORK/answers.jsonl.gz" ]; then
     mkdir -p "$RERUN/data" && cp "$RS_WORK/answers.jsonl.gz" "$RS_WORK/heldout.json" "$RERUN/data/"
   fi
-  "$PY" benchmarks/real_model/earn_report.py "$RERUN" --md "$RERUN/summary.md" \
+  "$PY" -m benchmarks.real_model.earn_report "$RERUN" --md "$RERUN/summary.md" \
     --plot "$RERUN/data-size.png" || { [ "$rc" = 0 ] && rc=1; }
   return "$rc"
 }

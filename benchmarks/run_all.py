@@ -2,7 +2,7 @@
 
 Generated checkpoints go to a temporary folder (sparse: the 4.7 + 2.4 GB pair costs ~1 MB of
 disk; the health-scan drafter is a real ~1.4 GB file) and are removed at the end unless --keep.
-Run: `python benchmarks/run_all.py [--only 1,2,...] [--quick] [--out reports/bench.json]`.
+Run: `python -m benchmarks.run_all [--only 1,2,...] [--quick] [--out reports/bench.json]`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bounded_work
-import health_scan
-import launches
-import offline_claims
-import oracle
-import probe_run
-from common import ROOT, table
+from benchmarks import bounded_work, health_scan, launches, offline_claims, oracle, probe_run
+from benchmarks.common import ROOT, table
 
 HEADER = ["benchmark", "specgate", "compared with", "ratio / figure", "target"]
 
@@ -48,7 +41,9 @@ def _bench3(work: Path, quick: bool) -> dict[str, Any]:
 
 
 def _bench4(work: Path, quick: bool) -> dict[str, Any]:
-    import live_sim  # imports requests and the simulator: only when this benchmark runs
+    from benchmarks import (
+        live_sim,  # imports requests and the simulator: only when this benchmark runs
+    )
 
     if quick:
         return live_sim.run(work / "live", fixed_n=6, fixed_repeats=2, max_new_tokens=16,
@@ -61,61 +56,61 @@ def _bench5(work: Path, quick: bool) -> dict[str, Any]:
 
 
 def _bench6(work: Path, quick: bool) -> dict[str, Any]:
-    import tune_bench
+    from benchmarks import tune_bench
 
     return tune_bench.run(work)
 
 
 def _rows6(result: dict[str, Any]) -> list[list[str]]:
-    import tune_bench
+    from benchmarks import tune_bench
 
     return tune_bench.rows(result)
 
 
 def _bench8(work: Path, quick: bool) -> dict[str, Any]:
-    import paired_design
+    from benchmarks import paired_design
 
     return paired_design.run(trials=50 if quick else 400)
 
 
 def _rows8(result: dict[str, Any]) -> list[list[str]]:
-    import paired_design
+    from benchmarks import paired_design
 
     return paired_design.rows(result)
 
 
 def _bench9(work: Path, quick: bool) -> dict[str, Any]:
-    import accuracy
+    from benchmarks import accuracy
 
     return accuracy.run(work)
 
 
 def _rows9(result: dict[str, Any]) -> list[list[str]]:
-    import accuracy
+    from benchmarks import accuracy
 
     return accuracy.bench_rows(result)
 
 
 def _bench11(work: Path, quick: bool) -> dict[str, Any]:
-    import launch_drift
+    from benchmarks import launch_drift
 
     return launch_drift.run(trials=20 if quick else 400)
 
 
 def _rows11(result: dict[str, Any]) -> list[list[str]]:
-    import launch_drift
+    from benchmarks import launch_drift
 
     return launch_drift.rows(result)
 
 
 def _bench12(work: Path, quick: bool) -> dict[str, Any]:
-    import first_probe
+    from benchmarks import first_probe
 
     return first_probe.run(false_trials=40, trials=10) if quick else first_probe.run()
 
 
 def _rows12(result: dict[str, Any]) -> list[list[str]]:
-    import first_probe
+    from benchmarks import first_probe
 
     return first_probe.rows(result)
 
@@ -129,7 +124,7 @@ def _bench10(work: Path, quick: bool) -> dict[str, Any]:
 
 
 def _rows4(result: dict[str, Any]) -> list[list[str]]:
-    import live_sim
+    from benchmarks import live_sim
 
     return live_sim.rows(result)
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PYTHON, ROOT, measure_child
-from launches import counting_launcher
+from benchmarks.common import PYTHON, ROOT, measure_child
+from benchmarks.launches import counting_launcher
 
 DEMO = ROOT / "specgate" / "profiles" / "demo.toml"
 GATING = ("spec.accept_len", "spec.breakeven", "spec.speedup", "perf.baseline_tps")

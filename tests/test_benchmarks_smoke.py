@@ -12,18 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH_DIR))
-
-import common  # noqa: E402
-import health_scan  # noqa: E402
-import launch_drift  # noqa: E402
-import launches  # noqa: E402
-import offline_claims  # noqa: E402
-import probe_run  # noqa: E402
-import run_all  # noqa: E402
-
-from specgate.core.profile import load_profile  # noqa: E402
+from benchmarks import (
+    common,
+    health_scan,
+    launch_drift,
+    launches,
+    offline_claims,
+    probe_run,
+    run_all,
+)
+from specgate.core.profile import load_profile
 
 # offline_claims compares the claims with what a naive script does: safetensors.torch.load_file.
 OFFLINE_CLAIMS_NEEDS_TORCH = "benchmarks/offline_claims.py times a safetensors.torch load"
@@ -147,8 +145,7 @@ def test_run_all_quick_writes_bench_json_and_a_table(tmp_path: Path,
 
 @pytest.mark.slow
 def test_bounded_work_runs_every_case(tmp_path: Path) -> None:
-    import bounded_work
-
+    from benchmarks import bounded_work
     from specgate.core.profile import MAX_EXPECT_KEYS
 
     result = bounded_work.run(tmp_path, quick=True, warm_up=False)  # no timing is judged here
@@ -174,7 +171,7 @@ def test_launch_drift_benchmark_reports_rates_per_design_and_spread() -> None:
 
 
 def test_first_probe_benchmark_reports_each_class_and_the_smallest_speedup_passed() -> None:
-    import first_probe
+    from benchmarks import first_probe
 
     assert first_probe.smallest({1.1: 0.2, 1.2: 0.95, 1.3: 0.9, 1.4: 1.0}, 0.9) == 1.2
     assert first_probe.smallest({1.1: 0.95, 1.2: 0.5, 1.3: 1.0}, 0.9) == 1.3
@@ -190,8 +187,7 @@ def test_first_probe_benchmark_reports_each_class_and_the_smallest_speedup_passe
 
 
 def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: Path) -> None:
-    import launch_spread_model
-
+    from benchmarks import launch_spread_model
     from specgate.results import drift
 
     out = tmp_path / "model.json"

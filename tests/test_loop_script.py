@@ -16,6 +16,8 @@ import pytest
 from script_support import REAL_SGLANG as HERE
 from script_support import load_script
 
+from benchmarks.common import with_root
+
 
 @pytest.fixture(scope="module")
 def loop() -> ModuleType:
@@ -156,11 +158,12 @@ TRAINING_NEEDS_TORCH = ("benchmarks/real_sglang/train_drafter.py imports torch b
 
 def _run_loop(work: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(HERE / "loop.py"), "--work", str(work), "--out", str(out),
+        [sys.executable, "-m", "benchmarks.real_sglang.loop", "--work", str(work),
+         "--out", str(out),
          "--root", str(HERE.parent.parent), "--launcher",
          f"{sys.executable} -m specgate.testing.simulator", "--sim",
          "--deadline", str(time.time() + 300), *extra],
-        capture_output=True, text=True, timeout=240, check=False)
+        capture_output=True, text=True, timeout=240, check=False, env=with_root())
 
 
 def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
@@ -171,7 +174,7 @@ def test_no_probe_when_training_left_no_drafter(tmp_path: Path) -> None:
     done = _run_loop(work, out, "--skip-phase1", "--train-args=--no-such-flag")
     assert done.returncode == 1, done.stdout + done.stderr
     # The training was given the loop's deadline (train_drafter.py then rejected the bad flag).
-    assert "train_drafter.py" in done.stdout
+    assert "-m benchmarks.real_sglang.train_drafter " in done.stdout
     assert " --deadline " in done.stdout
     summary = json.loads((out / "loop_summary.json").read_text())
     assert summary["steps"]["train"]["exit"] == 2
@@ -249,11 +252,12 @@ def returned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
     work = tmp_path_factory.mktemp("returned")
     done = subprocess.run(
-        [sys.executable, str(HERE / "train_drafter.py"), str(work / "model"), "--size", "tiny",
+        [sys.executable, "-m", "benchmarks.real_sglang.train_drafter", str(work / "model"),
+         "--size", "tiny",
          "--device", "cpu", "--threads", "1", "--train-prompts", "6", "--train-tokens", "16",
          "--heldout-prompts", "3", "--heldout-tokens", "12", "--scratch-seconds", "0",
          "--finetune-seconds", "0", "--max-steps", "2"],
-        capture_output=True, text=True, timeout=600, check=False)
+        capture_output=True, text=True, timeout=600, check=False, env=with_root())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (work / "model" / "target" / "model.safetensors").unlink()
     return work
@@ -267,7 +271,7 @@ def test_a_returned_model_gets_its_target_weights_made_again_from_the_seed(
     shutil.copytree(returned_model, work)
     done = _run_loop(work, tmp_path / "out", "--skip-probe", "--skip-phase1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "rebuild_target.py" in done.stdout
+    assert "benchmarks.real_sglang.rebuild_target" in done.stdout
     assert (work / "model" / "target" / "model.safetensors").is_file()
     assert not (work / "model" / "target.rebuild").exists()
     log = (work / "rebuild.log").read_text()
@@ -281,9 +285,11 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
 
     model = tmp_path / "model"
     shutil.copytree(returned_model / "model", model)
-    done = subprocess.run([sys.executable, str(HERE / "rebuild_target.py"), str(model),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.real_sglang.rebuild_target",
+                           str(model),
                            "--seed", "1", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env=with_root())
     assert done.returncode == 1, done.stdout + done.stderr
     assert "these are not the weights the dump was made with" in done.stderr
     # refused weights are not left where the next run would find and serve them
@@ -292,8 +298,10 @@ def test_weights_from_another_seed_are_refused(returned_model: Path, tmp_path: P
     # the seed train_drafter.py recorded is the default
     assert json.loads((model / "summary.json").read_text())["seed"] == 0
     (model / "target" / "config.json").write_text('{"hidden_size": "wide"}')
-    bad = subprocess.run([sys.executable, str(HERE / "rebuild_target.py"), str(model)],
-                         capture_output=True, text=True, timeout=300, check=False)
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.real_sglang.rebuild_target",
+                          str(model)],
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env=with_root())
     assert bad.returncode == 2
     assert f"{model / 'target' / 'config.json'}: config.json: hidden_size is 'wide'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -13,7 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from script_support import REAL_MODEL, load_real_model_script
+from script_support import load_real_model_script
+
+from benchmarks.common import with_root
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -173,8 +175,8 @@ def test_large_widenings_are_written_in_shards_that_the_index_names(
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REAL_MODEL / "pad_target.py"), *argv],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "benchmarks.real_model.pad_target", *argv],
+                          capture_output=True, text=True, timeout=600, env=with_root())
 
 
 @pytest.mark.parametrize(("breaks", "says"), [

@@ -613,8 +613,7 @@ def _live(base: object, spec: object) -> LiveResults:
 @pytest.mark.parametrize("mode", ["merged first message (default)", "one token per message",
                                   "three steps merged", "buffering proxy"])
 def test_live_figures_match_the_servers_own_clock(tmp_path: Path, mode: str) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import accuracy
+    from benchmarks import accuracy
 
     kept: dict[str, object] = {}
     row = accuracy.simulator_mode(tmp_path, mode, accuracy.MODES[mode], max_new_tokens=128,

@@ -12,7 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from script_support import REAL_MODEL, load_real_model_script
+from script_support import load_real_model_script
+
+from benchmarks.common import with_root
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,9 @@ def test_a_work_folder_it_cannot_use_is_named(tmp_path: Path, breaks: str, says:
         (work / "earn.json").write_text(json.dumps(rec))
     verb = ["profile", str(work), size, str(tmp_path / "p.toml")] \
         if breaks == "profile-elsewhere" else ["command", str(work), size]
-    done = subprocess.run([sys.executable, str(REAL_MODEL / "regress.py"), *verb],
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.real_model.regress", *verb],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env=with_root())
     assert done.returncode == code, done.stderr
     assert says in done.stderr
     assert "Traceback" not in done.stderr
@@ -118,7 +121,8 @@ def test_a_work_folder_it_cannot_use_is_named(tmp_path: Path, breaks: str, says:
 
 def test_the_command_line_prints_flags_the_shell_can_split(tmp_path: Path) -> None:
     work = earn_work(tmp_path / "a work folder")
-    done = subprocess.run([sys.executable, str(REAL_MODEL / "regress.py"), "command", str(work),
-                           "ninth"], capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.real_model.regress", "command",
+                           str(work), "ninth"], capture_output=True, text=True, timeout=600,
+                          check=True, env=with_root())
     argv = shlex.split(done.stdout)
     assert argv[argv.index("--out") + 1] == f"{work}/drafters/ninth"

@@ -14,8 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ENTRY = "rerun.sh"
-# what an entry point runs: a script of the checkout (bash benchmarks/... or "$RS/...")
-CALLED = re.compile(r'(?:"\$RS/|\bbenchmarks/)([\w/.-]+\.(?:sh|py))')
+# what an entry point runs: a harness of the checkout (bash benchmarks/....sh or "$RS/....sh"), or
+# a benchmark module (-m benchmarks.<package>.<module>)
+CALLED = re.compile(r'(?:"\$RS/|\bbenchmarks/)([\w/.-]+\.sh)|-m (benchmarks(?:\.\w+)+)')
 
 
 def result_folders(results: Path = RESULTS) -> list[Path]:
@@ -85,18 +86,20 @@ def test_the_entry_point_parses_and_calls_harnesses_that_exist(folder: Path) -> 
     assert parsed.returncode == 0, parsed.stderr
     text = entry.read_text(encoding="utf-8")
     assert "benchmarks/rerun_common.sh" in text
-    called = {m.group(1) for m in CALLED.finditer(text)} - {"rerun_common.sh"}
+    called = {m.group(1) or m.group(2) for m in CALLED.finditer(text)} - {"rerun_common.sh"}
     assert called, f"{entry} runs no harness"
-    for script in sorted(called):
-        path = ROOT / "benchmarks" / script
-        if not path.exists():
-            path = ROOT / "benchmarks" / "real_sglang" / script
-        assert path.is_file(), f"{entry.relative_to(ROOT)} calls {script}, which is not there"
-        if path.suffix == ".sh":
+    for name in sorted(called):
+        if name.endswith(".sh"):
+            path = ROOT / "benchmarks" / name
+            if not path.exists():
+                path = ROOT / "benchmarks" / "real_sglang" / name
+            assert path.is_file(), f"{entry.relative_to(ROOT)} calls {name}, which is not there"
             done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
                                   timeout=60, check=False)
         else:
-            done = subprocess.run([sys.executable, str(path), "--help"], capture_output=True,
+            path = ROOT / (name.replace(".", "/") + ".py")
+            assert path.is_file(), f"{entry.relative_to(ROOT)} runs {name}, which is not there"
+            done = subprocess.run([sys.executable, "-m", name, "--help"], capture_output=True,
                                   text=True, timeout=300, check=False, cwd=ROOT)
         assert done.returncode == 0, f"{path.relative_to(ROOT)}: {done.stdout}{done.stderr}"
 

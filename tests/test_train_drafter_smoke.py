@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from script_support import load_script
 
+from benchmarks.common import with_root
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -20,7 +22,7 @@ from specgate.io.checkpoint import expected_layout, normalize_name, open_drafter
 from specgate.io.metrics_log import read_metrics
 from specgate.model.evaluate import open_dump
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "real_sglang" / "train_drafter.py"
+SCRIPT = ["-m", "benchmarks.real_sglang.train_drafter"]
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +30,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train_drafter")
-    cmd = [sys.executable, str(SCRIPT), str(out), "--size", "tiny", "--device", "cpu",
+    cmd = [sys.executable, *SCRIPT, str(out), "--size", "tiny", "--device", "cpu",
            "--threads", "1", "--train-prompts", "9", "--train-tokens", "24",
            "--heldout-prompts", "3", "--heldout-tokens", "12", "--scratch-seconds", "0",
            "--finetune-seconds", "0.01", "--min-epochs", "4", "--max-steps", "3",
            "--lr", "1e-2"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False,
+                          env=with_root())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (out / "stdout.txt").write_text(done.stdout)
     return out
@@ -102,12 +105,13 @@ def deep_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     import time
 
     out = tmp_path_factory.mktemp("train_drafter_deep")
-    cmd = [sys.executable, str(SCRIPT), str(out), "--size", "tiny", "--device", "cpu",
+    cmd = [sys.executable, *SCRIPT, str(out), "--size", "tiny", "--device", "cpu",
            "--threads", "1", "--layers", "8", "--train-prompts", "6", "--train-tokens", "16",
            "--heldout-prompts", "2", "--heldout-tokens", "8", "--scratch-seconds", "30",
            "--finetune-seconds", "10", "--max-steps", "2", "--gen-batch", "2",
            "--deadline", f"{time.time() + 1:.0f}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False,
+                          env=with_root())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, done.stdout
 
@@ -176,9 +180,10 @@ def test_fit_training_shrinks_both_runs_in_proportion(mod: Any) -> None:
 ])
 def test_bad_flags_are_refused_with_the_flag_named(tmp_path: Path, flags: list[str],
                                                    message: str) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "x"), "--size", "tiny",
+    done = subprocess.run([sys.executable, *SCRIPT, str(tmp_path / "x"), "--size", "tiny",
                            "--device", "cpu", *flags],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=with_root())
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr

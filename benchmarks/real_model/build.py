@@ -3,7 +3,7 @@
 One command, seeded, on one GPU where SGLang 0.5.17 and specgate are installed (run.sh runs it
 with serve.py after it):
 
-    python3 benchmarks/real_model/build.py --target TARGET --work WORK --seed 0
+    python3 -m benchmarks.real_model.build --target TARGET --work WORK --seed 0
 
 1. Prompts (prompts.py): family "tasks" (templates, word lists, standard-library text), and the
    requests that make the model write family "self" (its own questions); none is the probe's.
@@ -41,17 +41,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import with_root
+from benchmarks.real_model import (
+    capture,
+    gen,
+    profiles,
+    prompts,
+    variance,
+    vocab,
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import capture  # noqa: E402
-import gen  # noqa: E402
-import profiles  # noqa: E402
-import prompts  # noqa: E402
-import variance  # noqa: E402
-import vocab  # noqa: E402
 
 DRAFT_VOCAB = 16384
 VAL_FRACTION = 0.05  # of the tasks samples, never trained on: Phase 1's eval dump
@@ -266,8 +267,8 @@ class Build:
             out = self.drafters / name
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
-            argv = [py, str(HERE / "train.py"), "--dump", str(r["dump"]), "--vocab-map",
-                    str(r["map"]), "--target", str(self.target), "--out", str(out),
+            argv = [py, "-m", "benchmarks.real_model.train", "--dump", str(r["dump"]),
+                    "--vocab-map", str(r["map"]), "--target", str(self.target), "--out", str(out),
                     "--seconds", str(r["seconds"]), "--seed", str(r.get("seed",
                                                                         self.args.seed)),
                     "--heldout", str(self.dumps / "heldout"),
@@ -278,7 +279,7 @@ class Build:
                 argv += ["--device", self.args.device]
             fh = (self.work / "logs" / f"train-{name}.log").open("w")
             procs[name] = (subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                            cwd=ROOT), fh)
+                                            cwd=ROOT, env=with_root()), fh)
             log(f"train {name}: started ({' '.join(argv[2:])})")
         for name, (proc, fh) in procs.items():
             code = proc.wait()

@@ -19,16 +19,14 @@ output_hidden_states.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "real_sglang"))
 
-import train_drafter  # noqa: E402  (capture hooks, dump writer)
+from benchmarks.real_sglang import train_drafter  # noqa: E402  (capture hooks, dump writer)
 
 CAPTURE_TOKENS = 32768  # tokens per capture forward (padded batch size × length)
 

@@ -1,7 +1,7 @@
 """A drafter trained to earn the gate on real text, then judged: data, SpecForge training, tune,
 two probes and the served data-size curve, on one GPU with SGLang 0.5.17.
 
-    python3 benchmarks/real_model/earn.py --target TARGET --work WORK \
+    python3 -m benchmarks.real_model.earn --target TARGET --work WORK \
         --specforge UNPACKED_SPECFORGE_0.2.0 [--answer-tokens 10000000] [--epochs 1]
 
 1. Prompts of the probe's seven kinds, never the probe's own (prompts.py): family "written"
@@ -58,16 +58,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import with_root
+from benchmarks.real_model import (
+    gen,
+    profiles,
+    prompts,
+    serve,
+    vocab,
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import gen  # noqa: E402
-import profiles  # noqa: E402
-import prompts  # noqa: E402
-import serve  # noqa: E402
-import vocab  # noqa: E402
 
 DRAFT_VOCAB = 16384
 SIZES = {"third": 3, "ninth": 9}
@@ -297,7 +298,8 @@ def run_pool(commands: dict[str, list[str]], parallel: int, limit: float | None,
                 name, argv = pending.pop(0)
                 fh = (logs / f"train-{name}.log").open("wb")
                 try:
-                    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+                    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                            env=with_root(env))
                 except BaseException:
                     fh.close()
                     raise
@@ -678,9 +680,10 @@ class Earn:
         return out
 
     def heldout_dump(self) -> None:
-        import capture
         import torch
         from transformers import AutoModelForCausalLM
+
+        from benchmarks.real_model import capture
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model: Any = AutoModelForCausalLM.from_pretrained(str(self.target), dtype=torch.bfloat16)
@@ -715,8 +718,9 @@ class Earn:
 
     def maps(self) -> dict[str, Path]:
         import numpy as np
-        import sf_train
         from safetensors.numpy import save_file
+
+        from benchmarks.real_model import sf_train
 
         rows = sf_train.read_rows(self.answers_path)
         order = sf_train.data_order(len(rows), self.a.seed)
@@ -774,7 +778,7 @@ class Earn:
             + ("" if a.train_parallel > 0 else f" ({gib} GiB of GPU memory)"))
         t = time.monotonic()
         env = dict(os.environ, OMP_NUM_THREADS=str(a.train_threads))
-        codes, wall = run_pool({k: [sys.executable, str(HERE / "sf_train.py"), *v]
+        codes, wall = run_pool({k: [sys.executable, "-m", "benchmarks.real_model.sf_train", *v]
                                 for k, v in commands.items()}, at_once, limit, logs,
                                env, log, grace_s=GRACE_S)
         self.rec.setdefault("train_wall_s", {}).update(wall)

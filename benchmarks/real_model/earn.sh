@@ -72,8 +72,8 @@ SERVED=()
 if [ -n "$PAD_GB" ]; then
   WIDE=$WORK/target-${PAD_GB}gb
   # made once; again when an earlier run widened another target there
-  if ! "$PY" "$RM/pad_target.py" --check "$TARGET" "$WIDE" --gb "$PAD_GB" 2>/dev/null; then
-    "$PY" "$RM/pad_target.py" "$TARGET" "$WIDE" --gb "$PAD_GB" || { say "pad_target.py failed"; exit 6; }
+  if ! "$PY" -m benchmarks.real_model.pad_target --check "$TARGET" "$WIDE" --gb "$PAD_GB" 2>/dev/null; then
+    "$PY" -m benchmarks.real_model.pad_target "$TARGET" "$WIDE" --gb "$PAD_GB" || { say "pad_target.py failed"; exit 6; }
   fi
   SERVED=(--serve-target "$WIDE")
   say "served target ready: $WIDE"
@@ -104,7 +104,7 @@ DEADLINES=()
 # two processes: the data and the trainings, then the tune and the probes
 RC=0
 for stages in ${EARN_STAGES:-data,train tune,serve}; do
-  "$PY" "$RM/earn.py" --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
+  "$PY" -m benchmarks.real_model.earn --target "$TARGET" --work "$WORK" --specforge "$SPECFORGE" --seed "$SEED" \
     --launcher "$LAUNCHER" $SIMFLAG "${DEADLINES[@]}" "${SERVED[@]}" --stages $stages ${EARN_ARGS:-} \
     || { RC=$?; say "earn.py --stages $stages: exit $RC"; break; }
 done

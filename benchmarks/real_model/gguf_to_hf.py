@@ -3,7 +3,7 @@ config, tokenizer and chat template, through transformers' own GGUF loader (whic
 `gguf` and `accelerate` packages). Prints the model's shape and its greedy answer to one
 question, so a broken conversion shows at once.
 
-    python3 benchmarks/real_model/gguf_to_hf.py MODEL.gguf OUT_DIR
+    python3 -m benchmarks.real_model.gguf_to_hf MODEL.gguf OUT_DIR
 """
 
 from __future__ import annotations

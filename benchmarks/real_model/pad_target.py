@@ -2,9 +2,9 @@
 channels that add exactly nothing to the residual stream, so that a decode step reads as many
 weight bytes as a larger model's while the text stays the small model's.
 
-    python3 benchmarks/real_model/pad_target.py TARGET OUT [--gb 13.97] [--seed 0]
+    python3 -m benchmarks.real_model.pad_target TARGET OUT [--gb 13.97] [--seed 0]
         [--device auto|cpu|cuda]
-    python3 benchmarks/real_model/pad_target.py --check TARGET OUT [--gb 13.97] [--seed 0]
+    python3 -m benchmarks.real_model.pad_target --check TARGET OUT [--gb 13.97] [--seed 0]
 
 TARGET: a Hugging Face Llama-family folder (config.json, safetensors, tokenizer files), e.g. the
 SmolLM2-135M-Instruct folder that gguf_to_hf.py writes. A 135M model's decode step is bound by
@@ -42,8 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sf_train import sha256 as file_sha256  # the hash the drafters are named by
+from benchmarks.real_model.sf_train import (
+    sha256 as file_sha256,  # the hash the drafters are named by
+)
 
 DEFAULT_GB = 13.97
 ALIGN = 128

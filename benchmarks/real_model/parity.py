@@ -2,9 +2,9 @@
 pair and of unlike pairs, and the judgement of answers a probe recorded earlier against the
 evidence a later probe's baseline gathered.
 
-  python benchmarks/real_model/parity.py drafter TARGET OUT
-  python benchmarks/real_model/parity.py profiles TARGET DRAFTER WORK --launcher "CMD" [--sim]
-  python benchmarks/real_model/parity.py explain RESULTS_JSON EVIDENCE_RESULTS_JSON OUT_JSON
+  python -m benchmarks.real_model.parity drafter TARGET OUT
+  python -m benchmarks.real_model.parity profiles TARGET DRAFTER WORK --launcher "CMD" [--sim]
+  python -m benchmarks.real_model.parity explain RESULTS_JSON EVIDENCE_RESULTS_JSON OUT_JSON
 
 `drafter`: an EAGLE-3 drafter shaped for TARGET's config.json (its hidden size, heads and
 vocabulary; aux layers 1, n/2 − 1 and n − 4 as SGLang's defaults for n layers), seeded random

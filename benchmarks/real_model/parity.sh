@@ -41,8 +41,8 @@ SIMFLAG=
 . "$RM/target.sh" && make_target "$MODEL" || exit 6
 say "target ready: $TARGET"
 DRAFTER=$WORK/drafter
-[ -e "$DRAFTER/config.json" ] || "$PY" "$RM/parity.py" drafter "$TARGET" "$DRAFTER" || exit 6
-"$PY" "$RM/parity.py" profiles "$TARGET" "$DRAFTER" "$WORK" --launcher "$LAUNCHER" $SIMFLAG \
+[ -e "$DRAFTER/config.json" ] || "$PY" -m benchmarks.real_model.parity drafter "$TARGET" "$DRAFTER" || exit 6
+"$PY" -m benchmarks.real_model.parity profiles "$TARGET" "$DRAFTER" "$WORK" --launcher "$LAUNCHER" $SIMFLAG \
   || exit 6
 cp "$WORK"/*.toml "$OUT/"
 
@@ -75,7 +75,7 @@ wait "$ALIKE_PID" "$DTYPE" "$FP8"  # not a bare wait: the log's tee (env.sh) is 
 ALIKE=$(ls -d "$WORK/alike"/runs/*/ 2>/dev/null | tail -n 1)
 for f in "${COMMITTED[@]}"; do
   name=$(echo "${f#"$ROOT"/benchmarks/results/}" | tr '/' '_' | sed 's/_live_results.json$//')
-  "$PY" "$RM/parity.py" explain "$f" "$ALIKE/live/results.json" "$OUT/explained-$name.json" \
+  "$PY" -m benchmarks.real_model.parity explain "$f" "$ALIKE/live/results.json" "$OUT/explained-$name.json" \
     || say "explain $f: exit $?"
 done
 say "all finished; results in $OUT"

@@ -1,6 +1,6 @@
 """The target's own logits where committed answers part, computed on a CPU with transformers.
 
-  python benchmarks/real_model/parity_cpu.py TARGET OUT_JSON RESULTS_JSON [RESULTS_JSON ...]
+  python -m benchmarks.real_model.parity_cpu TARGET OUT_JSON RESULTS_JSON [RESULTS_JSON ...]
 
 For each live/results.json (both servers greedy, answers' token ids kept) and each prompt, the
 first position where the speculative answer leaves the baseline's (the first repeat of each),

@@ -7,14 +7,12 @@ KV tokens); the bench is the probe's 42 built-in prompts at 256 new tokens, gree
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "real_sglang"))
 
-import suite  # noqa: E402  (server flags, TOML writer, option names)
+from benchmarks.real_sglang import suite  # noqa: E402  (server flags, TOML writer, option names)
 
 NAME = "smollm2-135m-instruct"
 MAX_NEW_TOKENS = 256

@@ -15,7 +15,7 @@ Two families, each seeded:
 `excluded` rejects a prompt that is, or shares a run of SHINGLE words with, any prompt of the
 probe's set (specgate/data/prompts.jsonl): none of those may reach the training data.
 
-usage: python3 benchmarks/real_model/prompts.py OUT.jsonl [--family tasks] [--n 6000] [--seed 0]
+usage: python3 -m benchmarks.real_model.prompts OUT.jsonl [--family tasks] [--n 6000] [--seed 0]
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 data size (the judged drafter's own, on the first 1/N of the data's seeded order), and the probe
 profile with only the drafter changed (its name, and so its probe history, kept).
 
-    python3 benchmarks/real_model/regress.py command WORK SIZE    # prints the sf_train.py flags
-    python3 benchmarks/real_model/regress.py profile WORK SIZE OUT_TOML
+    python3 -m benchmarks.real_model.regress command WORK SIZE    # prints the sf_train.py flags
+    python3 -m benchmarks.real_model.regress profile WORK SIZE OUT_TOML
 
 Exit 3 with a message naming the file when WORK holds no such record or profile.
 """

@@ -38,13 +38,13 @@ RS_LOG=regress.log
 RM=$ROOT/benchmarks/real_model
 
 # the judged drafter's training command, on the first 1/N of the data (regress.py)
-CMD=$("$PY" "$RM/regress.py" command "$WORK" "$SIZE") || exit 3
+CMD=$("$PY" -m benchmarks.real_model.regress command "$WORK" "$SIZE") || exit 3
 mkdir -p "$OUT/$SIZE"
 # the probe profile with only the drafter changed; its name, and so its history, stay
-"$PY" "$RM/regress.py" profile "$WORK" "$SIZE" "$OUT/profile.toml" || exit 3
+"$PY" -m benchmarks.real_model.regress profile "$WORK" "$SIZE" "$OUT/profile.toml" || exit 3
 echo "[regress.sh] training $SIZE: sf_train.py $CMD"
 eval "set -- $CMD"
-"$PY" "$RM/sf_train.py" "$@" --specforge "$SPECFORGE" > "$OUT/$SIZE/train.log" 2>&1 \
+"$PY" -m benchmarks.real_model.sf_train "$@" --specforge "$SPECFORGE" > "$OUT/$SIZE/train.log" 2>&1 \
   || { echo "[regress.sh] sf_train.py failed: $(tail -n 3 "$OUT/$SIZE/train.log")"; exit 3; }
 tail -n 1 "$OUT/$SIZE/train.log"
 for f in summary.json prediction.json; do

@@ -49,19 +49,19 @@ say "target ready: $TARGET"
 
 if [ -z "$TASKS" ]; then
   TASKS=$WORK/tasks.jsonl
-  "$PY" "$RM/prompts.py" "$TASKS" --family tasks --n 6000 --seed "$SEED" || exit 6
+  "$PY" -m benchmarks.real_model.prompts "$TASKS" --family tasks --n 6000 --seed "$SEED" || exit 6
 elif [ "${TASKS%.gz}" != "$TASKS" ]; then
   gzip -dc "$TASKS" > "$WORK/tasks.jsonl" || exit 6
   TASKS=$WORK/tasks.jsonl
 fi
 sha256sum "$TASKS"
 
-"$PY" "$RM/build.py" --target "$TARGET" --work "$WORK" --seed "$SEED" --tasks-file "$TASKS" \
+"$PY" -m benchmarks.real_model.build --target "$TARGET" --work "$WORK" --seed "$SEED" --tasks-file "$TASKS" \
   --launcher "$LAUNCHER" $SIMFLAG ${RM_BUILD_ARGS:-} || say "build.py exit $?"
 say "build finished"
 DEADLINE=()
 [ -z "$BUDGET" ] || DEADLINE=(--deadline $(( T0 + BUDGET )))
-"$PY" "$RM/serve.py" --work "$WORK" --target "$TARGET" --launcher "$LAUNCHER" $SIMFLAG \
+"$PY" -m benchmarks.real_model.serve --work "$WORK" --target "$TARGET" --launcher "$LAUNCHER" $SIMFLAG \
   "${DEADLINE[@]}" ${RM_SERVE_ARGS:-} || say "serve.py exit $?"
 say "serve finished"
 for f in build.json serve.json; do

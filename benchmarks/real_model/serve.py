@@ -3,7 +3,7 @@ length before and after remap, and baseline launches for the launch-to-launch va
 
 After build.py, on the same GPU machine:
 
-    python3 benchmarks/real_model/serve.py --work WORK --target TARGET [--steps 3]
+    python3 -m benchmarks.real_model.serve --work WORK --target TARGET [--steps 3]
 
 1. probe-trained-1: `pytest -m probe`, specgate launching the baseline, then the speculative
    server (the GPU holds nothing else).
@@ -31,13 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.real_model import (
+    profiles,
+    variance,
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import profiles  # noqa: E402
-import variance  # noqa: E402
 
 OPTIONS = profiles.OPTIONS
 BORROWED = ("borrowed", "borrowed-remapped", "borrowed-mismatched")

@@ -40,9 +40,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "real_sglang"))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1]))
 
 PLOSS_DECAY = 0.8  # SpecForge's Eagle3TrainStrategy weights step k's loss by 0.8 ** k
 
@@ -88,9 +85,11 @@ def sha256(path: Path) -> str:
 
 def import_specforge(root: Path) -> Any:
     """SpecForge's model, training model, optimizer and loss, from an unpacked wheel."""
-    sys.path.insert(0, str(root))
     import types
 
+    from benchmarks.common import import_package
+
+    import_package(root, "specforge")
     from specforge.algorithms.eagle3 import model as sf_model
     from specforge.core import loss as sf_loss
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
@@ -124,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import capture
     import torch
-    import train as rm_train
-    import train_drafter as td
     from safetensors.torch import load_file
+
+    from benchmarks.real_model import capture
+    from benchmarks.real_model import train as rm_train
+    from benchmarks.real_sglang import train_drafter as td
 
     started = time.perf_counter()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -30,5 +30,5 @@ print(f"{gguf}: sha256 {hashlib.sha256(gguf.read_bytes()).hexdigest()} (the resu
 PYEOF
       ;;
   esac
-  "$PY" "$(dirname "${BASH_SOURCE[0]}")/gguf_to_hf.py" "$gguf" "$TARGET" || return 6
+  "$PY" -m benchmarks.real_model.gguf_to_hf "$gguf" "$TARGET" || return 6
 }

@@ -26,10 +26,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "real_sglang"))
-sys.path.insert(0, str(HERE.parents[1]))
 
-import train_drafter as td  # noqa: E402
+from benchmarks.real_sglang import train_drafter as td  # noqa: E402
 
 PREDICT_STEPS = 5
 # The hard end (an epoch still running then is cut, logged as partial) counts from the start,

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1]))
 
-import gen  # noqa: E402
+from benchmarks.real_model import gen  # noqa: E402
 
 PER_CATEGORY = 2
 FIELDS = ("launch", "label", "first_start", "ready_s", "resident_servers", "cuda_graphs",

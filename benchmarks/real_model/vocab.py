@@ -11,7 +11,7 @@ steps one for one, so the same data gives the same maps, tie-breaks included.
 specforge==0.2.0 unpacked or installed, its heavy imports stubbed: see `load_specforge`) and
 reports whether its d2t/t2d equal ours:
 
-    python3 benchmarks/real_model/vocab.py compare TOKENS.npz MAP.safetensors \
+    python3 -m benchmarks.real_model.vocab compare TOKENS.npz MAP.safetensors \
         --specforge /path/to/unpacked/wheel [--json OUT]
 
 TOKENS.npz holds, per sample in dataset order, `ids_<k>` and `mask_<k>` (build.py writes it);
@@ -19,9 +19,9 @@ MAP.safetensors the d2t/t2d the drafter was built with. `sizes` does the same at
 vocabulary sizes, where more tokens tie at the cutoff count; `checkpoint` loads a drafter with
 SpecForge's own EAGLE-3 draft model and runs its exporter's check of the serving keys:
 
-    python3 benchmarks/real_model/vocab.py sizes TOKENS.npz ... --vocab-size V \
+    python3 -m benchmarks.real_model.vocab sizes TOKENS.npz ... --vocab-size V \
         --draft-vocab 1024,4096,8192 --specforge /path/to/unpacked/wheel [--json OUT]
-    python3 benchmarks/real_model/vocab.py checkpoint DRAFTER_DIR \
+    python3 -m benchmarks.real_model.vocab checkpoint DRAFTER_DIR \
         --specforge /path/to/unpacked/wheel [--json OUT]
 """
 
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.common import import_package
 
 
 def count_tokens(samples: Iterable[tuple[Sequence[int] | np.ndarray[Any, Any],
@@ -102,8 +104,6 @@ def load_specforge(root: Path) -> types.ModuleType:
     groups) and the chat-template parsers; the first is stubbed when missing, the rest import
     as they are where torch and transformers are installed. Only the vocab-map functions run.
     """
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
     try:
         import datasets  # noqa: F401
     except ImportError:
@@ -112,6 +112,7 @@ def load_specforge(root: Path) -> types.ModuleType:
         sys.modules["datasets"] = stub
     import importlib
 
+    import_package(root, "specforge")
     return importlib.import_module("specforge.data.preprocessing")
 
 

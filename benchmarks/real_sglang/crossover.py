@@ -45,11 +45,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.real_sglang import (
+    gpu_bound,
+    suite,
+)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(HERE))
-import gpu_bound  # noqa: E402  (the models' profile)
-import suite  # noqa: E402  (the TOML writer and server flags)
 
 CONFIGS = ("baseline", "speculative")
 

@@ -42,11 +42,11 @@ MODELS=$WORK/crossover-$PATTERN
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG="--sim --shapes tiny"
 if [ ! -e "$MODELS/drafter/config.json" ]; then
-  "$PY" "$HERE/gpu_bound.py" "$MODELS" --tokenizer "$SMOLLM2_DIR" --pattern "$PATTERN" $SIMFLAG || exit 6
+  "$PY" -m benchmarks.real_sglang.gpu_bound "$MODELS" --tokenizer "$SMOLLM2_DIR" --pattern "$PATTERN" $SIMFLAG || exit 6
 fi
 [ "${RS_CUDA_GRAPHS:-0}" = 0 ] && ARGS+=(--graphs-max-bs 0)
 [ "$SIM" = 1 ] && ARGS+=(--sim)
-"$PY" "$HERE/crossover.py" --models "$MODELS" --out "$OUT" --work "$WORK" \
+"$PY" -m benchmarks.real_sglang.crossover --models "$MODELS" --out "$OUT" --work "$WORK" \
   --launcher "$LAUNCHER" "${ARGS[@]}"
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, exit $RC"

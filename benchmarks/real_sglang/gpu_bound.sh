@@ -22,13 +22,12 @@ PROFILE=$MODELS/probe.toml
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG="--sim --shapes tiny"
 if [ ! -e "$MODELS/drafter/config.json" ]; then
-  "$PY" "$HERE/gpu_bound.py" "$MODELS" --tokenizer "$SMOLLM2_DIR" $SIMFLAG || exit 6
+  "$PY" -m benchmarks.real_sglang.gpu_bound "$MODELS" --tokenizer "$SMOLLM2_DIR" $SIMFLAG || exit 6
 fi
 "$PY" - "$MODELS" "$PROFILE" "$LAUNCHER" "$SIM" <<'PY' || exit 6
 import shlex, sys
 from pathlib import Path
-sys.path.insert(0, "benchmarks/real_sglang")
-import gpu_bound, suite
+from benchmarks.real_sglang import gpu_bound, suite  # the checkout's root is this folder
 models, profile, launcher, sim = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 profile.write_text(suite.toml(gpu_bound.profile(models, shlex.split(launcher), sim)), encoding="utf-8")
 PY

@@ -35,7 +35,7 @@ RS_LOG=launch-records.log
 RS_SIM=0
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?
 if [ ! -e "$WORK/tiny/mid/config.json" ]; then
-  "$PY" "$HERE/make_tiny.py" "$WORK/tiny" || exit 6
+  "$PY" -m benchmarks.real_sglang.make_tiny "$WORK/tiny" || exit 6
 fi
 FLAGS=(--attention-backend triton --sampling-backend pytorch
        --grammar-backend none --cuda-graph-max-bs-decode 4 --cuda-graph-backend-prefill disabled
@@ -62,6 +62,6 @@ if [ -n "$ONLY" ]; then
   TARGETS=("${KEPT[@]}")
 fi
 DEADLINE=$(( T0 + ${BUDGET:-604800} - 75 ))
-"$PY" "$HERE/launch_records.py" "$OUT/launch-records.json" "${TARGETS[@]}" \
+"$PY" -m benchmarks.real_sglang.launch_records "$OUT/launch-records.json" "${TARGETS[@]}" \
   --launches "$LAUNCHES" --deadline "$DEADLINE" --python "$PY" -- "${FLAGS[@]}"
 echo "total $(( $(date +%s) - T0 )) s"

@@ -47,10 +47,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks.common import with_root
+from benchmarks.real_sglang import suite  # the real-SGLang suite's profile writer and server flags
 
-import suite  # noqa: E402  (the real-SGLang suite's profile writer and server flags)
+HERE = Path(__file__).resolve().parent
 
 
 def log(message: str) -> None:
@@ -205,9 +205,10 @@ class WarmUp:
         log_file = work / "warm-up.log"
         tiny = work / "warm-tiny"
         if not (tiny / "draft" / "model.safetensors").exists():
-            made = subprocess.run([sys.executable, str(HERE / "make_tiny.py"), str(tiny),
-                                   *(["--no-tokenizer"] if sim else [])],
-                                  capture_output=True, text=True, check=False, cwd=root)
+            made = subprocess.run([sys.executable, "-m", "benchmarks.real_sglang.make_tiny",
+                                   str(tiny), *(["--no-tokenizer"] if sim else [])],
+                                  capture_output=True, text=True, check=False, cwd=root,
+                                  env=with_root())
             if made.returncode != 0:
                 return cls(None, log_file, 0, "not started: make_tiny.py failed: "
                            + (made.stderr.strip().splitlines() or ["?"])[-1])
@@ -313,7 +314,7 @@ def run(argv: list[str], log_file: Path, timeout_s: float, cwd: Path) -> tuple[i
     with log_file.open("w") as fh:
         try:
             done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd,
-                                  timeout=max(timeout_s, 1.0), check=False)
+                                  env=with_root(), timeout=max(timeout_s, 1.0), check=False)
             code = done.returncode
         except subprocess.TimeoutExpired:
             code = 124
@@ -456,7 +457,7 @@ def main() -> int:
         try:
             # The deadline lets train_drafter.py shrink its training to what is left once the
             # data is made (a deep target's data takes minutes), rather than be killed unsaved.
-            code, took = run([py, str(HERE / "train_drafter.py"), str(model),
+            code, took = run([py, "-m", "benchmarks.real_sglang.train_drafter", str(model),
                               "--heldout-tokens", str(args.max_new_tokens), "--max-steps", "8",
                               "--deadline", f"{time.time() + budget - TRAIN_DEADLINE_MARGIN_S:.0f}",
                               *shlex.split(args.train_args)],
@@ -471,7 +472,7 @@ def main() -> int:
             and not (model / "target" / "model.safetensors").exists()):
         # A model brought back in model.tar.gz has no target weights: make them from the seed,
         # checked against the held-out dump, or serve nothing.
-        code, took = run([py, str(HERE / "rebuild_target.py"), str(model)],
+        code, took = run([py, "-m", "benchmarks.real_sglang.rebuild_target", str(model)],
                          work / "rebuild.log", min(180.0, max(left() - 60, 10)), args.root)
         summary["steps"]["rebuild_target"] = {"exit": code, "seconds": round(took, 1)}
         if code != 0:

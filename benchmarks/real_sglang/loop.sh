@@ -35,7 +35,7 @@ RS_LOG=loop.log
 echo "setup done in $(( $(date +%s) - T0 )) s"
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG=--sim
-"$PY" "$HERE/loop.py" --work "$WORK" --out "$OUT" --root "$ROOT" --launcher "$LAUNCHER" \
+"$PY" -m benchmarks.real_sglang.loop --work "$WORK" --out "$OUT" --root "$ROOT" --launcher "$LAUNCHER" \
   --deadline $(( T0 + ${BUDGET:-604800} )) --train-args "$TRAIN_ARGS" $SIMFLAG "${EXTRA[@]}"
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, loop exit $RC"

@@ -1,6 +1,6 @@
 """Make the random target's weights again from its seed, and check them against the dump.
 
-usage: python3 benchmarks/real_sglang/rebuild_target.py MODEL_DIR [--seed N] [--samples 8]
+usage: python3 -m benchmarks.real_sglang.rebuild_target MODEL_DIR [--seed N] [--samples 8]
            [--min-agreement 0.95] [--device cuda|cpu]
 
 loop.py packs OUT/model.tar.gz without the target's weights (95 MB at 64 layers): the rest
@@ -25,9 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import train_drafter as td
+from benchmarks.real_sglang import train_drafter as td
 
 
 def size_of(config: dict[str, object]) -> td.Size:

@@ -31,12 +31,12 @@ RS_LOG=run.log
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?
 echo "real-sglang suite: root $ROOT, work $WORK, out $OUT, sim $SIM, runs $RUNS, budget ${BUDGET:-none}"
 if [ ! -e "$WORK/tiny/mid/config.json" ]; then
-  "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
+  "$PY" -m benchmarks.real_sglang.make_tiny "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
 echo "setup done in $(( $(date +%s) - T0 )) s"
 SIMFLAG=
 [ "$SIM" = 1 ] && SIMFLAG=--sim
-"$PY" "$HERE/suite.py" --work "$WORK" --out "$OUT" --tiny "$WORK/tiny" --root "$ROOT" \
+"$PY" -m benchmarks.real_sglang.suite --work "$WORK" --out "$OUT" --tiny "$WORK/tiny" --root "$ROOT" \
   --launcher "$LAUNCHER" --runs "$RUNS" --deadline $(( T0 + ${BUDGET:-604800} )) $SIMFLAG
 RC=$?
 echo "total $(( $(date +%s) - T0 )) s, suite exit $RC"

@@ -1,6 +1,6 @@
 """Train an EAGLE-3 drafter for the tiny random Llama target, in the layout real SGLang serves.
 
-usage: python3 benchmarks/real_sglang/train_drafter.py OUT [--device cuda] [--size full|tiny]
+usage: python3 -m benchmarks.real_sglang.train_drafter OUT [--device cuda] [--size full|tiny]
            [--scratch-seconds 60] [--finetune-seconds 30] [--seed 0] ...
 
 Everything is built offline in one run (no network): tokenizer, target, data, drafter, prediction.
@@ -78,8 +78,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 

@@ -30,7 +30,7 @@ RS_LOG=tune-run.log
 echo "tune: root $ROOT, work $WORK, out $OUT, sim $SIM, margin $MARGIN, budget ${BUDGET:-none}"
 "$PY" -c 'import specgate.measure.tune' || exit 5
 if [ -z "${TUNE_MODEL:-}" ] && [ ! -e "$WORK/tiny/draft_ref/model.safetensors" ]; then
-  "$PY" "$HERE/make_tiny.py" "$WORK/tiny" $TINY_FLAGS || exit 6
+  "$PY" -m benchmarks.real_sglang.make_tiny "$WORK/tiny" $TINY_FLAGS || exit 6
 fi
 
 # The suite's profile (SERVER_FLAGS, the tiny model), with few prompts and short answers.
@@ -39,13 +39,12 @@ PROFILE="$OUT/tune-profile.toml"
 import os, shlex, sys, time
 from pathlib import Path
 here, work, out, root, py, launcher, sim, margin, profile = sys.argv[1:]
-sys.path.insert(0, here)
-import suite
+from benchmarks.real_sglang import suite  # the checkout's root is this folder
 model = os.environ.get("TUNE_MODEL")
 steps = [int(x) for x in os.environ.get("TUNE_STEPS", "1,2,3,4").split(",")]
 tokens = int(os.environ.get("TUNE_TOKENS", "48"))
 if model:
-    import loop
+    from benchmarks.real_sglang import loop
     doc = loop.profile(Path(model), shlex.split(launcher), sim == "1", tokens, max(steps),
                        name_config=False)
 else:

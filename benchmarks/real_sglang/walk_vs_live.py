@@ -1,6 +1,6 @@
 """Offline prediction against live measurement, for every chain a tune or probe measured.
 
-usage: python3 benchmarks/real_sglang/walk_vs_live.py PREDICTION_JSON TUNE_JSON
+usage: python3 -m benchmarks.real_sglang.walk_vs_live PREDICTION_JSON TUNE_JSON
            [LOOP_SUMMARY_JSON ...] [--out FILE]
 
 PREDICTION_JSON is train_drafter.py's prediction.json (`specgate eval` of the drafter on the

@@ -3,9 +3,9 @@
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
-"$PY" benchmarks/gpu_eval.py --steps 2 > "$RERUN/gpu-eval-steps2.json"
-"$PY" benchmarks/gpu_eval.py --steps 3 > "$RERUN/gpu-eval-steps3.json"
-"$PY" benchmarks/gpu_health.py --dir "$RS_WORK/gpu-health" > "$RERUN/gpu-health.txt" 2>&1
+"$PY" -m benchmarks.gpu_eval --steps 2 > "$RERUN/gpu-eval-steps2.json"
+"$PY" -m benchmarks.gpu_eval --steps 3 > "$RERUN/gpu-eval-steps3.json"
+"$PY" -m benchmarks.gpu_health --dir "$RS_WORK/gpu-health" > "$RERUN/gpu-health.txt" 2>&1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used \
   --format=csv,noheader,nounits > "$RERUN/nvidia-smi.txt"
 cat "$RERUN"/*

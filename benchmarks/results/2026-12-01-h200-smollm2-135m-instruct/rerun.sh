@@ -19,11 +19,11 @@ SF=$RERUN/specforge-oracle
 MAPS=$RS_WORK/maps
 mkdir -p "$SF"
 for fam in tasks-train self; do
-  "$PY" benchmarks/real_model/vocab.py compare "$MAPS/$fam-tokens.npz" "$MAPS/$fam.safetensors" \
+  "$PY" -m benchmarks.real_model.vocab compare "$MAPS/$fam-tokens.npz" "$MAPS/$fam.safetensors" \
     --specforge "$SPECFORGE" --json "$SF/specforge-vocab-$fam.json"
 done
-"$PY" benchmarks/real_model/vocab.py sizes "$MAPS/tasks-train-tokens.npz" "$MAPS/self-tokens.npz" \
+"$PY" -m benchmarks.real_model.vocab sizes "$MAPS/tasks-train-tokens.npz" "$MAPS/self-tokens.npz" \
   --vocab-size 49152 --draft-vocab 1024,4096,8192 --specforge "$SPECFORGE" \
   --json "$SF/specforge-vocab-smaller-vd.json"
-"$PY" benchmarks/real_model/vocab.py checkpoint "$RS_WORK/drafters/trained" \
+"$PY" -m benchmarks.real_model.vocab checkpoint "$RS_WORK/drafters/trained" \
   --specforge "$SPECFORGE" --json "$SF/specforge-checkpoint-load.json"

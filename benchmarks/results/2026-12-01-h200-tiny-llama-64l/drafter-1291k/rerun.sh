@@ -17,7 +17,7 @@ claim_message "$RERUN/probe-s10-k1-d11/verdict-cover-s10.json" spec.speedup \
 # the same files again: regress.* compares with the probe before it
 OUT=$RERUN/probe-s10-k1-d11-repeat bash "$RS/loop.sh" --steps 10 --tag -cover-s10-2 \
   --fresh-baseline
-"$PY" "$RS/walk_vs_live.py" "$RERUN/train/prediction.json" - \
+"$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" - \
   "$RERUN/probe-s10-k1-d11/loop_summary-cover-s10.json" \
   "$RERUN/probe-s10-k1-d11-repeat/loop_summary-cover-s10-2.json" --out "$RERUN/walk-vs-live.md"
 # a model without its target's weights (as model.tar.gz packs it): made again from the seed

@@ -14,7 +14,7 @@ OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -deep2-s10 --ski
 per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" "$RERUN/per-prompt-s10.csv"
 claim_message "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" spec.speedup \
   > "$RERUN/speedup-by-prompt-s10.txt"
-"$PY" "$RS/walk_vs_live.py" "$RERUN/train/prediction.json" - \
+"$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" - \
   "$RERUN/probe-s6-k1-d7/loop_summary-deep2-s6.json" \
   "$RERUN/probe-s10-k1-d11/loop_summary-deep2-s10.json" --out "$RERUN/walk-vs-live.md"
 "$PY" -m specgate.cli eval --drafter "$RS_WORK/model/drafter" \

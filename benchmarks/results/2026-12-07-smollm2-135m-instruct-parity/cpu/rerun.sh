@@ -11,7 +11,7 @@ MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
 WORK=$RS_WORK
 . benchmarks/real_model/target.sh && make_target "$MODEL" || exit 6
-"$PY" benchmarks/real_model/parity_cpu.py "$TARGET" "$RERUN/logits.json" \
+"$PY" -m benchmarks.real_model.parity_cpu "$TARGET" "$RERUN/logits.json" \
   benchmarks/results/*smollm2*/probe*/results.json \
   benchmarks/results/*smollm2*/probe*/live/results.json \
   benchmarks/results/*smollm2*/*/probe*/live/results.json

@@ -1,0 +1,1 @@
+"""specgate's benchmarks, GPU harnesses and their results (`python -m benchmarks.…`)."""

@@ -1,0 +1,1 @@
+"""The real-model pipeline: SmolLM2 made a target, drafters trained and served."""

@@ -1,0 +1,1 @@
+"""Harnesses that run specgate against real SGLang on a GPU box."""
