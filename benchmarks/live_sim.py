@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import requests
 
+from benchmarks.servers import free_port
 from specgate.claims import perf as perf_claims
 from specgate.claims import spec as spec_claims
 from specgate.core.profile import Profile, parse_profile
@@ -31,16 +31,10 @@ FIXED_PROMPTS = 80
 FIXED_REPEATS = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def simulator(argv: Sequence[str], log: Path) -> Iterator[str]:
     """One simulator process on a free loopback port; yields its URL, kills it afterwards."""
-    port = _free_port()
+    port = free_port()
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
                                  "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT)

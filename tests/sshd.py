@@ -15,12 +15,13 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
+
+from specgate.serving.launch import free_port
 
 SSHD = Path("/usr/sbin/sshd")
 ALIAS = "specgate-gpu-box"
@@ -40,12 +41,6 @@ def unavailable() -> str | None:
         return ("sshd must run as root here (privilege separation in /run/sshd and logging a "
                 "session in); run the remote tests as root, as CI does")
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _keygen(path: Path, comment: str) -> str:

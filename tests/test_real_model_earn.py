@@ -596,7 +596,7 @@ def test_the_fleet_starts_servers_one_after_another_and_stops_them_all(
 
     picked = iter(range(7001, 7010))
     monkeypatch.setattr(earn.serve, "start", start)
-    monkeypatch.setattr(earn.serve, "free_ports", lambda n: [next(picked) for _ in range(n)])
+    monkeypatch.setattr(earn, "free_ports", lambda n: [next(picked) for _ in range(n)])
     fleet = earn.Fleet([(None, tmp_path / f"g{i}.log") for i in range(3)])
     assert fleet.wait_first() == "http://g0"
     assert entered.wait(120.0)  # g1 failed before g2's start began
@@ -615,7 +615,7 @@ def test_no_generation_server_is_an_error_naming_why(
         raise RuntimeError("exited with code -9")
 
     monkeypatch.setattr(earn.serve, "start", start)
-    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn, "free_ports", lambda n: list(range(n)))
     fleet = earn.Fleet([(None, tmp_path / "g0.log")])
     with pytest.raises(RuntimeError, match=r"no generation server started: g0.log: exited"):
         fleet.wait_first()
@@ -981,7 +981,7 @@ def test_the_probes_serve_the_judged_drafter_and_every_other_size_once(
     monkeypatch.setattr(earn.profiles, "probe", probe)
     monkeypatch.setattr(earn.profiles, "write", lambda doc, path: path)
     monkeypatch.setattr(earn.profiles, "load", lambda doc, path: doc)
-    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn, "free_ports", lambda n: list(range(n)))
     monkeypatch.setattr(earn.serve, "start", start)
     monkeypatch.setattr(earn.serve, "pytest_probe", pytest_probe)
     monkeypatch.setattr(earn.serve, "accept_length", accept_length)
@@ -1068,7 +1068,7 @@ def test_no_server_starts_that_no_probe_or_measurement_could_follow(
     monkeypatch.setattr(earn.profiles, "probe", lambda *a, **k: {"drafter": a[1].name})
     monkeypatch.setattr(earn.profiles, "write", lambda doc, path: path)
     monkeypatch.setattr(earn.profiles, "load", lambda doc, path: doc)
-    monkeypatch.setattr(earn.serve, "free_ports", lambda n: list(range(n)))
+    monkeypatch.setattr(earn, "free_ports", lambda n: list(range(n)))
     monkeypatch.setattr(earn.serve, "start", lambda p, c, log_path, port: (
         started.append(log_path.stem) or _Served(log_path.stem), 1.0))
     monkeypatch.setattr(earn.serve, "accept_length", lambda url, prof: {"accept_len": 1.4})

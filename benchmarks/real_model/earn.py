@@ -66,6 +66,7 @@ from benchmarks.real_model import (
     serve,
     vocab,
 )
+from benchmarks.servers import free_ports
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -133,7 +134,7 @@ class Fleet:
                     return
                 try:  # the port is picked just before it is bound
                     handle, ready = serve.start(prof, "baseline", log_path,
-                                                serve.free_ports(1)[0])
+                                                free_ports(1)[0])
                 except Exception as exc:  # the others carry on without it
                     with self.lock:
                         self.failed.append(f"{log_path.name}: {str(exc)[:1000]}")
@@ -988,7 +989,7 @@ class Earn:
         t = time.monotonic()
         try:
             with cf.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-                ports = serve.free_ports(len(jobs))
+                ports = free_ports(len(jobs))
                 futs = {pool.submit(serve.start, p, cfg, logs / f"{name}.log", port): name
                         for (name, (p, cfg)), port in zip(jobs.items(), ports, strict=True)}
                 for fut in cf.as_completed(futs):

@@ -35,6 +35,7 @@ from benchmarks.real_model import (
     profiles,
     variance,
 )
+from benchmarks.servers import free_ports
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -86,23 +87,6 @@ def pytest_probe(work: Path, prof: Path, name: str, extra: list[str],
             log(f"  {c['id']}: {c['status']} — {str(c['message'])[:240]}")
     return {"exit": code, "seconds": round(took, 1), "outcome": doc.get("outcome"),
             "claims": claims}
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free ports, all held until each is known (servers started at once would
-    otherwise race for the ports free_port hands out one at a time)."""
-    import socket
-
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def start(profile: Any, config: str, log_path: Path, port: int | None = None

@@ -38,7 +38,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ from benchmarks.real_sglang import (
     gpu_bound,
     suite,
 )
+from benchmarks.servers import Started, free_port, start, until_healthy
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -95,73 +95,29 @@ def profile(ns: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-class Server:
-    """One server started from the probe's launch command, in its own process group."""
-
-    def __init__(self, config: str, argv: list[str], env: dict[str, str], port: int,
-                 log: Path) -> None:
-        self.config, self.port, self.log = config, port, log
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as fh:
-            fh.write(f"# crossover: {shlex.join(argv)}\n".encode())
-            fh.flush()
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env={**os.environ, **env},
-                                         start_new_session=True)
-        self.started = time.monotonic()
-        self.ready_s: float | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> int | None:
-        for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                return self.proc.wait(wait_s)
-        return self.proc.returncode
-
-
-def start_servers(profile_path: Path, out: Path) -> list[Server]:
+def start_servers(profile_path: Path, out: Path) -> list[Started]:
+    """The profile's baseline and speculative servers, from specgate's launch commands."""
     from specgate.core.profile import load_profile
     from specgate.serving.launch import build_command
 
     loaded = load_profile(profile_path)
-    servers = []
+    started = []
     for config in CONFIGS:
-        port = suite.free_port()
+        port = free_port()
         spec = build_command(loaded, config, port=port)  # type: ignore[arg-type]
-        servers.append(Server(config, list(spec.argv), dict(spec.env), port,
-                              out / "servers" / f"{config}.log"))
+        started.append(start(config, spec.argv, port, out / "servers" / f"{config}.log",
+                             env=spec.env, tag="crossover"))
         say(f"{config}: starting on port {port}")
-    return servers
+    return started
 
 
-def wait_ready(servers: list[Server], timeout_s: float) -> str | None:
-    """None once both answer /health_generate, else why not."""
-    import requests
-
-    deadline = time.monotonic() + timeout_s
-    pending = list(servers)
-    while pending:
-        for srv in list(pending):
-            if srv.proc.poll() is not None:
-                return f"the {srv.config} server exited with code {srv.proc.returncode}"
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(srv.url + "/health_generate", timeout=5).status_code == 200:
-                    srv.ready_s = round(time.monotonic() - srv.started, 1)
-                    say(f"{srv.config}: ready after {srv.ready_s} s")
-                    pending.remove(srv)
-        if pending and time.monotonic() > deadline:
-            return f"not ready after {timeout_s:.0f} s: {[s.config for s in pending]}"
-        if pending:
-            time.sleep(1.0)
-    return None
+def wait_ready(started: list[Started], timeout_s: float) -> str | None:
+    """None once both answer, else why not."""
+    return until_healthy(started, time.time() + timeout_s,
+                         lambda s: say(f"{s.config}: ready after {s.ready_s} s"))
 
 
-def run_probe(ns: argparse.Namespace, profile_path: Path, servers: list[Server]) -> int:
+def run_probe(ns: argparse.Namespace, profile_path: Path, servers: list[Started]) -> int:
     reports = ns.work / "crossover-reports"
     shutil.rmtree(reports, ignore_errors=True)
     urls = {s.config: s.url for s in servers}
@@ -209,7 +165,7 @@ def datasets_stub(work: Path) -> Path | None:
     return stub
 
 
-def run_peer(ns: argparse.Namespace, servers: list[Server]) -> None:
+def run_peer(ns: argparse.Namespace, servers: list[Started]) -> None:
     peer = ns.out / "peer"
     peer.mkdir(parents=True, exist_ok=True)
     data = ns.work / "peer-prompts.jsonl"

