@@ -10,63 +10,29 @@ import sys
 from pathlib import Path
 
 import pytest
+import suite_support as ss
 
 # Its tests share a costly fixture: one xdist worker runs them all (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_claim_reports")
 
-SUITE = '''
-import pytest
-from specgate.claims import result as claims
-from specgate.core.errors import ServerError
-
+SUITE = ss.suite(
+    """
 @pytest.fixture(scope="session")
 def server():
     raise ServerError("the speculative server exited with code 1 before it was ready",
                       "RuntimeError: CUDA error: the drafter weights are gone")
-
-@pytest.mark.claim("demo.pass")
-@pytest.mark.phase0
-def test_pass(check):
-    check(claims.passed("demo.pass", "phase0", "fine", observed=3, expected=">= 2"))
-
-@pytest.mark.claim("demo.fail")
-@pytest.mark.phase0
-def test_fail(check):
-    check(claims.failed("demo.fail", "phase0", "252 of 32000 positions match",
-                        observed=252, expected=">= 31680", unit="positions"))
-
-@pytest.mark.claim("demo.broken")
-@pytest.mark.phase0
-def test_broken(check):
-    check(claims.broken("demo.broken", "phase0", "/x/model.safetensors: header too long"))
-
-@pytest.mark.claim("demo.skip")
-@pytest.mark.phase0
-def test_skip(check):
-    check(claims.skipped("demo.skip", "phase0", "no reference drafter given"))
-
-@pytest.mark.claim("demo.live_a")
-@pytest.mark.phase0
-def test_live_a(server, check):
-    pass
-
-@pytest.mark.claim("demo.live_b")
-@pytest.mark.phase0
-def test_live_b(server, check):
-    pass
-'''
+""",
+    ss.passing(), ss.FAILING, ss.broken("/x/model.safetensors: header too long"), ss.SKIPPED,
+    ss.claim("live_a", fixtures=("server",)),
+    ss.claim("live_b", fixtures=("server",)),
+    imports="from specgate.core.errors import ServerError")
 LOG_LINE = "CUDA error: the drafter weights are gone"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    project = tmp_path_factory.mktemp("claims")
-    (project / "p.toml").write_text('name = "reports"\n')
-    (project / "suites").mkdir()
-    (project / "suites" / "test_claims.py").write_text(SUITE)
-    # No -r option anywhere: what a project that installed specgate has.
-    (project / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
+    project = ss.project(tmp_path_factory.mktemp("claims"), SUITE, name="reports",
+                         drafter=False)
     proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml"], cwd=project,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -11,37 +11,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import suite_support as ss
 
-SUITE = '''
-import os
-import pytest
-from specgate.claims import result as claims
-
+SUITE = ss.suite(
+    """
 def divide():
     return 1 / int(os.environ.get("DIVISOR", "0"))
-
-@pytest.mark.claim("demo.divides")
-@pytest.mark.phase0
-def test_divides(check):
-    check(claims.passed("demo.divides", "phase0", f"got {divide()}"))
-
-@pytest.mark.claim("demo.recurses")
-@pytest.mark.phase0
-def test_recurses(check):
-    def deeper(n):
-        return deeper(n + 1)
-    check(claims.passed("demo.recurses", "phase0", f"got {deeper(0)}"))
-
-@pytest.mark.claim("demo.fine")
-@pytest.mark.phase0
-def test_fine(check):
-    check(claims.passed("demo.fine", "phase0", "fine"))
-
-@pytest.mark.claim("demo.last")
-@pytest.mark.phase0
-def test_last(check):
-    check(claims.passed("demo.last", "phase0", "fine"))
-'''
+""",
+    ss.claim("divides", 'check(claims.passed("demo.divides", "phase0", f"got {divide()}"))'),
+    ss.claim("recurses", """
+        def deeper(n):
+            return deeper(n + 1)
+        check(claims.passed("demo.recurses", "phase0", f"got {deeper(0)}"))"""),
+    ss.claim("fine", 'check(claims.passed("demo.fine", "phase0", "fine"))'),
+    ss.claim("last", 'check(claims.passed("demo.last", "phase0", "fine"))'),
+    imports="import os")
 
 # A plugin that crashes pytest's reporting (an INTERNALERROR) after the first claim.
 CRASHER = '''
@@ -53,13 +37,8 @@ def pytest_runtest_logfinish(nodeid, location):
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "p.toml").write_text('name = "guarded"\n[drafter]\npath = "d"\n')
-    (tmp_path / "d").mkdir()  # the drafter folder exists: its contents are what is tested
-    (tmp_path / "suites").mkdir()
-    (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
-    return tmp_path
+    # the drafter folder exists: its contents are what is tested
+    return ss.project(tmp_path, SUITE, name="guarded")
 
 
 def _run(project: Path, *args: str | bytes, env: dict[str, str] | None = None,

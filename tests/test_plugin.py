@@ -12,68 +12,34 @@ from pathlib import Path
 
 import fault_support as fh
 import pytest
+import suite_support as ss
 
-SUITE = '''
-import os, time
-import pytest
-from specgate.claims import result as claims
-@pytest.mark.claim("demo.pass")
-@pytest.mark.phase0
-@pytest.mark.gate
-def test_pass(check):
-    check(claims.passed("demo.pass", "phase0", "fine", observed=3, expected=">= 2"))
-
-@pytest.mark.claim("demo.fail")
-@pytest.mark.phase0
-def test_fail(check):
-    check(claims.failed("demo.fail", "phase0", "252 of 32000 positions match",
-                        observed=252, expected=">= 31680", unit="positions"))
-
-@pytest.mark.claim("demo.broken")
-@pytest.mark.phase1
-def test_broken(check):
-    check(claims.broken("demo.broken", "phase1", "/x/model.safetensors: header length 9e9 > file"))
-
-@pytest.mark.claim("demo.skip")
-@pytest.mark.phase0
-def test_skip(check):
-    check(claims.skipped("demo.skip", "phase0", "no reference drafter given"))
-
+SUITE = ss.suite(
+    ss.passing(marks=("gate",)),
+    ss.FAILING,
+    ss.broken("/x/model.safetensors: header length 9e9 > file", phase="phase1"),
+    ss.SKIPPED,
+    """
 @pytest.fixture
 def exploding():
     raise RuntimeError("fixture blew up")
-
-@pytest.mark.claim("demo.fixture_error")
-@pytest.mark.phase0
-def test_fixture_error(exploding, check):
-    pass
-
-@pytest.mark.claim("demo.crash")
-@pytest.mark.phase0
-def test_crash(check):
-    if os.environ.get("CRASH_TEST"):
-        os._exit(1)
-    check(claims.passed("demo.crash", "phase0", "ok"))
-
-@pytest.mark.claim("demo.slow")
-@pytest.mark.phase0
-def test_slow(check):
-    if os.environ.get("SLOW_TEST"):
-        open(os.environ["SLOW_TEST"], "w").close()
-        time.sleep(60)
-    check(claims.passed("demo.slow", "phase0", "ok"))
-'''
+""",
+    ss.claim("fixture_error", fixtures=("exploding",)),
+    ss.claim("crash", """
+        if os.environ.get("CRASH_TEST"):
+            os._exit(1)
+        check(claims.passed("demo.crash", "phase0", "ok"))"""),
+    ss.claim("slow", """
+        if os.environ.get("SLOW_TEST"):
+            open(os.environ["SLOW_TEST"], "w").close()
+            time.sleep(60)
+        check(claims.passed("demo.slow", "phase0", "ok"))"""),
+    imports="import os, time")
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "p.toml").write_text('name = "plugtest"\n[drafter]\npath = "d"\n')
-    (tmp_path / "d").mkdir()
-    (tmp_path / "suites").mkdir()
-    (tmp_path / "suites" / "test_claims.py").write_text(SUITE)
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\ntestpaths = suites\naddopts = -p no:cacheprovider\n")
-    return tmp_path
+    return ss.project(tmp_path, SUITE, name="plugtest")
 
 
 def _run(project: Path, *args: str, env: dict[str, str] | None = None,
