@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.core.errors import ProfileError
-from specgate.core.profile import Profile, choose_profile_path, load_profile, parse_profile
+from specgate.core.profile import (
+    Profile,
+    choose_profile_path,
+    load_profile,
+    parse_profile,
+    shipped_profile_names,
+    shipped_profiles_dir,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +108,20 @@ def test_profile_choice_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     assert choose_profile_path("given.toml") == Path("given.toml")
     monkeypatch.delenv("SPECGATE_PROFILE")
     assert choose_profile_path(None).name == "demo.toml"
+
+
+def test_every_shipped_profile_is_found_by_its_name(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    names = shipped_profile_names()
+    assert "kimi-k2.5-8x-rtx-pro-6000" in names  # a name with a dot in it
+    for name in names:
+        assert choose_profile_path(name) == shipped_profiles_dir() / f"{name}.toml"
+        assert load_profile(choose_profile_path(name)).source == str(
+            shipped_profiles_dir() / f"{name}.toml")
+    # A file of that name in the working folder is the user's, and wins.
+    (tmp_path / "demo").write_text('name = "mine"\n')
+    assert choose_profile_path("demo") == Path("demo")
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=12), st.integers(), max_size=4))

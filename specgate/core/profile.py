@@ -433,7 +433,7 @@ def choose_profile_path(option: str | None) -> Path:
         return default_profile_path()
     path = Path(chosen).expanduser()
     shipped = shipped_profiles_dir() / f"{chosen}.toml"
-    if not path.exists() and "/" not in chosen and not path.suffix and shipped.exists():
+    if not path.exists() and "/" not in chosen and shipped.exists():
         return shipped
     return path
 
