@@ -9,7 +9,7 @@ ready, the GPU's clocks, power and memory around the measurement, and the weight
 step reads (from the target's config).
 
     python3 launch_records.py OUT.json --target NAME=DIR[,MEM_FRACTION[,LOAD_FORMAT[,DRAFTER]]] ...
-        [--launches 5] [--requests 16] [--tokens 128] [--deadline EPOCH]
+        [--launches 5] [--requests 16] [--tokens 128] [--deadline EPOCH] [--first-launch-s 90]
         [--launcher "PYTHON -m sglang.launch_server"] [-- SGLANG FLAGS...]
 
 LOAD_FORMAT (e.g. dummy) is passed as --load-format for that target alone, so a real checkpoint
@@ -18,7 +18,10 @@ layout) serves the target with it (steps 3, topk 1, 4 draft tokens; SPEC_FLAGS):
 then also records SGLang's `spec_verify_ct`, and each launch its median verify cycle (the
 server's `e2e_latency` over the request's verify passes) and accept length.
 
-OUT.json is rewritten after every launch, so a run cut short keeps what it measured.
+OUT.json is rewritten after every launch, so a run cut short keeps what it measured. With
+--deadline every launch ends by then: a launch starts only when the longest launch so far (from
+the start of the server to its stop) still fits, the run's first launch left out once there are
+others (it compiles SGLang's kernels on a fresh machine), --first-launch-s before any.
 """
 
 from __future__ import annotations
@@ -129,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--deadline", type=float, default=math.inf,
-                        help="Unix time after which no new launch starts")
+                        help="Unix time by which every launch has ended")
+    parser.add_argument("--first-launch-s", type=float, default=90.0,
+                        help="what a launch is taken to last before one has been timed")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--launcher", default=None,
                         help="the server command before its flags (default: PYTHON -m "
@@ -160,13 +165,15 @@ def main(argv: list[str] | None = None) -> int:
                     for name, folder, fraction, load_format, drafter, config in targets},
     }
     ns.out.parent.mkdir(parents=True, exist_ok=True)
+    durations: list[float] = []
     for launch in range(ns.launches):
         for name, folder, fraction, load_format, drafter, _ in targets:
-            if time.time() > ns.deadline:
-                doc["stopped"] = f"deadline reached before launch {launch} of {name}"
-                ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+            longest = max(durations[1:] or durations or [ns.first_launch_s])
+            if time.time() + longest > ns.deadline:
+                doc["stopped"] = (f"launch {launch} of {name} would not end by the deadline "
+                                  f"(the longest launch so far took {longest:.0f} s)")
                 print(doc["stopped"], flush=True)
-                return 0
+                break
             port = free_port()
             log = ns.out.parent / f"{name}-{launch}.log"
             argv_server = [*launcher, "--model-path", folder,
@@ -191,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                 record["error"] = f"{type(exc).__name__}: {exc}"
             finally:
                 server.stop(term_s=60.0, kill_s=30.0)
+            record["launch_s"] = round(time.time() - started, 1)
+            durations.append(record["launch_s"])
             doc["targets"][name]["launches"].append(record)
             ns.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
             print(name, launch, {k: record.get(k) for k in (
                 "ready_s", "median_tok_s", "cv_within", "median_cycle_ms", "median_accept_len",
                 "error") if k in record}, flush=True)
+        if "stopped" in doc:
+            break
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for entry in doc["targets"].values():
         medians = [r["median_tok_s"] for r in entry["launches"] if "median_tok_s" in r]
