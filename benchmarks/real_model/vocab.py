@@ -14,7 +14,8 @@ reports whether its d2t/t2d equal ours:
     python3 -m benchmarks.real_model.vocab compare TOKENS.npz MAP.safetensors \
         --specforge /path/to/unpacked/wheel [--json OUT]
 
-TOKENS.npz holds, per sample in dataset order, `ids_<k>` and `mask_<k>` (build.py writes it);
+TOKENS.npz holds, per sample in dataset order, `ids_<k>` and `mask_<k>` (`numpy.savez` of the
+samples the map was counted on);
 MAP.safetensors the d2t/t2d the drafter was built with. `sizes` does the same at other draft
 vocabulary sizes, where more tokens tie at the cutoff count; `checkpoint` loads a drafter with
 SpecForge's own EAGLE-3 draft model and runs its exporter's check of the serving keys:

@@ -1,5 +1,5 @@
 # The setup every GPU harness shares (run_suite.sh, loop.sh, tune.sh, launch_records.sh and
-# ../real_model/run.sh). Sourced after the harness has read its own arguments, with RS_LOG set to
+# ../real_model/earn.sh). Sourced after the harness has read its own arguments, with RS_LOG set to
 # the name of its log file:
 #
 #   RS_LOG=run.log; . "$(dirname "${BASH_SOURCE[0]}")/env.sh" || exit $?

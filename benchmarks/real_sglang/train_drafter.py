@@ -119,7 +119,7 @@ class Size:
     # SGLang's eagle_aux_hidden_state_layer_ids: it captures the inputs of layers id + 1.
     aux_layers: tuple[int, ...] = AUX_LAYER_IDS
     # The drafter's own RoPE base and positions (config.json; a real target's drafter copies
-    # the target's rope_theta, ../real_model/train.py).
+    # the target's rope_theta, target_size below).
     rope_theta: float = 10000.0
     max_positions: int = 2048
 
@@ -768,7 +768,48 @@ def predict(drafter_dir: Path, heldout: Path, target_dir: Path, categories: dict
     return out
 
 
+# chains of 1 to PREDICT_STEPS draft steps in a prediction
+PREDICT_STEPS = 5
+
+
+def target_size(target: Path, draft_vocab: int,
+                aux_ids: tuple[int, ...] | None = None) -> Size:
+    """The drafter's shape for a Llama target: its width, heads and vocabulary, one layer."""
+    cfg = json.loads((target / "config.json").read_text())
+    if aux_ids is None:
+        aux_ids = (1, int(cfg["num_hidden_layers"]) // 2 - 1, int(cfg["num_hidden_layers"]) - 4)
+    rope = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta") or 1e4
+    heads = int(cfg["num_attention_heads"])
+    return Size(hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
+                heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
+                layers=int(cfg["num_hidden_layers"]), vocab=int(cfg["vocab_size"]),
+                train_prompts=0, train_tokens=0, heldout_tokens=0, draft_vocab=draft_vocab,
+                corpus_files=0, heldout_prompts=0, aux_layers=aux_ids,
+                rope_theta=float(rope),
+                max_positions=int(cfg.get("max_position_embeddings") or 2048))
+
+
+def add_prediction(result: dict[str, Any], out: Path, heldout: Path, target: Path, device: str,
+                   request_tokens: int) -> None:
+    """The drafter in OUT walked over the held-out dump as greedy serving verifies, for chains of
+    1 to PREDICT_STEPS steps: OUT/prediction.json, and its figures per category in `result`."""
+    meta = json.loads((heldout / "metadata.json").read_text())
+    cats = {name: s["category"] for name, s in (meta.get("samples") or {}).items()}
+    pred = predict(out, heldout, target, cats, PREDICT_STEPS, device,
+                   list(range(1, PREDICT_STEPS + 1)), request_tokens)
+    (out / "prediction.json").write_text(json.dumps(pred, indent=1) + "\n")
+    groups = pred.get("groups") or {}
+    result["predicted"] = {name: {"per_request": g.get("predicted_per_request"),
+                                  "per_verify": g.get("predicted"),
+                                  "step_accuracy": g.get("step_accuracy")}
+                           for name, g in groups.items()}
+    if "error" in pred:
+        result["prediction_error"] = pred["error"]
+
+
 # --- main ------------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

