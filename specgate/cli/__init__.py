@@ -24,6 +24,7 @@ commands:
   calibrate-simulator
                fit the simulator's batching to a live session measured at several
                [bench] concurrency levels (REPORTS/live/results.json)
+  summary      a verdict as Markdown for a CI job's page (specgate summary [VERDICT])
 
 The claims themselves run under pytest, from any folder:
   pytest -m probe --profile my.toml    (--specgate-profile where pytest-profiling owns --profile)
@@ -51,6 +52,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "profile-doc": _command("profile_doc", "main_profile_doc"),
     "tune": _command("tune", "main_tune"),
     "calibrate-simulator": _command("calibrate_simulator", "main_calibrate_simulator"),
+    "summary": _command("summary", "main_summary"),
 }
 
 
