@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +149,19 @@ def table(rows: Sequence[Sequence[str]]) -> str:
         if k == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def trials_main(run: Callable[[int], dict[str, Any]],
+                rows: Callable[[dict[str, Any]], list[list[str]]],
+                shown: Callable[[dict[str, Any]], Any] = lambda result: result) -> int:
+    """The command line of a simulation benchmark: --trials N (default 400), then the part of
+    its result `shown` picks as JSON and its table, one row a line."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=400)
+    result = run(ap.parse_args().trials)
+    print(json.dumps(shown(result), indent=1))
+    for row in rows(result):
+        print(" | ".join(row))
+    return 0

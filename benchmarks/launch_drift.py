@@ -15,14 +15,13 @@ in-process with the gate's sequential passes and judged by spec.speedup. Per des
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from benchmarks.common import trials_main  # noqa: E402
 from specgate.testing import drift_trials  # noqa: E402
 
 SPREADS = (0.05, 0.12, 0.25)
@@ -76,14 +75,7 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=400)
-    args = ap.parse_args()
-    result = run(args.trials)
-    print(json.dumps(result, indent=1))
-    for row in rows(result):
-        print(" | ".join(row))
-    return 0
+    return trials_main(run, rows)
 
 
 if __name__ == "__main__":

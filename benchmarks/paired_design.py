@@ -21,7 +21,6 @@ wrongly passes (interval wholly above 1) when the true speed-up is 1.0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -32,6 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from benchmarks.common import trials_main  # noqa: E402
 from specgate.results import bench, stats  # noqa: E402
 from specgate.results.prompts import template_named  # noqa: E402
 
@@ -152,14 +152,7 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=400)
-    args = ap.parse_args()
-    result = run(args.trials)
-    print(json.dumps(result["spreads"]))
-    for row in rows(result):
-        print(" | ".join(row))
-    return 0
+    return trials_main(run, rows, lambda result: result["spreads"])
 
 
 if __name__ == "__main__":

@@ -239,3 +239,37 @@ def on_schedule(run: Callable[[Path, Path], T], root: Path, *, tries: int = 3
             return result, reports, truth
     raise AssertionError(f"the machine held up the simulated servers in each of {tries} probes "
                          f"(last: {'; '.join(why[:3])})")
+
+
+# The simulator's timing for a live run in the tests: 2 ms decode steps, a 4 ms speculative cycle
+# at two draft steps, servers ready in a tenth of a second.
+LIVE_TIMING = {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25, "start_delay_s": 0.1,
+               "health_generate_s": 0.05}
+
+
+def sim_profile(root: Path, *, name: str, drafter_sim: str, env: Mapping[str, str],
+                bench: Mapping[str, Any], thresholds: Mapping[str, Any]) -> Any:
+    """A profile that launches the simulator on ROOT/target (LIVE_TIMING) and ROOT/draft (a whole
+    tiny drafter; its simulator file holds DRAFTER_SIM as written), two draft steps, with BENCH
+    and THRESHOLDS as given. Made again on the same ROOT, the drafter is kept."""
+    from specgate.core.profile import parse_profile
+
+    target, draft = root / "target", root / "draft"
+    target.mkdir(exist_ok=True)
+    draft.mkdir(exist_ok=True)
+    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
+        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
+    (target / model.SIM_FILE).write_text(json.dumps(LIVE_TIMING))
+    (draft / model.SIM_FILE).write_text(drafter_sim)
+    raw = {
+        "name": name,
+        "target": {"path": str(target)},
+        "drafter": {"path": str(draft)},
+        "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"], "port": 0,
+                   "startup_timeout_s": 30, "env": dict(env)},
+        "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
+                        "num_draft_tokens": 3},
+        "bench": dict(bench),
+        "thresholds": dict(thresholds),
+    }
+    return parse_profile(raw, source=root / "profile.toml")

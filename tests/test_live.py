@@ -2,47 +2,29 @@
 
 import json
 import socket
-import sys
 import threading
 import time
 
 import pytest
-from ckpt_support import tiny_drafter
+from sim_support import sim_profile
 from specgate_fixtures.live import shared_live_results
 
 from specgate.claims import env as env_claims
 from specgate.claims import perf as perf_claims
 from specgate.claims import spec as spec_claims
 from specgate.claims.result import Status
-from specgate.core.profile import parse_profile
 from specgate.measure.live import run_live
 from specgate.results.live import LiveResults
 
 
 def _profile(tmp_path, *, acceptance=(0.8, 0.6), env=None, thresholds=None, bench=None):
-    target, draft = tmp_path / "target", tmp_path / "draft"
-    target.mkdir(exist_ok=True)
-    draft.mkdir(exist_ok=True)
-    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
-        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
-    (target / "specgate_sim.json").write_text(json.dumps(
-        {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25, "start_delay_s": 0.1,
-         "health_generate_s": 0.05}))
-    (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": list(acceptance)}))
-    raw = {
-        "name": "live-test",
-        "target": {"path": str(target)},
-        "drafter": {"path": str(draft)},
-        "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"], "port": 0,
-                   "startup_timeout_s": 30, "env": env or {"NCCL_PROTO": "Simple"}},
-        "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
-                        "num_draft_tokens": 3},
-        # The simulator's launches run at one speed here: a spread the profile states.
-        "bench": {"prompts_per_category": 1, "max_new_tokens": 48, "warmup": 1, "repeats": 2,
-                  "max_repeats": 3, "launch_spread": 0.01, **(bench or {})},
-        "thresholds": {"baseline_tps_min": 100.0, "accept_len_min": 2.0, **(thresholds or {})},
-    }
-    return parse_profile(raw, source=tmp_path / "profile.toml")
+    # The simulator's launches run at one speed here: a spread the profile states.
+    return sim_profile(
+        tmp_path, name="live-test", drafter_sim=json.dumps({"acceptance": list(acceptance)}),
+        env=env or {"NCCL_PROTO": "Simple"},
+        bench={"prompts_per_category": 1, "max_new_tokens": 48, "warmup": 1, "repeats": 2,
+               "max_repeats": 3, "launch_spread": 0.01, **(bench or {})},
+        thresholds={"baseline_tps_min": 100.0, "accept_len_min": 2.0, **(thresholds or {})})
 
 
 @pytest.mark.slow

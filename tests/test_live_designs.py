@@ -5,11 +5,10 @@ import dataclasses
 import itertools
 import json
 import math
-import sys
 
 import pytest
 import sim_support
-from ckpt_support import tiny_drafter
+from sim_support import sim_profile
 
 from specgate.claims import spec as spec_claims
 from specgate.core.profile import parse_profile
@@ -26,28 +25,12 @@ PLAIN = template_named("plain", "test")
 
 
 def _profile(tmp_path, *, design="ab", env=None, bench=None, drafter_sim=None):
-    target, draft = tmp_path / "target", tmp_path / "draft"
-    target.mkdir(exist_ok=True)
-    draft.mkdir(exist_ok=True)
-    if not (draft / "config.json").exists():  # SGLang starts only on a whole drafter
-        tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
-    (target / "specgate_sim.json").write_text(json.dumps(
-        {"decode_ms": 2.0, "verify_ms": 3.5, "draft_step_ms": 0.25, "start_delay_s": 0.1,
-         "health_generate_s": 0.05}))
-    (draft / "specgate_sim.json").write_text(drafter_sim or json.dumps({"acceptance": [0.9, 0.8]}))
-    raw = {
-        "name": "designs",
-        "target": {"path": str(target)},
-        "drafter": {"path": str(draft)},
-        "server": {"launcher": [sys.executable, "-m", "specgate.testing.simulator"], "port": 0,
-                   "startup_timeout_s": 30, "env": env or {}},
-        "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
-                        "num_draft_tokens": 3},
-        "bench": {"prompts_per_category": 1, "max_new_tokens": 32, "warmup": 1, "repeats": 2,
-                  "max_repeats": 2, "design": design, **(bench or {})},
-        "thresholds": {"accept_len_min": 2.0},
-    }
-    return parse_profile(raw, source=tmp_path / "profile.toml")
+    return sim_profile(
+        tmp_path, name="designs", drafter_sim=drafter_sim or json.dumps({"acceptance": [0.9, 0.8]}),
+        env=env or {},
+        bench={"prompts_per_category": 1, "max_new_tokens": 32, "warmup": 1, "repeats": 2,
+               "max_repeats": 2, "design": design, **(bench or {})},
+        thresholds={"accept_len_min": 2.0})
 
 
 def _drift_env(tmp_path, seed="5"):
