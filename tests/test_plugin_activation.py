@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import suite_support as ss
 
 CLAIM = '''
 import pytest
@@ -131,3 +132,88 @@ def test_what_activates_the_plugin(tmp_path: Path, ini: str, args: list[str],
     got = json.loads(record.read_text())
     assert got == {"active": active, "core": active}, proc.stdout + proc.stderr
     assert (tmp_path / "reports").exists() is (active and "--specgate-reports" not in args)
+
+
+# The harness's own tests beside a project's claims, needing what this environment lacks:
+# collecting only the claims must never load their conftest.
+FOREIGN_CONFTEST = "import a_module_this_environment_lacks\n"
+PROFILE_CLAIM = ss.claim("profile", 'check(claims.passed("demo.profile", "phase0", '
+                                    'f"profile {profile.name}"))', marks=["probe"],
+                         fixtures=["profile"])
+
+
+def _shipped_profile_runs() -> list[tuple[str, str]]:
+    from specgate.core.profile import shipped_profile_names
+
+    return [(name, form) for name in shipped_profile_names() for form in ("space", "equals")]
+
+
+@pytest.mark.parametrize(("name", "form"), _shipped_profile_runs())
+def test_every_shipped_profile_by_name_in_both_forms(tmp_path: Path, name: str,
+                                                     form: str) -> None:
+    root = ss.project(tmp_path, ss.suite(PROFILE_CLAIM), name="unused")
+    (root / "tests").mkdir()
+    (root / "tests" / "conftest.py").write_text(FOREIGN_CONFTEST)
+    # A deployment's profile names its checkpoints on the GPU host: given here as folders.
+    (root / "t").mkdir()
+    paths = [f"--drafter={root / 'd'}", f"--reference-drafter={root / 'd'}",
+             f"--target-model={root / 't'}"]
+    profile = ["--profile", name] if form == "space" else [f"--profile={name}"]
+    proc = _pytest(root, "-m", "probe", *profile, *paths)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((root / "reports" / "verdict.json").read_text())
+    assert [c["message"] for c in doc["claims"]] == [f"profile {name}"]
+
+
+def _specgate_report(reports: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specgate.cli", "report", "--reports",
+                           str(reports)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("stop", ["refused-option", "conftest"])
+def test_a_run_that_did_not_start_leaves_no_earlier_verdict_as_its_own(tmp_path: Path,
+                                                                        stop: str) -> None:
+    root = ss.project(tmp_path, ss.suite(ss.passing(marks=["probe"])), name="mine")
+    reports = root / "reports"
+    assert _pytest(root, "-m", "probe", "--profile", "p.toml").returncode == 0
+    earlier = json.loads((reports / "verdict.json").read_text())["run"]["id"]
+    assert (reports / "junit.xml").is_file()
+
+    args = ["-m", "probe", "--profile", "p.toml"]
+    if stop == "refused-option":
+        args.append("--no-such-option")
+    else:
+        (root / "suites" / "conftest.py").write_text(FOREIGN_CONFTEST)
+    proc = _pytest(root, *args)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert not (reports / "verdict.json").exists()
+    assert not (reports / "junit.xml").exists()
+    note = json.loads((reports / "not-started.json").read_text())
+    assert note["earlier_run"] == earlier
+    assert note["args"][-len(args):] == args
+    # The earlier run keeps its own verdict in its folder.
+    assert (reports / "runs" / earlier / "verdict.json").is_file()
+
+    said = _specgate_report(reports)
+    assert said.returncode == 1
+    assert said.stderr.count("\n") == 1, said.stderr
+    assert "stopped before any claim ran and wrote no verdict" in said.stderr
+    assert f"--reports {reports / 'runs' / earlier}`" in said.stderr
+
+    # The next run that starts is the last run again.
+    (root / "suites" / "conftest.py").unlink(missing_ok=True)
+    assert _pytest(root, "-m", "probe", "--profile", "p.toml").returncode == 0
+    assert not (reports / "not-started.json").exists()
+    assert json.loads((reports / "verdict.json").read_text())["run"]["id"] != earlier
+
+
+def test_a_run_that_is_not_specgates_leaves_the_verdict_alone(tmp_path: Path) -> None:
+    root = ss.project(tmp_path, ss.suite(ss.passing(marks=["probe"])), name="mine")
+    assert _pytest(root, "-m", "probe", "--profile", "p.toml").returncode == 0
+    (root / "tests").mkdir()
+    (root / "tests" / "test_own.py").write_text("def test_ok():\n    pass\n")
+    for args in (["--no-such-option"], ["--version"], ["tests", "--no-such-option"]):
+        proc = _pytest(root, *args)
+        assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+        assert (root / "reports" / "verdict.json").is_file(), args
+        assert not (root / "reports" / "not-started.json").exists(), args

@@ -6,6 +6,10 @@
     REPORTS/junit.xml, allure-results/, live/   the latest finished run's, swapped in at its end
     REPORTS/runs/latest.json       which run the published files are
     REPORTS/history/, baselines/   shared by every run
+    REPORTS/not-started.json       the last pytest run stopped before it started (its command
+                                   line refused, a conftest that failed to import): the verdict
+                                   and junit.xml of the run before it are taken down, and
+                                   `specgate report` refuses to pass that run's off as the last
 
 A run holds REPORTS/.specgate-run.lock from start to end; another run waits for it (saying so)
 or is refused. Publishing copies a run's files beside the published ones (hard links where the
@@ -41,6 +45,9 @@ PUBLISH_LOCK = ".specgate-publish.lock"
 # checkpoints/<name>/ (verdict.json beside it is the matrix's).
 CHECKPOINTS_DIR = "checkpoints"
 PUBLISHED = ("allure-results", "live", CHECKPOINTS_DIR, "junit.xml", "verdict.json")
+NOT_STARTED_FILE = "not-started.json"
+# What a run that did not start takes down: what a CI job reads as the outcome of its run.
+TAKEN_DOWN = ("verdict.json", "junit.xml")
 KEEP_RUNS = 20  # run folders kept; older ones are removed when a run publishes
 SAY_EVERY_S = 30.0  # while waiting for another run, how often to say so again
 POLL_S = 0.2
@@ -141,6 +148,8 @@ def hold(reports: Path, run: RunFolder, *, wait_s: float,
     with contextlib.suppress(OSError):
         info = json.loads((run.path / RUN_FILE).read_text(encoding="utf-8"))
         _replace_text(reports / HOLDER_FILE, json.dumps(info) + "\n")
+    with contextlib.suppress(OSError):
+        (reports / NOT_STARTED_FILE).unlink(missing_ok=True)  # this run's verdict comes next
     return lock
 
 
@@ -186,6 +195,45 @@ def publish(run: RunFolder, names: Sequence[str] = PUBLISHED) -> list[str]:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return problems
+
+
+def mark_not_started(reports: Path, args: Sequence[str]) -> bool:
+    """A pytest run of the claims that stopped before it started: the published verdict and
+    junit.xml (an earlier run's, kept in its run folder) are taken down, and not-started.json
+    says which run they were and what was run instead. Nothing is touched where another run
+    holds the folder (the published files are then that run's own) or where no run published
+    yet. Returns whether the folder was marked."""
+    if not (reports / RUNS_DIR / LATEST_FILE).is_file():
+        return False
+    lock = FileLock(str(reports / RUN_LOCK), timeout=0)
+    try:
+        lock.acquire(timeout=0)
+    except (Timeout, OSError):
+        return False
+    try:
+        with publishing(reports, timeout_s=30.0):
+            note = {"at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                    "pid": os.getpid(), "host": socket.gethostname(), "args": list(args),
+                    "earlier_run": published_run(reports)}
+            _replace_text(reports / NOT_STARTED_FILE, json.dumps(note) + "\n")
+            for name in TAKEN_DOWN:
+                (reports / name).unlink(missing_ok=True)
+    except Timeout:
+        return False
+    finally:
+        lock.release()
+    return True
+
+
+def not_started(reports: Path) -> dict[str, Any] | None:
+    """What not-started.json says (None when the last run did start)."""
+    try:
+        found = json.loads((reports / NOT_STARTED_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def publish_file(run: RunFolder, name: str) -> None:

@@ -17,7 +17,7 @@ from specgate.core.matrix import Matrix, load_matrix, on_gpu_set, parse_gpu_sets
 from specgate.core.profile import Profile, choose_profile_path, load_profile
 from specgate.io import runs
 
-from .options import gate_without_profile
+from .options import claims_paths, gate_without_profile
 
 # nodeid -> [claim id, phase], written by whoever collects: an xdist controller collects
 # nothing, and a worker that crashes sends no report that names the claim it was running.
@@ -63,16 +63,7 @@ def _reports_dir(config: pytest.Config) -> Path:
 
 def _is_claims_run(config: pytest.Config) -> bool:
     """True when the run collects claim suites, not only the harness's own tests."""
-    args = [a.split("::", 1)[0] for a in config.args if not a.startswith("-")]
-    if not args:
-        return True
-    tests_dir = (config.rootpath / "tests").resolve()
-    for arg in args:
-        path = Path(arg).resolve() if Path(arg).is_absolute() else (
-            Path(config.invocation_params.dir) / arg).resolve()
-        if path != tests_dir and tests_dir not in path.parents:
-            return True
-    return False
+    return claims_paths(config, list(config.args))
 
 
 

@@ -173,6 +173,7 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
     DIR is a reports folder (its published allure-results: the latest finished run's) or one
     run's folder under DIR/runs/; the history is the reports folder's either way."""
     reports_dir = Path(reports_dir).resolve()
+    _refuse_an_earlier_run(reports_dir)
     published = reports_dir / "allure-results"
     if not (published.is_dir() and any(published.glob("*-result.json"))):
         raise ReportError(
@@ -191,6 +192,22 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
         results, run_id = runs.snapshot(reports_dir, "allure-results", copy)
         return _build(reports_dir, results or published, node, cli, install_s,
                       name or _report_name(reports_dir, run_id))
+
+
+def _refuse_an_earlier_run(reports_dir: Path) -> None:
+    """The last pytest run on a reports folder stopped before it started: the report of the
+    run before it would pass for the last run's."""
+    note = runs.not_started(reports_dir)
+    if note is None or runs.reports_root(reports_dir) != reports_dir:
+        return
+    command = " ".join(["pytest", *(str(a) for a in note.get("args") or [])])
+    earlier = note.get("earlier_run")
+    instead = (f"; the report of the run before it, {earlier}, is built with `specgate report "
+               f"--reports {reports_dir / runs.RUNS_DIR / str(earlier)}`" if earlier else "")
+    raise ReportError(
+        f"the last pytest run on {reports_dir}, `{command}` (at {note.get('at', '?')}), "
+        f"stopped before any claim ran and wrote no verdict, as pytest's output said "
+        f"({reports_dir / runs.NOT_STARTED_FILE} records it){instead}")
 
 
 def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: float,
