@@ -31,9 +31,9 @@ REGRESSION_CLAIMS: dict[str, tuple[str, str]] = {
 
 
 def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
-                     reports_dir: Path) -> ClaimResult:
+                     reports_dir: Path, reference: RunRecord | None = None) -> ClaimResult:
     """regress.accept_len / regress.tps: no drop beyond the measured noise since the last
-    passing run of this profile (reports/history)."""
+    passing run of this profile (reports/history), or since the run named as the reference."""
     spec = needs(live.speculative, claim_id, live)
     if isinstance(spec, ClaimResult):
         return spec
@@ -46,7 +46,8 @@ def regression_claim(claim_id: str, profile: Profile, live: LiveResults,
               if claim_id == ids.REGRESS_TPS.id else None)
     result = check_regression(claim_id, profile, reports_dir, current, launch=launch,
                               concurrency=live.gate_level,
-                              drafter_digest=identity.drafter_digest(profile.drafter_path))
+                              drafter_digest=identity.drafter_digest(profile.drafter_path),
+                              reference=reference)
     if live.simulated and not result.message.startswith(sim(live)):
         result = dataclasses.replace(result, message=sim(live) + result.message)
     return result
@@ -76,8 +77,10 @@ def check_regression(
     launch: LaunchNoise | None = None,
     concurrency: int = 1,
     drafter_digest: str | None = None,
+    reference: RunRecord | None = None,
 ) -> ClaimResult:
-    """judge_regression against this profile's history, with its regression_tolerance."""
+    """judge_regression against this profile's history (or the named reference run), with its
+    regression_tolerance."""
     tolerance = profile.thresholds.regression_tolerance
     return judge_regression(
         claim_id, current, history_store.read_history(history_store.history_file(reports_dir)),
@@ -86,6 +89,7 @@ def check_regression(
         launch=launch,
         concurrency=concurrency,
         drafter_digest=drafter_digest,
+        reference=reference,
     )
 
 
@@ -100,8 +104,10 @@ def judge_regression(
     launch: LaunchNoise | None = None,
     concurrency: int = 1,
     drafter_digest: str | None = None,
+    reference: RunRecord | None = None,
 ) -> ClaimResult:
-    """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run.
+    """regress.accept_len / regress.tps: no drop beyond the noise since the last passing run,
+    or since `reference`, a run the user named (--specgate-reference-run), whatever its outcome.
 
     The allowed drop is the larger of the two runs' CI half-widths and min_rel_noise times the
     earlier value (a floor for figures measured without a CI); for a timed figure, also the
@@ -120,7 +126,11 @@ def judge_regression(
     if now is None:
         return claims.skipped(claim_id, phase, f"this run measured no {spoken} to compare",
                               reason="not_measured", details={"figure": name})
-    before_run = history_store.last_passing(profile_name, history, figure=name)
+    if reference is not None and name not in reference.figures:
+        return claims.skipped(
+            claim_id, phase, f"{_reference_named(reference)} measured no {spoken}",
+            reason="no_reference", details={"figure": name, "reference_run": reference.run})
+    before_run = reference or history_store.last_passing(profile_name, history, figure=name)
     if before_run is None:
         return claims.skipped(
             claim_id, phase,
@@ -136,6 +146,8 @@ def judge_regression(
     unit = now.unit or before.unit
     same = drafter_digest is not None and drafter_digest == before_run.drafter_digest
     details = {
+        "reference_run": before_run.run,
+        "reference_named": reference is not None,
         "reference_time": before_run.time,
         "reference_drafter": before_run.drafter,
         "reference_drafter_digest": before_run.drafter_digest,
@@ -154,8 +166,10 @@ def judge_regression(
         "observed": now.value, "expected": f">= {before.value - noise:.4g}", "unit": unit,
         "details": details,
     }
-    figures = (f"{spoken} {_fmt(now)} against {_fmt(before)} in the last passing run of "
-               f"{profile_name!r} ({before_run.time}, {_drafter_named(before_run)})")
+    figures = (f"{spoken} {_fmt(now)} against {_fmt(before)} in "
+               + (_reference_named(reference) if reference is not None else
+                  f"the last passing run of {profile_name!r} ({before_run.time}, "
+                  f"{_drafter_named(before_run)})"))
     if same:
         figures += (": the same drafter bytes as this run's, so this compares the deployment "
                     "with itself, not two drafters")
@@ -175,9 +189,10 @@ POSITION_CLAIM = ids.REGRESS_ACCEPT_POS.id
 
 
 def position_regression_claim(profile: Profile, live: LiveResults,
-                              reports_dir: Path) -> ClaimResult:
+                              reports_dir: Path, reference: RunRecord | None = None
+                              ) -> ClaimResult:
     """regress.accept_pos: no draft position's acceptance dropped beyond the measured noise
-    since the last passing run of this profile."""
+    since the last passing run of this profile, or since the run named as the reference."""
     spec = needs(live.speculative, POSITION_CLAIM, live)
     if isinstance(spec, ClaimResult):
         return spec
@@ -186,7 +201,7 @@ def position_regression_claim(profile: Profile, live: LiveResults,
     result = judge_position_regression(
         current, history_store.read_history(history_store.history_file(reports_dir)),
         profile.name, confidence=spec.confidence, concurrency=live.gate_level,
-        drafter_digest=identity.drafter_digest(profile.drafter_path))
+        drafter_digest=identity.drafter_digest(profile.drafter_path), reference=reference)
     if live.simulated and not result.message.startswith(sim(live)):
         result = dataclasses.replace(result, message=sim(live) + result.message)
     return result
@@ -206,8 +221,10 @@ def judge_position_regression(
     concurrency: int = 1,
     drafter_digest: str | None = None,
     phase: str = "phase0",
+    reference: RunRecord | None = None,
 ) -> ClaimResult:
-    """regress.accept_pos: at every draft position both runs measured, the acceptance may drop
+    """regress.accept_pos: at every draft position both runs measured (this one and the last
+    passing run of the profile, or `reference` when the user named one), the acceptance may drop
     by no more than the noise of the difference of the two measurements: the root sum of
     squares of their interval half-widths, widened from `confidence` to the Bonferroni level
     for that many positions (a drop at any one of K positions is K chances). No fixed
@@ -221,7 +238,12 @@ def judge_position_regression(
                               f"{at} (the speculative server sent no "
                               "spec_correct_drafts_histogram)", reason="not_measured")
     first = figure_name(position_figure(1), concurrency)
-    before_run = history_store.last_passing(profile_name, history, figure=first)
+    if reference is not None and first not in reference.figures:
+        return claims.skipped(
+            cid, phase, f"{_reference_named(reference)} measured no acceptance per draft "
+            f"position{at}", reason="no_reference",
+            details={"figure": first, "reference_run": reference.run})
+    before_run = reference or history_store.last_passing(profile_name, history, figure=first)
     if before_run is None:
         return claims.skipped(
             cid, phase, f"no earlier passing run of profile {profile_name!r} that measured the "
@@ -241,7 +263,8 @@ def judge_position_regression(
                      "noise": spread})
     same = drafter_digest is not None and drafter_digest == before_run.drafter_digest
     details: dict[str, Any] = {
-        "positions": rows, "reference_time": before_run.time,
+        "positions": rows, "reference_run": before_run.run,
+        "reference_named": reference is not None, "reference_time": before_run.time,
         "reference_drafter": before_run.drafter,
         "reference_drafter_digest": before_run.drafter_digest,
         "drafter_digest": drafter_digest, "same_drafter_bytes": same,
@@ -252,7 +275,8 @@ def judge_position_regression(
                 if None in (now[r["position"]].low, before[r["position"]].low)]
     details["unjudged_positions"] = unjudged
     rows = [r for r in rows if r["position"] not in unjudged]
-    where = (f"the last passing run of {profile_name!r} ({before_run.time}, "
+    where = (_reference_named(reference) if reference is not None else
+             f"the last passing run of {profile_name!r} ({before_run.time}, "
              f"{_drafter_named(before_run)})")
     if same:
         where += ", the same drafter bytes as this run's"
@@ -294,6 +318,12 @@ def before_run_positions(record: RunRecord, concurrency: int) -> list[int]:
         found.append(k)
         k += 1
     return found
+
+
+def _reference_named(record: RunRecord) -> str:
+    """The run a user named as the reference, as a message names it."""
+    return (f"run {record.run or '(no id)'} named as the reference (profile {record.profile!r}, "
+            f"{record.outcome}, {record.time or 'time not recorded'}, {_drafter_named(record)})")
 
 
 def _drafter_named(record: RunRecord) -> str:

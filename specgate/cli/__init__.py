@@ -25,6 +25,8 @@ commands:
                fit the simulator's batching to a live session measured at several
                [bench] concurrency levels (REPORTS/live/results.json)
   summary      a verdict as Markdown for a CI job's page (specgate summary [VERDICT])
+  compare      two runs' key figures, intervals and claims side by side (specgate compare A B:
+               verdict files, run folders or run ids)
 
 The claims themselves run under pytest, from any folder:
   pytest -m probe --profile my.toml    (--specgate-profile where pytest-profiling owns --profile)
@@ -53,6 +55,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "tune": _command("tune", "main_tune"),
     "calibrate-simulator": _command("calibrate_simulator", "main_calibrate_simulator"),
     "summary": _command("summary", "main_summary"),
+    "compare": _command("compare", "main_compare"),
 }
 
 

@@ -5,37 +5,15 @@ not pass with the first line of its message."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from specgate.claims.figures import figures_of
-from specgate.core import files
-from specgate.core.errors import DataError
+from specgate.report.verdict_file import load_verdict
 
 # Longest message shown in a table cell; the verdict and the report carry the whole of it.
 CELL_CHARS = 300
-
-
-def load_verdict(path: Path) -> dict[str, Any]:
-    """A verdict.json as a dict, or a DataError saying in one sentence what is wrong with it."""
-    try:
-        doc = files.read_json(path, limit=files.LOG_BYTES)
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such verdict file (a claims run writes "
-                        "REPORTS/verdict.json, and each run REPORTS/runs/<id>/verdict.json)"
-                        ) from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: a folder, not a verdict file (name its verdict.json)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise DataError(f"{path}: not a verdict file: it is not JSON ({exc})") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    if not isinstance(doc, dict) or "outcome" not in doc or not isinstance(doc.get("claims"),
-                                                                            list):
-        raise DataError(f"{path}: not a verdict file: it has no \"outcome\" and \"claims\"")
-    return doc
 
 
 def cell(text: Any, limit: int = CELL_CHARS) -> str:

@@ -16,6 +16,7 @@ from specgate.core.errors import ProfileError
 from specgate.core.matrix import Matrix, load_matrix, on_gpu_set, parse_gpu_sets
 from specgate.core.profile import Profile, choose_profile_path, load_profile
 from specgate.io import runs
+from specgate.io.history import RunRecord
 
 from .options import claims_paths, gate_without_profile
 
@@ -116,6 +117,9 @@ class RunState:
         self.checkpoints: dict[str, str] = {}  # nodeid -> checkpoint name
         self.profiles: dict[str, Profile] = {}
         self.identities: dict[str, dict[str, Any]] = {}
+        # The run regress.* compare with when --specgate-reference-run names one (else each
+        # compares with the profile's last passing run).
+        self.reference_run: RunRecord | None = None
         config.stash[RUN_KEY] = self
 
     def get_profile(self) -> Profile:
@@ -139,6 +143,11 @@ class RunState:
 
                     demo.prepare(profile)
                 _check_paths(profile)
+                if opt("specgate_reference_run"):
+                    from specgate.report.history import reference_record
+
+                    self.reference_run = reference_record(opt("specgate_reference_run"),
+                                                          self.reports_dir)
                 matrix_file, sets = opt("specgate_matrix"), opt("specgate_gpu_sets")
                 if sets and not matrix_file:
                     raise ProfileError("--specgate-gpu-sets spreads a checkpoint matrix over "

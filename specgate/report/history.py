@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from specgate.claims import ids
 from specgate.claims.figures import POSITION_CLAIM, POSITION_PREFIX, position_summaries
 from specgate.claims.result import ClaimResult
+from specgate.core.errors import DataError, ProfileError
+from specgate.io import runs
 from specgate.io.history import (
     Figure,
     RunRecord,
@@ -16,9 +18,11 @@ from specgate.io.history import (
     figure_name,
     history_file,
     number,
+    read_history,
     record_run,
 )
 from specgate.io.identity import drafter_key
+from specgate.report.verdict_file import load_verdict
 
 if TYPE_CHECKING:
     from specgate.core.profile import Profile
@@ -76,8 +80,9 @@ def _summary_figure(data: Any, unit: str) -> Figure | None:
     return None if value is None else Figure(value, unit=unit)
 
 
-def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, Any]) -> RunRecord:
-    """Record a finished run from its verdict document (called after verdict.json is written)."""
+def record_of(verdict_doc: Mapping[str, Any], profile: str | None = None) -> RunRecord:
+    """A run's history record from its verdict document: its figures read from its claims,
+    its drafter named by its bytes when the verdict identified them."""
     results = [ClaimResult.from_json(c) for c in verdict_doc.get("claims") or []]
     run = verdict_doc.get("run")
     identity = verdict_doc.get("identity")
@@ -86,12 +91,84 @@ def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, An
     if isinstance(drafter, Mapping) and isinstance(drafter.get("weights_blake3"), str) \
             and isinstance(drafter.get("config_sha256"), str):
         digest = drafter_key(drafter["weights_blake3"], drafter["config_sha256"])
-    return record_run(
-        history_file(reports_dir),
-        profile=profile.name,
-        drafter=verdict_doc.get("drafter"),
+    return RunRecord(
+        profile=profile if profile is not None else str(verdict_doc.get("profile")),
+        drafter=None if verdict_doc.get("drafter") is None else str(verdict_doc["drafter"]),
         outcome=str(verdict_doc.get("outcome", "error")),
+        time=str(verdict_doc.get("written_at", "")),
         figures=figures_from_claims(results),
         run=str(run["id"]) if isinstance(run, Mapping) and run.get("id") else None,
         drafter_digest=digest if isinstance(digest, str) else None,
     )
+
+
+def append_run(reports_dir: Path, profile: Profile, verdict_doc: Mapping[str, Any]) -> RunRecord:
+    """Record a finished run from its verdict document (called after verdict.json is written)."""
+    record = record_of(verdict_doc, profile.name)
+    return record_run(
+        history_file(reports_dir),
+        profile=record.profile,
+        drafter=record.drafter,
+        outcome=record.outcome,
+        figures=record.figures,
+        run=record.run,
+        drafter_digest=record.drafter_digest,
+    )
+
+
+REFERENCE_FLAG = "--specgate-reference-run"
+
+
+def reference_record(given: str, reports_dir: Path) -> RunRecord:
+    """The run a user names as the reference of regress.*: a verdict file (or a run folder
+    holding one), or a run id (or the start of one) in REPORTS/history/verdicts.jsonl, else in
+    REPORTS/runs/. A ProfileError says in one sentence why none of these is it."""
+    said = f"{REFERENCE_FLAG} {given}"
+    path = Path(given).expanduser()
+    if path.is_dir() and (path / "verdict.json").is_file():
+        path = path / "verdict.json"
+    if path.is_file():
+        try:
+            doc = load_verdict(path)
+        except DataError as exc:
+            raise ProfileError(f"{said}: {exc}") from None
+        if doc.get("checkpoints"):
+            raise ProfileError(f"{said}: {path} is a checkpoint matrix's verdict; name one "
+                               "checkpoint's (checkpoints/<name>/verdict.json)")
+        return record_of(doc)
+    if not given or "/" in given or given.endswith(".json"):
+        raise ProfileError(f"{said}: no such verdict file (give a verdict.json, a run folder "
+                           "holding one, or a run id)")
+    history = read_history(history_file(reports_dir))
+    exact = [r for r in history if r.run == given]
+    if exact:
+        return exact[-1]
+    runs_dir = runs.reports_root(reports_dir) / runs.RUNS_DIR
+    ids = {r.run for r in history if r.run and r.run.startswith(given)}
+    if runs_dir.is_dir():
+        ids |= {p.name for p in runs_dir.iterdir()
+                if p.name == given or (p.name.startswith(given) and _finished(p))}
+    if len(ids) > 1:
+        shown = ", ".join(sorted(ids)[:5]) + (", …" if len(ids) > 5 else "")
+        raise ProfileError(f"{said}: {len(ids)} runs start with it ({shown}); give more of "
+                           "the run id")
+    if not ids:
+        raise ProfileError(
+            f"{said}: no run with that id in {history_file(reports_dir)} or {runs_dir}, and no "
+            "verdict file by that name (give a run id, a verdict.json or a run folder)")
+    (run_id,) = ids
+    recorded = [r for r in history if r.run == run_id]
+    if recorded:
+        return recorded[-1]
+    try:
+        return record_of(load_verdict(runs_dir / run_id / "verdict.json"))
+    except DataError as exc:
+        raise ProfileError(f"{said}: {exc}") from None
+
+
+def _finished(folder: Path) -> bool:
+    """A run folder whose verdict is a finished run's (complete), not one that never started."""
+    try:
+        return load_verdict(folder / "verdict.json").get("complete") is True
+    except DataError:
+        return False
