@@ -165,3 +165,46 @@ def test_write_rejects_data_of_the_wrong_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="needs 16"):
         write_sparse(tmp_path / "x.safetensors",
                      {"w": TensorSpec("F32", (4,), data=np.ones(3, np.float32))})
+
+
+PLAIN = '{"__metadata__": {"format": "pt"}, "a.weight": {"dtype": "F32", "shape": [2, 3], ' \
+        '"data_offsets": [0, 24]}, "b": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]}}'
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+    '"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
+    '{"a": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}}',
+    '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 18446744073709551616]}}',
+    '{"a": {"dtype": "F32", "shape": [-0], "data_offsets": [0, 4]}}',
+    '{"a": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}}',
+    '{"a": {"dtype": "F32", "shape": [1e0], "data_offsets": [0, 4]}}',
+    '{"a": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 4]}}',
+    '{"a": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}}',
+    '{"\\u0061": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+    '"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
+    '{"a": {"dtype": "F32", "shape": [{"x": 1, "x": 2}], "data_offsets": [0, 4]}}',
+    '{"a": [{"x": 1}, {"x": 2}]}',
+], ids=["repeated-name", "repeated-field", "past-u64", "negative-zero", "fraction", "exponent",
+        "constant", "literal", "escaped-repeat", "nested-repeat", "array-of-objects"])
+def test_only_a_plain_header_skips_the_checked_parse(text: str) -> None:
+    """The C scanner alone is used only where it reads what the checked parse reads: a repeated
+    key, a number the checked parse keeps as text, an escape or a deeper object sends a header to
+    the checked parse."""
+    from specgate.io import safetensors_io as st
+
+    assert st._plain_parse(text.encode(), text) is None
+    plain = st._plain_parse(PLAIN.encode(), PLAIN)
+    assert plain is not None
+    assert plain == json.loads(PLAIN, object_pairs_hook=st._pairs, parse_int=st._int,
+                               parse_float=st._float, parse_constant=st._constant)
+
+
+def test_a_number_across_the_scans_pieces_is_seen_whole() -> None:
+    """A 20-digit number that straddles two of the scan's pieces is still found."""
+    from specgate.io import safetensors_io as st
+
+    raw = b'{"a": [' + b"1" * 20 + b"]}"
+    for chunk in range(2, len(raw)):
+        assert st._plain_counts(raw, chunk=chunk) is None, chunk
+    assert st._plain_counts(b'{"a": [' + b"1" * 19 + b"]}", chunk=9) == (1, 1)

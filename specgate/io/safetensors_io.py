@@ -254,11 +254,78 @@ def _constant(text: str) -> Any:
     raise _Bad(f"{text} is not JSON")
 
 
+# Outside strings, a plain header holds only these bytes: containers, separators, digits and
+# white space (no sign, fraction, exponent, literal or constant).
+_PLAIN_BYTES = np.zeros(256, dtype=bool)
+_PLAIN_BYTES[np.frombuffer(b"{}[]:,0123456789 \t\n\r", dtype=np.uint8)] = True
+# An integer of 20 digits may pass 2**64 - 1; one of 19 never does.
+_LONG_DIGITS = 20
+
+
+def _plain_counts(raw: bytes, chunk: int = 1 << 20) -> tuple[int, int] | None:
+    """For JSON without escapes (every quote delimits a string): the objects and the keys it
+    writes (an opening brace, a colon outside strings), when every byte outside strings is a
+    container, separator, digit or white space and no number runs to 20 digits; else None.
+    In 1 MiB pieces, whose working arrays stay in cache."""
+    objects = keys = inside = 0
+    tail = np.zeros(0, dtype=bool)  # the last digits of the piece before, for a run across
+    for at in range(0, len(raw), chunk):
+        b = np.frombuffer(raw, dtype=np.uint8, count=min(chunk, len(raw) - at), offset=at)
+        quote = b == 0x22
+        parity = np.cumsum(quote, dtype=np.int32)
+        parity += inside
+        outside = ((parity & 1) == 0) & ~quote
+        if not _PLAIN_BYTES[b[outside]].all():
+            return None
+        objects += int(np.count_nonzero(outside & (b == 0x7B)))
+        keys += int(np.count_nonzero(outside & (b == 0x3A)))
+        digits = np.concatenate((tail, outside & (b >= 0x30) & (b <= 0x39)))
+        if digits.size >= _LONG_DIGITS:
+            run = np.concatenate((np.zeros(1, dtype=np.int32), np.cumsum(digits, dtype=np.int32)))
+            if (run[_LONG_DIGITS:] - run[:-_LONG_DIGITS] == _LONG_DIGITS).any():
+                return None
+        tail = digits[-(_LONG_DIGITS - 1):]
+        inside = int(parity[-1]) & 1
+    return objects, keys
+
+
+def _plain_parse(raw: bytes, text: str) -> dict[str, Any] | None:
+    """The header parsed by the C scanner alone, when that gives exactly what the checked parse
+    (_pairs, _int, _float, _constant) would; else None.
+
+    That holds for JSON without escapes whose bytes outside strings are containers, separators,
+    digits and white space with no number of 20 digits (every integer then lies below 2**64 and
+    none is negative or a float), whose values at the top are all objects that hold no object
+    themselves, and whose keys are all distinct: the keys written number as many as the parsed
+    objects hold (a repeated key would leave one fewer).
+    """
+    if b"\\" in raw:
+        return None
+    counts = _plain_counts(raw)
+    if counts is None:
+        return None
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if type(header) is not dict:
+        return None
+    values = header.values()
+    if not all(type(v) is dict for v in values):
+        return None
+    objects, keys = counts
+    if objects != 1 + len(header) or keys != len(header) + sum(map(len, values)):
+        return None
+    return header
+
+
 def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
-        header = json.loads(text, object_pairs_hook=_pairs, parse_int=_int,
-                            parse_float=_float, parse_constant=_constant)
+        plain = _plain_parse(raw, text)
+        header = plain if plain is not None else json.loads(
+            text, object_pairs_hook=_pairs, parse_int=_int, parse_float=_float,
+            parse_constant=_constant)
     except UnicodeDecodeError as exc:
         raise CheckpointError(f"{path}: the {len(raw)}-byte header is not UTF-8 ({exc.reason} "
                               f"at byte {exc.start}); the file is corrupt or not safetensors"
