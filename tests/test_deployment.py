@@ -243,7 +243,8 @@ def _pooled(groups: list[tuple[float, ...]]) -> tuple[float, int]:
 
 
 def test_a_gpu_bound_baseline_takes_the_prior_of_the_gpu_bound_launches() -> None:
-    sd, df = _pooled([(212.05, 211.91, 210.42, 212.51, 212.04), (207.0, 209.6, 206.8, 210.4)])
+    sd, df = _pooled([(212.051, 211.909, 210.42, 212.512, 212.037),
+                      (207.01, 209.64, 206.8, 210.43)])
     spread = drift.prior("tps", "GPU-bound")
     assert spread.sd == pytest.approx(sd)
     assert (spread.df, spread.prior_launches, spread.prior) == (df, 9, "GPU-bound")

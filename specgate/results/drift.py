@@ -42,8 +42,9 @@ DESIGN_SPOKEN: dict[str, str] = {"ab": "A–B (baseline, then speculative)",
 
 # The priors: launches of one configuration each on real SGLang 0.5.17, one H200, decode tok/s
 # of the baseline and verify cycle (ms) of the speculative server, as committed under
-# benchmarks/results/ (the folder named in each key). A group is one configuration launched
-# several times; a prior is the pooled standard deviation of ln(figure) within groups. There is
+# benchmarks/results/ (the folder named beside each group; tests/test_prior_records.py reads
+# every launch from there again). A group is one configuration launched several times; a prior
+# is the pooled standard deviation of ln(figure) within groups. There is
 # one prior per class of deployment (results/deployment.py): the class says how much of the
 # GPU's memory bandwidth the single-stream decode uses, and a decode bound by the GPU's memory
 # moves far less between launches than one bound by the host.
@@ -55,21 +56,21 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     "tps": {
         # 2026-11-30-h200-tiny-llama-4l: probes of drafters 129k (twice), 507k-b, the tune of
         # 507k-a and the no-deep-gemm probe, each with its own baseline launch
-        "tiny-llama-4l, CUDA graphs": (666.9, 677.7, 868.3, 822.1, 840.9),
+        "tiny-llama-4l, CUDA graphs": (666.88, 677.74, 868.31, 822.14, 840.92),
         # 2026-11-30-h200-tiny-llama-4l-eager: the suite's launch, attach, port-taken and
         # wrong-flag runs and the 43k probe
-        "tiny-llama-4l, eager": (277.1, 252.8, 243.3, 205.1, 197.9),
+        "tiny-llama-4l, eager": (277.05, 252.82, 243.25, 205.10, 197.90),
         # 2026-12-01-h200-tiny-llama-64l: the five probes' baselines
-        "tiny-llama-64l, CUDA graphs": (506.5, 510.3, 472.2, 505.1, 514.0),
+        "tiny-llama-64l, CUDA graphs": (506.51, 510.32, 472.21, 505.07, 514.02),
         # 2026-12-01-h200-smollm2-135m-instruct/launch-variance: baseline-1, -2 and -3, started
         # with the same flags and measured by the same 14 prompts
         "SmolLM2-135M-Instruct, 14 prompts": (623.15, 542.38, 668.67),
         # the same deployment's probes (42 prompts): probe-trained-1's baseline launch, and
         # probe-trained-2's (baseline-1's launch)
         "SmolLM2-135M-Instruct, 42 prompts": (598.00, 565.70),
-        # 2026-12-03, the same H200 and SGLang as the GPU-bound targets' random-weight launches
-        # below: 4 launches, the same 16 greedy requests of 128 tokens each
-        "SmolLM2-135M-Instruct, 16 requests": (716.6, 592.2, 699.3, 802.8),
+        # 2026-12-03-h200-launch-spread/random-weights, beside the GPU-bound target's
+        # random-weight launches below: 4 launches, the same 16 greedy requests of 128 tokens each
+        "SmolLM2-135M-Instruct, 16 requests": (716.58, 592.21, 699.28, 802.84),
         # 2026-12-03-h200-launch-spread/launch-records: 5 launches each, 16 greedy requests of
         # 128 tokens, median tok/s per launch
         "SmolLM2-135M-Instruct, launch records": (742.985, 590.621, 758.408, 737.958, 533.553),
@@ -79,9 +80,9 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     },
     "cycle_ms": {
         # the same drafter files served twice at one chain
-        "tiny-llama-4l, 129k drafter, s5-k1-d6": (3.436, 4.335),
-        "tiny-llama-4l, 507k-a drafter, s6-k1-d7": (3.285, 4.014),
-        "tiny-llama-64l, 1291k drafter, s10-k1-d11": (3.789, 4.437),
+        "tiny-llama-4l, 129k drafter, s5-k1-d6": (3.4358, 4.335),
+        "tiny-llama-4l, 507k-a drafter, s6-k1-d7": (3.2847, 4.014),
+        "tiny-llama-64l, 1291k drafter, s10-k1-d11": (3.789, 4.4368),
         # 2026-12-01-h200-smollm2-135m-instruct: probe-trained-1 and -2, the trained drafter
         # at s3-k1-d4
         "SmolLM2-135M-Instruct, trained drafter, s3-k1-d4": (4.1208, 4.2827),
@@ -94,10 +95,10 @@ GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
     "tps": {
         # 2026-12-03-h200-llama-shapes-dummy/launch-records: dummy bf16 weights (13.97 GB a
         # step), 5 launches, median tok/s per launch
-        "Llama-3-8B shapes, dummy weights": (212.05, 211.91, 210.42, 212.51, 212.04),
-        # 2026-12-03, the same H200 and SGLang: random real bf16 weights of Llama-3-8B's shapes
-        # (14 GB), 4 launches, median tok/s per launch
-        "Llama-3-8B shapes, random weights": (207.0, 209.6, 206.8, 210.4),
+        "Llama-3-8B shapes, dummy weights": (212.051, 211.909, 210.42, 212.512, 212.037),
+        # 2026-12-03-h200-launch-spread/random-weights: random real bf16 weights of Llama-3-8B's
+        # shapes (14 GB), 4 launches, median tok/s per launch
+        "Llama-3-8B shapes, random weights": (207.01, 209.64, 206.8, 210.43),
     },
     "cycle_ms": {
         # 2026-12-03-h200-launch-spread/verify-cycle: benchmarks/real_sglang/gpu_bound.py's
