@@ -431,7 +431,31 @@ def scheduler_of(root: psutil.Process, sim: bool) -> tuple[psutil.Process, str]:
     return root, "no child process: the server process itself"
 
 
-class Injector:
+class Watcher:
+    """A fault sent from a thread while pytest runs: `start`, then `finish` (before leftovers
+    are read: a resumed orphan could exit on its own), then `resume` whatever it stopped."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._t0 = time.monotonic()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def resume(self) -> None:
+        pass
+
+
+class Injector(Watcher):
     """Waits until a server has begun answering /generate (n requests seen in its log after
     arming), then sends `sig` to its scheduler; SIGCONTs a stopped one when closed."""
 
@@ -441,12 +465,9 @@ class Injector:
         self.sim = sim
         self.find_root, self.find_log, self.sig = find_root, find_log, sig
         self.after_requests, self.delay_s = after_requests, delay_s
-        self.record: dict[str, Any] = {"signal": signal.Signals(sig).name, "sent": False}
-        self._stop = threading.Event()
+        super().__init__({"signal": signal.Signals(sig).name, "sent": False})
         self._target: psutil.Process | None = None
         self._armed_at = self._count()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._t0 = time.monotonic()
 
     def _count(self) -> int:
         log = self.find_log()
@@ -454,14 +475,6 @@ class Injector:
             return len(GENERATE_LINE.findall(log.read_text(errors="replace"))) if log else 0
         except OSError:
             return 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def finish(self) -> None:
-        """Stop watching (before leftovers are read: a resumed orphan could exit on its own)."""
-        self._stop.set()
-        self._thread.join(5.0)
 
     def resume(self) -> None:
         if self._target is not None and self.sig == signal.SIGSTOP and running(self._target):
@@ -882,28 +895,15 @@ def fault_launched(ctx: Ctx, name: str, sig: int) -> dict[str, Any]:
     return r
 
 
-class SignalDuringLaunch:
+class SignalDuringLaunch(Watcher):
     """Sends `sig` to pytest itself once the server it launches for `config` has run for
     `after_s` seconds (still loading: the user's Ctrl-C, or a CI job's SIGTERM, mid-launch)."""
 
     def __init__(self, pytest_pid: int, config: str, sig: int, after_s: float) -> None:
         self.pytest_pid, self.sig, self.after_s = pytest_pid, sig, after_s
         self.find = launched_server(pytest_pid, config)
-        self.record: dict[str, Any] = {"signal": signal.Signals(sig).name, "sent": False,
-                                       "to": "pytest", "during": f"{config} launch"}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._t0 = time.monotonic()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def finish(self) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
-
-    def resume(self) -> None:
-        pass
+        super().__init__({"signal": signal.Signals(sig).name, "sent": False, "to": "pytest",
+                          "during": f"{config} launch"})
 
     def _run(self) -> None:
         seen: float | None = None
