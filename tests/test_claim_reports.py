@@ -25,15 +25,25 @@ def server():
     ss.passing(), ss.FAILING, ss.broken("/x/model.safetensors: header too long"), ss.SKIPPED,
     ss.claim("live_a", fixtures=("server",)),
     ss.claim("live_b", fixtures=("server",)),
-    imports="from specgate.core.errors import ServerError")
+    # Two claims a drafter folder broke: one says only the cause, one a message of its own.
+    ss.claim("folder_a", 'check(claims.broken("demo.folder_a", "phase0", EMPTY, cause=EMPTY))'),
+    ss.claim("folder_b", 'check(claims.broken("demo.folder_b", "phase0", '
+                         '"the speculative server did not start", cause=EMPTY))'),
+    imports="from specgate.core.errors import ServerError\n"
+            "EMPTY = '/d: the folder is empty; expected config.json and *.safetensors weights'")
 LOG_LINE = "CUDA error: the drafter weights are gone"
+SERVER_FAILED = "the speculative server exited with code 1 before it was ready"
+EMPTY = "/d: the folder is empty"
+SAID_ONCE = "its cause is said once, with every claim it broke, in the specgate verdict below"
+BROKEN = ["demo.broken", "demo.folder_a", "demo.folder_b", "demo.live_a", "demo.live_b"]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     project = ss.project(tmp_path_factory.mktemp("claims"), SUITE, name="reports",
                          drafter=False)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml"], cwd=project,
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml",
+                           "--junitxml=ci/junit.xml"], cwd=project,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return project, proc
@@ -51,8 +61,7 @@ def _results(project: Path) -> dict[str, dict]:
 def test_every_claim_has_its_description_passed_or_not(run) -> None:
     project, _ = run
     results = _results(project)
-    assert sorted(results) == ["demo.broken", "demo.fail", "demo.live_a", "demo.live_b",
-                               "demo.pass", "demo.skip"]
+    assert sorted(results) == sorted([*BROKEN, "demo.fail", "demo.pass", "demo.skip"])
     assert results["demo.pass"]["status"] == "passed"
     # Observed and expected first: a long message never pushes them below the fold.
     assert results["demo.pass"]["description"] == "Observed 3; expected >= 2.\n\nfine"
@@ -119,16 +128,64 @@ def test_skips_are_listed_at_the_claim_without_a_config_asking(run) -> None:
 
 def test_a_shared_cause_is_said_once_with_the_claims_it_broke(run) -> None:
     project, proc = run
-    assert proc.stdout.count(LOG_LINE) == 1, proc.stdout
+    for said in (LOG_LINE, SERVER_FAILED, EMPTY):
+        assert proc.stdout.count(said) == 1, (said, proc.stdout)
     block = proc.stdout[proc.stdout.index("specgate verdict"):]
-    assert "BROKEN  2 claims by one cause: the speculative server exited with code 1" in block
+    assert f"BROKEN  2 claims by one cause: {SERVER_FAILED}" in block
     assert "broke: demo.live_a, demo.live_b" in block
+    assert f"BROKEN  2 claims by one cause: {EMPTY}" in block
+    assert "broke: demo.folder_a, demo.folder_b" in block
+    # Each claim's own report is short and points at the cause.
+    for claim_id in ("demo.live_a", "demo.live_b", "demo.folder_a"):
+        assert f"BROKEN {claim_id}: {SAID_ONCE}\n" in proc.stdout, claim_id
+    assert (f"BROKEN demo.folder_b: the speculative server did not start; {SAID_ONCE}\n"
+            in proc.stdout)
     doc = json.loads((project / "reports" / "verdict.json").read_text())
-    assert [c["claims"] for c in doc["causes"]] == [["demo.live_a", "demo.live_b"]]
+    assert [c["claims"] for c in doc["causes"]] == [["demo.live_a", "demo.live_b"],
+                                                    ["demo.folder_a", "demo.folder_b"]]
     assert LOG_LINE in doc["causes"][0]["message"]
+    messages = {claim["id"]: claim["message"] for claim in doc["claims"]}
+    assert messages["demo.live_a"] == SERVER_FAILED
+    assert messages["demo.folder_b"] == "the speculative server did not start"
     for claim in doc["claims"]:
         assert LOG_LINE not in claim["message"], claim
         assert "cause" not in claim
+
+
+def test_broken_claims_are_errors_in_pytests_counts_as_in_the_verdict(run) -> None:
+    project, proc = run
+    counts = json.loads((project / "reports" / "verdict.json").read_text())["counts"]
+    assert counts == {"passed": 1, "failed": 1, "broken": 5, "skipped": 1}
+    last = proc.stdout.strip().splitlines()[-1]
+    said = dict((word, int(n)) for n, word in re.findall(r"(\d+) (\w+)", last.split(" in ")[0]))
+    assert said == {"passed": 1, "failed": 1, "errors": 5, "skipped": 1}, last
+    errors = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ERROR ")]
+    assert sorted(e.rsplit("::test_", 1)[1] for e in errors) == sorted(
+        c.removeprefix("demo.") for c in BROKEN)
+
+
+def test_junit_names_each_testcase_by_its_claim_and_a_broken_claim_is_an_error(run) -> None:
+    import xml.etree.ElementTree as ET
+
+    project, _ = run
+    suite = ET.parse(project / "ci" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert sorted(cases) == sorted([*BROKEN, "demo.fail", "demo.pass", "demo.skip"])
+    outcomes = {name: [child.tag for child in case if child.tag != "properties"]
+                for name, case in cases.items()}
+    assert outcomes == {**{cid: ["error"] for cid in BROKEN}, "demo.fail": ["failure"],
+                        "demo.pass": [], "demo.skip": ["skipped"]}
+    assert (suite.get("errors"), suite.get("failures")) == ("5", "1")
+    # Read alone in a CI dashboard, an error says the claim's message and its whole cause.
+    live = cases["demo.live_a"].find("error")
+    assert live is not None
+    assert live.get("message") == f"demo.live_a: {SERVER_FAILED}"
+    assert LOG_LINE in (live.text or "")
+    folder = cases["demo.folder_b"].find("error")
+    assert folder is not None
+    assert folder.get("message") == "demo.folder_b: the speculative server did not start"
+    assert EMPTY in (folder.text or "")
 
 
 def _line_of(claim_id: str) -> int:

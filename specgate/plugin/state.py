@@ -23,6 +23,13 @@ from .options import claims_paths, gate_without_profile
 # nodeid -> [claim id, phase], written by whoever collects: an xdist controller collects
 # nothing, and a worker that crashes sends no report that names the claim it was running.
 CLAIM_INDEX = ".claim-index.json"
+# What a claim test records in its user properties, which its reports carry (to the xdist
+# controller, and into junit.xml): its result, its claim id, the cause a fixture's error gives
+# every claim it broke, and the matrix checkpoint it judges.
+CLAIM_PROP = "specgate.claim"
+CLAIM_ID_PROP = "specgate.claim_id"
+CAUSE_PROP = "specgate.cause"
+CHECKPOINT_PROP = "specgate.checkpoint"
 
 RUN_KEY = pytest.StashKey["RunState"]()
 
