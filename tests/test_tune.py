@@ -1,5 +1,6 @@
 """specgate tune: acceptance from histograms, the cycle fit, and a run on the demo simulator."""
 
+import re
 import tomllib
 
 import pytest
@@ -403,3 +404,53 @@ def test_the_tune_reports_each_chain_against_the_baseline_at_every_level(tmp_pat
     data = result.to_json()
     assert data["concurrency"] == [1, 16]
     assert [row["fastest"] for row in data["per_level"]] == ["s3-k1-d4", "s1-k1-d2"]
+
+
+def test_a_tune_without_sglang_stops_before_writing_anything(tmp_path, capsys):
+    """SGLang missing where the launcher runs: one sentence, exit 1, and no table, no
+    recommended.toml, nothing added to the last run's Allure results."""
+    import sys
+
+    from specgate.cli.tune import main_tune
+
+    # An interpreter that cannot import SGLang, wherever this test runs: no site-packages.
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    for name in ("target", "drafter"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'name = "mine"\n[target]\npath = "target"\n[drafter]\npath = "drafter"\n'
+                       f'[server]\nlauncher = ["{python}", "-m", "sglang.launch_server"]\n')
+    reports = tmp_path / "reports"
+    (reports / "allure-results").mkdir(parents=True)
+    (reports / "allure-results" / "x-result.json").write_text("{}")
+
+    assert main_tune(["--profile", str(profile), "--reports", str(reports)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"specgate tune: SGLang is not installed for {python}"), err
+    assert "No module named 'sglang'" in err
+    assert err.count("\n") == 1, err
+    assert err.count("No module named") == 1, err
+    assert sorted(p.relative_to(reports).as_posix() for p in reports.rglob("*")) == [
+        "allure-results", "allure-results/x-result.json"]
+
+
+def test_every_tune_option_has_its_help(capsys):
+    from specgate.cli.tune import main_tune
+
+    with pytest.raises(SystemExit) as exc:
+        main_tune(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    options = out[out.index("options:"):]
+    # Each option's line (or the line after it) says what it is for.
+    entries = re.findall(r"^  (-[^\n]*)\n((?:                .*\n)*)", options, re.MULTILINE)
+    assert entries
+    for head, rest in entries:
+        described = re.sub(r"^-\S+(?: [A-Z_]+)?(?:, -\S+(?: [A-Z_]+)?)*", "", head).strip()
+        assert described or rest.strip(), head
+    assert "--reports DIR" in options
+    assert "DIR/tune/" in options

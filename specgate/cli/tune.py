@@ -12,14 +12,18 @@ from specgate.report.tune_report import snippet, summary_text, write_outputs
 
 def main_tune(argv: list[str]) -> int:
     from specgate.core.profile import choose_profile_path, load_profile
-    from specgate.measure.tune import run_tune
+    from specgate.measure.tune import cannot_launch, run_tune
 
     parser = argparse.ArgumentParser(
         prog="specgate tune",
         description="Find the fastest --speculative-num-steps chain from few launches: measure "
                     "the longest chain, predict the others, race the most promising few.")
     parser.add_argument("--profile", help="profile file or shipped name (default: demo)")
-    parser.add_argument("--reports", type=Path, default=Path("reports"))
+    parser.add_argument("--reports", type=Path, default=Path("reports"), metavar="DIR",
+                        help="the reports folder: the tune's table, plot, recommended.toml and "
+                             "tune.json go to DIR/tune/, its servers' logs beside them, and "
+                             "stored baselines are shared with the claims runs there "
+                             "(default reports/)")
     parser.add_argument("--drafter", help="drafter checkpoint (overrides the profile)")
     parser.add_argument("--target-model", help="target model folder (overrides the profile)")
     parser.add_argument("--sglang-launcher", help="argv prefix that starts SGLang")
@@ -60,6 +64,10 @@ def main_tune(argv: list[str]) -> int:
             parser.error("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: "
                                    f"{e['msg']}" for e in exc.errors()))
         profile = profile.model_copy(update={"tune": tune})
+    blocked = cannot_launch(profile, args.reports)
+    if blocked is not None:
+        print(f"specgate tune: {blocked}", file=sys.stderr)
+        return 1
     # SIGTERM (a plain `timeout`) ends the run as Ctrl-C does: servers stopped, results written.
     from specgate.serving.safety_net import install_signal_handlers
 

@@ -159,6 +159,33 @@ def _settings(profile: Profile) -> LaunchSettings | str:
         return str(exc)
 
 
+def cannot_launch(profile: Profile, reports_dir: Path) -> str | None:
+    """Why no launch of a tune can start, found before anything is launched or written: the
+    profile's launch settings cannot be read, or the SGLang its launcher runs is missing or
+    refuses the launch command. None where a launch may start (and for an attached server or
+    the simulator, which are not checked here)."""
+    from specgate.serving.launch import ServerPlan
+    from specgate.serving.server import preflight_spec
+
+    planned = live_plan.server_plan(_settings(profile), "speculative",
+                                    reports_dir / "tune" / "live")
+    if not isinstance(planned, ServerPlan):
+        return planned.message
+    spec = planned.spec
+    if spec is None or spec.simulated:
+        return None
+    checked = preflight_spec(spec)
+    if checked.status == "rejected":
+        return f"{checked.message}; nothing was launched"
+    if checked.status == "unavailable" and "No module named 'sglang'" in checked.message:
+        where = checked.python or "the launcher's Python"
+        return (f"SGLang is not installed for {where}, which the profile's launcher runs "
+                f"({checked.message}), so no configuration can be launched; install SGLang "
+                "there, or name an interpreter that has it with [server] launcher or "
+                "--sglang-launcher")
+    return None
+
+
 def _race(best: bench.Measurement, label: str) -> Callable[[bench.Measurement], str | None]:
     def rule(m: bench.Measurement) -> str | None:
         return bench.straddles(bench.speedup(m, best), 1.0, f"speed-up over {label}")
