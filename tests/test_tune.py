@@ -187,6 +187,8 @@ def test_a_tune_whose_first_launch_failed_says_nothing_was_measured(tmp_path):
     # the launched one failed; the others were never reached
     assert sum("not measured: the race stopped first (the first launch failed" in r
                for r in rows) == len(rows) - 1
+    # Why it failed is said once, in the launched configuration's row.
+    assert table.count("no decode tokens were timed") == 1, table
 
 
 @pytest.mark.parametrize("argv", [["--steps", "x"], ["--steps", "0"], ["--steps", ","],

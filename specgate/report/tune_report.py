@@ -116,6 +116,7 @@ def _levels_section(result: TuneResult) -> list[str]:
     return lines
 
 
+FIRST_FAILED = "the first launch failed"  # how a race that measured nothing stops
 # The stop reasons of a race that settled: whatever was not launched was predicted slower.
 SETTLED = ("no configuration left is predicted within", "every configuration was measured")
 
@@ -141,6 +142,11 @@ def _unlaunched_faster(result: TuneResult) -> list[str]:
 def _not_launched(result: TuneResult, key: str) -> str:
     """Why a configuration has no measurement: predicted slower, or the race stopped first."""
     if key in _unlaunched_faster(result):
+        failed = [tr for tr in result.trials if tr.status == "failed"]
+        if result.stop_reason.startswith(FIRST_FAILED) and failed:
+            # Its row says why, once.
+            return (f"not measured: the race stopped first ({FIRST_FAILED}: "
+                    f"{failed[0].candidate.key})")
         return f"not measured: the race stopped first ({result.stop_reason})"
     return "not launched (predicted slower)"
 
