@@ -157,3 +157,62 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+# The claims that carry the latency table (results/latency.py), in the order they are read:
+# spec.speedup's has both servers and their ratios, perf.baseline_tps's the baseline alone.
+LATENCY_CLAIMS = (ids.SPEEDUP.id, ids.BASELINE_TPS.id)
+
+
+def latency_of(claims: Iterable[ClaimResult]) -> dict[str, Any] | None:
+    """TTFT and TPOT per server at the gate's concurrency, with their speculative ÷ baseline
+    ratios, from the first claim of LATENCY_CLAIMS that measured them (None: no claim did)."""
+    by_id = {c.id: c for c in claims}
+    for claim_id in LATENCY_CLAIMS:
+        result = by_id.get(claim_id)
+        table = result.details.get("latency") if result is not None else None
+        if isinstance(table, Mapping) and table.get("servers"):
+            return {"claim": claim_id, **table}
+    return None
+
+
+LATENCY_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT"}
+LATENCY_SHOWN = ("p50", "p90", "p99")
+
+
+def latency_lines(table: Any) -> list[tuple[str, str]]:
+    """A verdict's latency table as the closing block, the summary and the report show it:
+    (`TTFT p50/p90/p99`, `baseline 10.2/12.0/15.1 ms · speculative 11.0/13.2/16.0 ms ·
+    ×1.08/1.10/1.06`) for each metric a server measured."""
+    if not isinstance(table, Mapping) or not isinstance(table.get("servers"), Mapping):
+        return []
+    servers, ratios = table["servers"], table.get("ratio")
+    found = []
+    for metric, label in LATENCY_LABELS.items():
+        parts = []
+        for config in ("baseline", "speculative"):
+            server = servers.get(config)
+            stats = server.get(metric) if isinstance(server, Mapping) else None
+            values = _shown(stats)
+            if values is not None:
+                parts.append(f"{config} " + "/".join(map(_ms, values)) + " ms")
+        ratio = _shown(ratios.get(metric) if isinstance(ratios, Mapping) else None)
+        if parts and ratio is not None:
+            parts.append("×" + "/".join(f"{r:.2f}" for r in ratio))
+        if parts:
+            found.append((f"{label} {'/'.join(LATENCY_SHOWN)}", " · ".join(parts)))
+    return found
+
+
+def _shown(stats: Any) -> list[float] | None:
+    if not isinstance(stats, Mapping):
+        return None
+    values = [_number(stats.get(k)) for k in LATENCY_SHOWN]
+    return [v for v in values if v is not None] if None not in values else None
+
+
+def _ms(value: float) -> str:
+    """Milliseconds to three significant figures, or to the millisecond from 100 ms (0.812,
+    12.3, 154)."""
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    return f"{value:.{digits}f}"

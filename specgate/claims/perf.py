@@ -20,7 +20,7 @@ from specgate.claims.live_run import (
 from specgate.claims.result import ClaimResult
 from specgate.core.profile import Profile
 from specgate.plot import live as live_plots
-from specgate.results import drift, stats
+from specgate.results import drift, latency, stats
 from specgate.results.live import ConfigRun, LiveResults
 
 
@@ -71,7 +71,8 @@ def baseline_tps_claim(profile: Profile, live: LiveResults, *,
     found = live.deployment
     details: dict[str, Any] = {"tps": covered.judged.to_json(), "tps_within_launch": tps.to_json(),
                                "launch_spread": covered.details(), "template": got.template,
-                               "deployment": found.to_json()}
+                               "deployment": found.to_json(),
+                               "latency": latency.table(None, got.samples, got.concurrency)}
     total = got.stat("total_tps")
     if got.concurrency > 1 and total is not None:
         figures += (f"; per request, with {got.load_text()}; the server's total output "

@@ -11,6 +11,7 @@ from typing import Any
 
 from specgate.claims import ids
 from specgate.claims import result as claims
+from specgate.claims.figures import latency_lines
 from specgate.claims.live_run import (
     PHASE,
     assess,
@@ -34,7 +35,7 @@ from specgate.core.profile import Profile
 from specgate.io.jsonl import json_safe
 from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
-from specgate.results import bench, drift, stats
+from specgate.results import bench, drift, latency, stats
 from specgate.results import curve as curves
 from specgate.results.bench import Measurement
 from specgate.results.live import ConfigRun, LiveResults
@@ -403,6 +404,8 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
                                "baseline_tps": base.stats["tps"].to_json(),
                                "per_prompt": [r.to_json() for r in rows]}
     total = _total_speedup(spec, base, details)
+    details["latency"] = latency.table(spec.samples, base.samples, spec.concurrency)
+    total += latency_text(details["latency"])
     attachments: tuple[Attachment, ...] = ()
     if attach:
         attachments = (*attach_files(live, live.speculative, live.baseline),
@@ -441,6 +444,16 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
     return claims.judged(ok, cid, PHASE, sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x", details=details,
                          attachments=attachments if attach else (), fail_reason=fail_reason)
+
+
+def latency_text(table: dict[str, Any]) -> str:
+    """The latency a user compares with sglang.bench_serving, in words (reported, not judged):
+    speculative decoding can trade time to first token for time per token."""
+    said = [f"{label} {text}" for label, text in latency_lines(table)]
+    if not said:
+        return ""
+    return ("; latency per request as sglang.bench_serving reports it (reported): "
+            + "; ".join(said))
 
 
 def _total_speedup(spec: Measurement, base: Measurement, details: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.claims.figures import Figure, figures_of
+from specgate.claims.figures import LATENCY_LABELS, LATENCY_SHOWN, Figure, figures_of
 from specgate.core.errors import DataError
 from specgate.report.verdict_file import find_verdict, load_verdict
 
@@ -57,6 +57,35 @@ def _observed(claim: Mapping[str, Any] | None) -> str:
     return f"{status} {value}"
 
 
+def _triple(table: Any, config: str, metric: str) -> list[float] | None:
+    """A server's p50/p90/p99 of one latency metric in a verdict's latency table."""
+    servers = table.get("servers") if isinstance(table, Mapping) else None
+    server = servers.get(config) if isinstance(servers, Mapping) else None
+    stats = server.get(metric) if isinstance(server, Mapping) else None
+    if not isinstance(stats, Mapping):
+        return None
+    values = [stats.get(k) for k in LATENCY_SHOWN]
+    return [float(v) for v in values if isinstance(v, (int, float))] \
+        if all(isinstance(v, (int, float)) for v in values) else None
+
+
+def _latency_rows(a: Any, b: Any) -> list[list[str]]:
+    """TTFT and TPOT p50/p90/p99 of each server in both runs, and B over A."""
+    rows = []
+    for metric, label in LATENCY_LABELS.items():
+        for config in ("baseline", "speculative"):
+            ta, tb = _triple(a, config, metric), _triple(b, config, metric)
+            if ta is None and tb is None:
+                continue
+            change = ("/".join(f"{y / x:.2f}" if x > 0 else "-" for x, y in zip(ta, tb,
+                                                                              strict=True))
+                      if ta is not None and tb is not None else "")
+            rows.append([f"{label} {config}",
+                         "/".join(f"{v:.3g}" for v in ta) if ta is not None else "-",
+                         "/".join(f"{v:.3g}" for v in tb) if tb is not None else "-", change])
+    return rows
+
+
 def _title(label: str, path: Path, doc: Mapping[str, Any]) -> str:
     run = doc.get("run")
     run_id = run.get("id") if isinstance(run, Mapping) else None
@@ -88,6 +117,9 @@ def render(a_path: Path, a: Mapping[str, Any], b_path: Path, b: Mapping[str, Any
         out += [*_rows(table), ""]
     else:
         out += ["neither run measured a key figure", ""]
+    latency = _latency_rows(a.get("latency"), b.get("latency"))
+    if latency:
+        out += [*_rows([["latency, ms (p50/p90/p99)", "A", "B", "B / A"], *latency]), ""]
     a_claims = {str(c.get("id")): c for c in a.get("claims", []) if isinstance(c, Mapping)}
     b_claims = {str(c.get("id")): c for c in b.get("claims", []) if isinstance(c, Mapping)}
     ids = list(a_claims) + [i for i in b_claims if i not in a_claims]

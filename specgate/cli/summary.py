@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.claims.figures import figures_of
+from specgate.claims.figures import figures_of, latency_lines
 from specgate.report.verdict_file import load_verdict
 
 # Longest message shown in a table cell; the verdict and the report carry the whole of it.
@@ -53,7 +53,8 @@ def render(doc: Mapping[str, Any]) -> str:
     if doc.get("nothing_ran"):
         out += [f"No claim ran: {cell(doc['nothing_ran'])}", ""]
     figures = figures_of(doc)
-    if figures:
+    latency = latency_lines(doc.get("latency"))
+    if figures or latency:
         out += ["| figure | value | interval |", "|---|---|---|"]
         for f in figures:
             interval = (f"[{f.ci_low:.{f.digits}f}, {f.ci_high:.{f.digits}f}]"
@@ -62,6 +63,8 @@ def render(doc: Mapping[str, Any]) -> str:
                 interval = f"{f.confidence * 100:.4g} % CI {interval}"
             unit = "×" if f.unit == "x" else f" {f.unit}" if f.unit else ""
             out.append(f"| {cell(f.label)} | {f.value:.{f.digits}f}{unit} | {interval} |")
+        for label, text in latency:
+            out.append(f"| {label} | {cell(text)} | per request, as sglang.bench_serving |")
         out.append("")
     rows = doc.get("checkpoints")
     if isinstance(rows, list) and rows:
