@@ -64,3 +64,27 @@ def test_the_command_runs_as_a_module(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("specgate ")
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "no such file; give a live session's results.json"),
+    ("folder", "cannot be read (Is a directory)"),
+    ("{not json", "not a live session's results.json (not JSON: "),
+    ("{}", "not a live session's results.json (no 'profile' key)"),
+    ("[1, 2]", "not a live session's results.json (its contents have another shape)"),
+], ids=["missing", "a-folder", "not-json", "no-keys", "a-list"])
+def test_calibrate_simulator_names_a_results_file_it_cannot_use(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
+        said: str) -> None:
+    from specgate.cli.calibrate_simulator import main_calibrate_simulator
+
+    path = tmp_path / "results.json"
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    assert main_calibrate_simulator([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: {said}"), err
+    assert err.count("\n") == 1, err
+    assert "Errno" not in err

@@ -154,3 +154,19 @@ def test_row_sources_point_at_the_same_token(old: set[int], new: set[int]) -> No
         else:
             assert new_ids[i] not in old
     assert int((src >= 0).sum()) == len(old & new)
+
+
+@pytest.mark.parametrize("flag", ["--from", "--to"])
+def test_cli_names_the_flag_of_a_path_not_found(tmp_path: Path, remapped: dict[str, Any],
+                                                capsys: pytest.CaptureFixture[str],
+                                                flag: str) -> None:
+    given = {"--from": str(remapped["old"]), "--to": str(remapped["map"])}
+    given[flag] = str(tmp_path / "nothere")
+    code = main_remap(["--from", given["--from"], "--to", given["--to"],
+                       "--out", str(tmp_path / "out")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specgate remap-vocab: {tmp_path / 'nothere'}: "), err
+    assert err.rstrip().endswith(f"not found; check {flag}"), err
+    assert "--drafter" not in err
+    assert not (tmp_path / "out").exists()

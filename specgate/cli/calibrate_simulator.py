@@ -35,6 +35,21 @@ def main_calibrate_simulator(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         live = LiveResults.read(args.results)
+    except FileNotFoundError:
+        print(f"{args.results}: no such file; give a live session's results.json "
+              "(REPORTS/live/results.json of a run with live claims)", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{args.results}: cannot be read ({exc.strerror or exc}); give a live session's "
+              "results.json", file=sys.stderr)
+        return 1
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = (f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError)
+               else f"no {exc} key" if isinstance(exc, KeyError)
+               else "its contents have another shape")
+        print(f"{args.results}: not a live session's results.json ({why})", file=sys.stderr)
+        return 1
+    try:
         found = calibrate.fit(live, draft_step_ms=args.draft_step_ms, fit_levels=args.fit_levels,
                               baseline_max_running=args.baseline_max_running,
                               speculative_max_running=args.speculative_max_running)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from specgate.core.errors import CheckpointError
 from specgate.io.remap import FILLS, remap_vocab
@@ -23,6 +24,12 @@ def main_remap(argv: Sequence[str] | None = None) -> int:
                         help="start rows of tokens the old map lacks as the mean old row "
                              "(default) or zeros")
     args = parser.parse_args(argv)
+    for flag, given, what in (("--from", args.old, "drafter folder"),
+                              ("--to", args.map, "vocab map")):
+        if not Path(given).expanduser().exists():
+            print(f"specgate remap-vocab: {given}: {what} not found; check {flag}",
+                  file=sys.stderr)
+            return 2
     try:
         result = remap_vocab(args.old, args.map, args.out, fill=args.fill)
     except CheckpointError as exc:
