@@ -253,3 +253,84 @@ def test_an_empty_drafter_folder_is_the_one_cause_of_both_resident_servers(tmp_p
     for run in (results.baseline, results.speculative):
         assert run.failure is not None
         assert run.failure.cause == empty_folder(draft)
+
+
+def _gpu_bound(tps=500.0):
+    """A deployment whose decode at `tps` reads 65 % of an H200's memory bandwidth."""
+    from specgate.results import deployment
+
+    step = deployment.StepBytes(per_gpu=0.65 * 4.8e12 / tps)
+    found = deployment.classify(tps=tps, gpu_names=["NVIDIA H200"], step=step)
+    assert found.kind == "GPU-bound"
+    return found
+
+
+def test_the_baselines_rule_for_more_passes_takes_the_prior_of_the_class_it_measures():
+    """Before the baseline is measured its class is unknown (the host-bound prior); the rule
+    for more passes judges on the prior of the class its measurement so far gives, as the
+    claim will."""
+    steady = _measured("baseline", 100.0).samples
+    base = build_measurement(  # prompts within 0.5 % of one another
+        config="baseline", url="http://x", template=PLAIN,
+        sampling=Sampling(repeats=2, max_repeats=4),
+        samples=[dataclasses.replace(s, e2e_s=0.01 + 0.64 * (1 + 0.001 * (i % 6)))
+                 for i, s in enumerate(steady)])
+    mean = base.stat("tps").mean
+    thresholds = parse_profile(
+        {"name": "t", "thresholds": {"baseline_tps_min": 0.9 * mean}}).thresholds
+    before = drift.prior_coverage()
+    host = gate.keep_going_rule(thresholds, "baseline", None, before)
+    assert host(base) is None
+    assert host.undecided is not None
+    assert "the prior of host-bound targets" in host.undecided
+    gpu = drift.prior_coverage(deployment=_gpu_bound(mean))
+    assert gpu.baseline.prior == "GPU-bound"
+    seen = []
+    classed = gate.keep_going_rule(thresholds, "baseline", None, before,
+                                   reclass=lambda m: seen.append(m) or gpu)
+    assert classed(base) is None
+    assert seen == [base]
+    assert classed.undecided is None  # the GPU-bound interval clears it: nothing to say
+    assert classed.looked is gpu
+    assert drift.cover(base.stat("tps"), gpu, "baseline").judged.ci_low > 0.9 * mean
+    # At a threshold the GPU-bound launch part alone holds, the rule says so, naming that prior.
+    near = parse_profile(
+        {"name": "t", "thresholds": {"baseline_tps_min": 0.999 * mean}}).thresholds
+    held = gate.keep_going_rule(near, "baseline", None, before, reclass=lambda m: gpu)
+    held(base)
+    assert held.undecided is not None
+    assert "the prior of GPU-bound targets" in held.undecided
+    assert "host-bound" not in held.undecided
+
+
+@pytest.mark.parametrize("design", ["ab", "interleaved"])
+def test_a_gpu_bound_baselines_message_names_one_prior_and_never_contradicts_itself(
+        tmp_path, monkeypatch, design):
+    """A first probe of a deployment its baseline classes GPU-bound: the rule for more passes
+    and perf.baseline_tps judge on the same prior, so the claim that meets its minimum does not
+    also say that more passes cannot decide it."""
+    from specgate.claims import perf
+
+    monkeypatch.setattr(live, "classify", lambda plan, baseline: _gpu_bound(
+        baseline.measurement.stat("tps").mean if baseline.measurement is not None
+        and baseline.measurement.stat("tps") is not None else 500.0))
+    profile = sim_profile(
+        tmp_path, name="classed", drafter_sim=json.dumps({"acceptance": [0.9, 0.8]}), env={},
+        bench={"prompts_per_category": 1, "max_new_tokens": 32, "warmup": 1, "repeats": 2,
+               "max_repeats": 3, "design": design},
+        thresholds={"accept_len_min": 2.0, "baseline_tps_min": 1.0})
+    first = live.run_live(profile, tmp_path / "first")
+    tps = first.baseline.measurement.stat("tps").mean
+    # A minimum the host-bound prior's launch part alone holds and the GPU-bound one clears.
+    host = drift.prior("tps")
+    minimum = round(tps * math.exp(-1.5 * host.sd), 1)
+    profile = profile.model_copy(update={"thresholds": profile.thresholds.model_copy(
+        update={"baseline_tps_min": minimum})})
+    results = live.run_live(profile, tmp_path / "second")
+    assert results.coverage.baseline.prior == "GPU-bound"
+    claim = perf.baseline_tps_claim(profile, results)
+    assert claim.status == "passed", claim.message
+    assert "meets the minimum" in claim.message
+    assert "more passes cannot decide" not in claim.message
+    assert "host-bound" not in claim.message
+    assert "the prior of GPU-bound targets" in claim.message

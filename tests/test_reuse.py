@@ -356,7 +356,7 @@ class FakeServers:
 
     def __call__(self, plan: live_plan.LivePlan, config: str, *, baseline: Any = None,
                  progress: Any = None, keep_going: Any = None,
-                 coverage: Any = None) -> results.ConfigRun:
+                 coverage: Any = None, classed: Any = None) -> results.ConfigRun:
         self.calls.append(config)
         if config == "speculative" and self.speculative_fails:
             # It started and answered /server_info, then died while measured.

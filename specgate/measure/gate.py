@@ -13,6 +13,9 @@ from specgate.results.stats import Summary
 Config = bench.Config
 # The measurement so far → why another pass is worth it, or None to stop.
 Rule = Callable[[bench.Measurement], str | None]
+# The baseline's measurement so far → the coverage of the class it puts the deployment in (None:
+# the class is not known yet, the coverage given stands).
+Reclass = Callable[[bench.Measurement], drift.Coverage | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,15 +31,21 @@ class _Check:
 class GateRule:
     """Another pass is worth it while an interval a claim is judged on straddles its threshold,
     and more passes can still move it off: an interval held there by the launch-to-launch
-    spread alone (results/drift.py), which passes do not narrow, is left as it is."""
+    spread alone (results/drift.py), which passes do not narrow, is left as it is.
+
+    The launch part is the one the claims will judge with: the class of the deployment picks its
+    prior, and a baseline's class is read from the baseline itself, so `reclass` gives the
+    coverage of the class the baseline measured so far puts it in, at every look."""
 
     def __init__(self, thresholds: ThresholdsSection, config: Config,
                  baseline: bench.Measurement | None, coverage: drift.Coverage | None, *,
-                 gate: bool = True) -> None:
+                 gate: bool = True, reclass: Reclass | None = None) -> None:
         self.thresholds, self.config = thresholds, config
         self.baseline, self.coverage = baseline, coverage
         self.gate = gate  # at the gate's concurrency: baseline_tps_min is judged there only
+        self.reclass = reclass
         self.undecided: str | None = None  # why the last look stopped without deciding
+        self.looked: drift.Coverage | None = coverage  # the coverage of the last look
 
     def _checks(self, m: bench.Measurement) -> list[_Check]:
         th = self.thresholds
@@ -58,33 +67,47 @@ class GateRule:
 
     def __call__(self, m: bench.Measurement) -> str | None:
         self.undecided = None
+        coverage = self.coverage
+        if self.reclass is not None and self.config == "baseline":
+            coverage = self.reclass(m) or coverage
+        self.looked = coverage
         reasons = []
         for check in self._checks(m):
             summary, threshold = check.summary, check.threshold
             if summary is None or threshold is None:
                 continue
-            term = (self.coverage.term(check.claim) if self.coverage and check.claim
-                    else None)
+            term = coverage.term(check.claim) if coverage and check.claim else None
             judged = drift.widen(summary, term) if term else summary
             reason = bench.straddles(judged, threshold, check.what)
             if reason is None:
                 continue
-            if term is not None and drift.undecidable(summary, term, threshold):
+            if coverage is not None and term is not None and check.claim is not None \
+                    and drift.undecidable(summary, term, threshold):
                 self.undecided = (f"more passes cannot decide it: {reason}, and the "
                                   f"launch-to-launch spread alone ({term.sd * 100:.1f} %, a "
-                                  "standard deviation of the log) keeps it there")
+                                  "standard deviation of the log: "
+                                  f"{_priors(coverage, check.claim)}) keeps it there")
                 continue
             reasons.append(reason)
         return "; ".join(reasons) if reasons else None
 
 
+def _priors(coverage: drift.Coverage, claim: drift.Claim) -> str:
+    """Where each spread of a claim's launch part comes from, in the words its claim uses."""
+    spreads = {"baseline": [coverage.baseline], "speculative": [coverage.speculative],
+               "speedup": [coverage.speculative, coverage.baseline]}[claim]
+    return "; ".join(s.describe() for s in spreads)
+
+
 def keep_going_rule(thresholds: ThresholdsSection, config: Config,
                     baseline: bench.Measurement | None,
-                    coverage: drift.Coverage | None = None, *, gate: bool = True) -> GateRule:
+                    coverage: drift.Coverage | None = None, *, gate: bool = True,
+                    reclass: Reclass | None = None) -> GateRule:
     """The gate's rule for another pass; with a coverage, on the intervals the claims judge.
     baseline is the baseline's measurement at the same concurrency; gate=False: a level other
-    than the gate's, where baseline_tps_min is not judged."""
-    return GateRule(thresholds, config, baseline, coverage, gate=gate)
+    than the gate's, where baseline_tps_min is not judged; reclass: the baseline's coverage by
+    the class its measurement so far gives (GateRule)."""
+    return GateRule(thresholds, config, baseline, coverage, gate=gate, reclass=reclass)
 
 
 def stopped_why(m: bench.Measurement, rule: object,

@@ -61,28 +61,30 @@ def run_live(profile: Profile, reports_dir: Path, *,
                                baseline_launches=2 if settings.design == "aba" else 1)
     unusable = _unusable_attached(planned, say)
     after: ConfigRun | None = None
+
+    def classed(baseline: ConfigRun) -> drift.Coverage:
+        """The coverage before this run, with the deployment's class read from the baseline
+        (as measured so far, or whole): the baseline's rule for more passes and the
+        speculative server's passes judge on its prior, as the claims will."""
+        found = classify(planned, baseline)
+        if found.kind == "unknown":
+            return before
+        return launches.coverage(settings, launches.history(reports_dir, keys), keys,
+                                 baseline_launches=2 if settings.design == "aba" else 1,
+                                 deployment=found)
+
     if unusable:
         baseline, speculative = (_not_run(planned, c, unusable) for c in live_plan.CONFIGS)
     elif settings.design == "interleaved" or _launched_together(planned):
         baseline, speculative = resident.run_pair(
             planned, say, before, together=planned.parallel_launch,
-            interleaved=settings.design == "interleaved")
+            interleaved=settings.design == "interleaved", classed=classed)
         if settings.design != "interleaved":
             baseline = _stored(planned, reports_dir, baseline, say,
                                planned.stored if isinstance(planned.stored, str) else "")
         if settings.design == "aba":
             after = _baseline_again(planned, baseline, speculative, say, before)
     else:
-        def classed(baseline: ConfigRun) -> drift.Coverage:
-            """The coverage before this run, with the deployment's class read from the
-            baseline just measured: the speculative server's passes judge on its prior."""
-            found = classify(planned, baseline)
-            if found.kind == "unknown":
-                return before
-            return launches.coverage(settings, launches.history(reports_dir, keys), keys,
-                                     baseline_launches=2 if settings.design == "aba" else 1,
-                                     deployment=found)
-
         baseline, speculative = _baseline_and_speculative(planned, reports_dir, say, before,
                                                           classed)
         if settings.design == "aba":
@@ -256,8 +258,9 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
                               ) -> tuple[ConfigRun, ConfigRun]:
     """Both runs: the baseline first, or a stored one (measure/reuse.py) when the plan allows it
     and the speculative server's /server_info agrees; a fresh launched baseline is stored.
-    `classed` gives the coverage the speculative server's passes are judged on once the
-    baseline is measured (its class known)."""
+    `classed` gives the coverage of the class the baseline puts the deployment in: the
+    baseline's rule for more passes judges on it as it measures, and the speculative server's
+    passes once the baseline is measured."""
     max_age, found = plan.baseline_max_age_h, plan.stored
     stored: ConfigRun | None = None
     if isinstance(found, reuse.Stored):
@@ -289,10 +292,12 @@ def _baseline_and_speculative(plan: LivePlan, reports_dir: Path, say: Progress,
                      f"{failed.stage}: {failed.message})" if failed is not None
                      else "; ".join(problems))
         say(f"baseline: measuring it again: {why_fresh}")
-        baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
+        baseline = run_config(plan, "baseline", progress=say, coverage=coverage,
+                              classed=classed)
     else:
         why_fresh = found if isinstance(found, str) else ""
-        baseline = run_config(plan, "baseline", progress=say, coverage=coverage)
+        baseline = run_config(plan, "baseline", progress=say, coverage=coverage,
+                              classed=classed)
         speculative = run_config(plan, "speculative", baseline=baseline, progress=say,
                                  coverage=classed(baseline) if classed else coverage)
     return _stored(plan, reports_dir, baseline, say, why_fresh), speculative

@@ -14,6 +14,7 @@ from specgate.measure import interleave
 from specgate.measure.gate import keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.measure.server_session import (
+    Classed,
     Progress,
     attached_facts,
     check_gpus,
@@ -22,6 +23,7 @@ from specgate.measure.server_session import (
     log_tail,
     log_tail_of,
     measure_levels,
+    reclassing,
     server_spec,
     stop_now,
 )
@@ -69,14 +71,16 @@ def _shares_gpus(plans: dict[Config, ServerPlan]) -> bool:
 
 
 def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
-             together: bool, interleaved: bool) -> tuple[ConfigRun, ConfigRun]:
+             together: bool, interleaved: bool,
+             classed: Classed | None = None) -> tuple[ConfigRun, ConfigRun]:
     """Both servers resident at once; errors become data, as in server_session.run_config, and both
     servers are stopped whatever happens.
 
     together: started at once (serving/server.py serve_together), so their loads overlap;
     otherwise the speculative server starts once the baseline is ready. interleaved: each
     prompt goes to one and then the other (measure/interleave.py); otherwise the baseline is
-    measured alone, then the speculative server, each while the other idles.
+    measured alone, then the speculative server, each while the other idles. classed: the
+    coverage of the deployment's class from the baseline's run so far (server_session.run_config).
     """
     for blocked in (plan.baseline, plan.speculative):
         if isinstance(blocked, Blocked):
@@ -122,9 +126,9 @@ def run_pair(plan: LivePlan, say: Progress, coverage: drift.Coverage, *,
                     fields[c].update(attached_facts(plans[c], handle))
             stage = "measure"
             if interleaved:
-                _measure_interleaved(plan, handles, fields, coverage, say)
+                _measure_interleaved(plan, handles, fields, coverage, say, classed)
             else:
-                _measure_one_at_a_time(plan, handles, fields, coverage, say)
+                _measure_one_at_a_time(plan, handles, fields, coverage, say, classed)
             _gather_answers(plan, handles, fields, say)
             stage = "stop"
             last_first: tuple[Config, Config] = ("speculative", "baseline")
@@ -177,14 +181,17 @@ def _check_gpus(fields: dict[str, Any], planned: ServerPlan, resident: list[int]
 
 def _measure_interleaved(plan: LivePlan, handles: dict[Config, ServerHandle],
                          fields: dict[Config, dict[str, Any]], coverage: drift.Coverage,
-                         say: Progress) -> None:
+                         say: Progress, classed: Classed | None = None) -> None:
     assert plan.prompts is not None
-    base_rule = keep_going_rule(plan.thresholds, "baseline", None, coverage)
+    base_rule = keep_going_rule(plan.thresholds, "baseline", None, coverage,
+                                reclass=reclassing(fields["baseline"], classed, "baseline"))
     spec_rule = keep_going_rule(plan.thresholds, "speculative", None, coverage)
 
     def pair_rule(base: bench.Measurement, spec: bench.Measurement) -> str | None:
         spec_rule.baseline = base
-        found = [r for r in (base_rule(base), spec_rule(spec)) if r]
+        base_reason = base_rule(base)
+        spec_rule.coverage = base_rule.looked  # the class the baseline so far gives
+        found = [r for r in (base_reason, spec_rule(spec)) if r]
         return "; ".join(found) if found else None
 
     timeout = plan.sampling.request_timeout_s
@@ -205,7 +212,7 @@ def _measure_interleaved(plan: LivePlan, handles: dict[Config, ServerHandle],
 
 def _measure_one_at_a_time(plan: LivePlan, handles: dict[Config, ServerHandle],
                            fields: dict[Config, dict[str, Any]], coverage: drift.Coverage,
-                           say: Progress) -> None:
+                           say: Progress, classed: Classed | None = None) -> None:
     """The baseline alone, then the speculative server alone (the other resident, idle), each
     at every level the plan measures."""
     baseline: ConfigRun | None = None
@@ -216,7 +223,9 @@ def _measure_one_at_a_time(plan: LivePlan, handles: dict[Config, ServerHandle],
         with SGLangClient(handle.url, handle.api_key,
                           timeout_s=plan.sampling.request_timeout_s) as client:
             measure_levels(plan, config, client, handle, fields[config], baseline=baseline,
-                           keep_going=None, coverage=coverage, say=say)
+                           keep_going=None, say=say, classed=classed,
+                           coverage=coverage if baseline is None or classed is None
+                           else classed(baseline))
         if config == "baseline":
             baseline = ConfigRun(**fields["baseline"])
 

@@ -12,7 +12,7 @@ from typing import Any
 from specgate.core.errors import ServerError, SpecgateError
 from specgate.core.redact import MASK, is_secret_name, mask_env
 from specgate.measure import answer_probe, launches, load, passes
-from specgate.measure.gate import Rule, keep_going_rule, stopped_why
+from specgate.measure.gate import Reclass, Rule, keep_going_rule, stopped_why
 from specgate.measure.plan import Blocked, LivePlan
 from specgate.results import bench, drift
 from specgate.results.answers import AnswerEvidence
@@ -136,7 +136,8 @@ def server_spec(info: dict[str, Any]) -> dict[str, Any]:
 def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = None,
                progress: Progress | None = None,
                keep_going: Rule | None = None,
-               coverage: drift.Coverage | None = None) -> ConfigRun:
+               coverage: drift.Coverage | None = None,
+               classed: Classed | None = None) -> ConfigRun:
     """Launch (or attach), check, measure at every concurrency level and stop one
     configuration; errors become data.
 
@@ -144,7 +145,8 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
     level; coverage puts that rule on the intervals the claims judge (with the launch spread).
     keep_going replaces the rule at the gate's level (`specgate tune` races configurations);
     the other levels then take no extra repeats, and no answer is asked about (spec.parity's
-    evidence, gather_answers).
+    evidence, gather_answers). classed: the coverage of the deployment's class, read from the
+    baseline's run so far, which the baseline's rule judges on at every look.
     """
     say = progress or (lambda _msg: None)
     planned = plan.server(config)
@@ -177,7 +179,8 @@ def run_config(plan: LivePlan, config: Config, *, baseline: ConfigRun | None = N
             with SGLangClient(handle.url, handle.api_key,
                               timeout_s=plan.sampling.request_timeout_s) as client:
                 measure_levels(plan, config, client, handle, fields, baseline=baseline,
-                                keep_going=keep_going, coverage=coverage, say=say)
+                               keep_going=keep_going, coverage=coverage, say=say,
+                               classed=classed)
                 if keep_going is None:
                     fields["answers"] = gather_answers(plan, config, client, fields, baseline,
                                                        say)
@@ -204,10 +207,28 @@ def checked_env(planned: ServerPlan, handle: ServerHandle) -> EnvCheck:
 
 
 
+# The coverage of the deployment's class, read from the baseline's run (measure/live.py).
+Classed = Callable[[ConfigRun], drift.Coverage]
+
+
+def reclassing(fields: dict[str, Any], classed: Classed | None,
+               config: Config) -> Reclass | None:
+    """The baseline's rule's reclass: its run so far, with the measurement the rule looks at,
+    classed; None for the speculative server or without `classed`."""
+    if classed is None or config != "baseline":
+        return None
+
+    def reclass(m: bench.Measurement) -> drift.Coverage:
+        return classed(ConfigRun(**{**fields, "measurement": m}))
+
+    return reclass
+
+
 def measure_levels(plan: LivePlan, config: Config, client: SGLangClient,
                    handle: ServerHandle, fields: dict[str, Any], *,
                    baseline: ConfigRun | None, keep_going: Rule | None,
-                   coverage: drift.Coverage | None, say: Progress) -> None:
+                   coverage: drift.Coverage | None, say: Progress,
+                   classed: Classed | None = None) -> None:
     """Measure each level (the gate's first) into fields: measurement and failure for the
     gate's, levels and level_failures for the others. After a level fails with the server gone,
     the levels left are not measured, and say why."""
@@ -224,7 +245,8 @@ def measure_levels(plan: LivePlan, config: Config, client: SGLangClient,
         else:
             base = baseline.at(level).measurement if baseline is not None else None
             rule = (keep_going if gate else (lambda _m: None)) if keep_going is not None \
-                else keep_going_rule(plan.thresholds, config, base, coverage, gate=gate)
+                else keep_going_rule(plan.thresholds, config, base, coverage, gate=gate,
+                                     reclass=reclassing(fields, classed, config))
             try:
                 measured = stopped_why(passes.measure(
                     client, plan.sampling, plan.prompts, config=config, keep_going=rule,
