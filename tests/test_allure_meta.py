@@ -53,6 +53,9 @@ CASES = [
      "server did not start", "Server failed"),
     ("broken", "env.server_env: no server started, so its environment could not be read: the "
      "speculative server did not start", "Server failed"),
+    ("broken", "env.server_env: no server could be used, so its environment could not be "
+     "read: the speculative server could not be reached or attached to (attach mode: specgate "
+     "launched nothing)", "Server failed"),
     ("broken", "GET http://127.0.0.1:30000/health: no answer", "Server failed"),
     ("broken", "finetune.progress: metrics.jsonl line 3: no field 'accuracy'", "Harness error"),
 ]

@@ -192,6 +192,18 @@ def test_an_unreachable_server_url_is_found_before_anything_is_launched(tmp_path
     assert claim.status is Status.BROKEN
     assert "the baseline server did not start" in claim.message
     assert "cannot be reached: connection refused" in claim.cause
+    # Attach mode launched nothing: the attached server is not said to have failed to start.
+    accept = spec_claims.accept_len_claim(profile, live)
+    assert accept.status is Status.BROKEN
+    assert accept.message.endswith("the speculative server could not be reached or attached to "
+                                   "(attach mode: specgate launched nothing)"), accept.message
+    env = env_claims.server_env_claim(profile, live)
+    assert env.message.endswith("no server could be used, so its environment could not be "
+                                "read: the speculative server could not be reached or attached "
+                                "to (attach mode: specgate launched nothing)"), env.message
+    assert "cannot be reached: connection refused" in env.cause
+    for said in (accept.message, env.message):
+        assert "did not start" not in said, said
 
 
 def test_an_attached_server_of_the_wrong_kind_is_found_before_anything_is_launched(tmp_path):

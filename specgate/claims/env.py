@@ -98,8 +98,11 @@ def server_env_claim(profile: Profile, live: LiveResults) -> ClaimResult:
     failed = [r for r in runs if r.failure is not None and r.failure.stage == "start"]
     reasons = [r.env.reason for r in runs if r.env is not None]
     if failed and not reasons:
-        return blocked(cid, live, "no server started, so its environment could not be read: "
-                       + first_line(failed[0]), cause=failure_cause(failed[0]))
+        # An attached server that could not be used kept the other from being launched.
+        first = next((r for r in failed if r.attached), failed[0])
+        none = "no server could be used" if first.attached else "no server started"
+        return blocked(cid, live, f"{none}, so its environment could not be read: "
+                       + first_line(first), cause=failure_cause(first))
     why = reasons[0] if reasons else "the servers were attached, not launched by specgate"
     return claims.skipped(cid, PHASE, sim(live) + f"cannot check the server environment: {why}")
 

@@ -178,6 +178,11 @@ _FAILED_AT = {
 }
 
 
+# Attach mode starts no server: one that cannot be used was never specgate's to start.
+_NOT_ATTACHED = ("the {config} server could not be reached or attached to (attach mode: "
+                 "specgate launched nothing)")
+
+
 def first_line(run: ConfigRun) -> str:
     """What failed, in a few words: the reason itself, with the log tail, is the cause the
     claims share (failure_cause), said once."""
@@ -185,6 +190,8 @@ def first_line(run: ConfigRun) -> str:
         return ""
     what = _FAILED_AT.get(run.failure.stage, "the {config} run failed during "
                           + run.failure.stage)
+    if run.attached and run.failure.stage == "start":
+        what = _NOT_ATTACHED
     return what.format(config=run.config)
 
 

@@ -45,7 +45,8 @@ class Category:
 # ServerError in client.py and of Failure.text() in live.py).
 _SERVER_TROUBLE = (
     r"ServerError|SGLang|sglang|server log|measurement could not be made"
-    r"|[Ss]erver (?:died|exited|did not|is not|not ready|refused|reported|aborted)"
+    r"|[Ss]erver (?:died|exited|did not|is not|not ready|refused|reported|aborted"
+    r"|could not be reached)"
     r"|[Cc]onnection (?:refused|reset|aborted|failed)|(?:GET|POST) https?://|/health"
 )
 
