@@ -72,6 +72,34 @@ def test_strip_analytics_removes_the_tag_manager(tmp_path: Path) -> None:
     assert report.strip_analytics(page) is False
 
 
+@pytest.mark.parametrize(("stats", "shown"), [
+    ({"total": 6, "passed": 1, "failed": 2, "broken": 2, "skipped": 1}, "20%"),
+    ({"total": 27, "passed": 25, "skipped": 2}, "100%"),
+    ({"total": 3, "passed": 2, "failed": 1}, "66.66%"),
+    ({"total": 4, "broken": 2, "skipped": 2}, "0"),
+    ({"total": 2, "skipped": 2}, "n/a"),
+    ({}, None),
+    ({"total": "x"}, None),
+], ids=["mixed", "all-judged-passed", "no-skips", "none-passed", "all-skipped", "empty",
+        "not-stats"])
+def test_the_ring_scores_the_claims_judged(stats: dict[str, object], shown: str | None) -> None:
+    assert report.ring_score(stats) == shown
+
+
+def test_the_ring_and_the_error_boxes_are_styled_once(tmp_path: Path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text("<html><head></head><body></body></html>", encoding="utf-8")
+    stats = {"total": 6, "passed": 1, "skipped": 1}
+    assert report.ring_without_skips(page, stats) is True
+    assert report.wrap_errors(page) is True
+    assert report.ring_without_skips(page, stats) is False
+    assert report.wrap_errors(page) is False
+    text = page.read_text(encoding="utf-8")
+    assert text.count('content:"20%"') == 1
+    assert text.count("white-space:pre-wrap") == 1
+    assert text.index("</style></head>") < text.index("<body>")
+
+
 def test_missing_node_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(report.shutil, "which", lambda name: None)
     with pytest.raises(ReportError, match=r"needs Node\.js 20\+ with npm.*node and npm is not"):

@@ -138,6 +138,31 @@ def test_descriptions_have_room_when_the_report_is_opened_from_disk(built_run: P
     assert 'data-testid="test-result-description-frame"' in proc.stdout
 
 
+def test_the_ring_scores_only_the_claims_judged(built: Path, tmp_path: Path) -> None:
+    """Allure's ring is passed ÷ all tests: the sample's skipped claim would count as a miss.
+    The report shows passed ÷ judged (1 of the 5 not skipped) in its place."""
+    page = built.read_text(encoding="utf-8")
+    assert ('article[aria-label="Success rate"]>b::after{content:"20%";visibility:visible'
+            in page)
+    proc = _chromium(tmp_path / "chrome", "--dump-dom", built.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The element the rule replaces is the ring's own percentage, a direct child.
+    assert re.search(r'<article aria-label="Success rate"[^>]*>(?:(?!</article>).)*'
+                     r"<b [^>]*>16\.66%</b></article>", proc.stdout), proc.stdout[:3000]
+
+
+def test_a_broken_claims_cause_wraps_in_its_box(built: Path, tmp_path: Path) -> None:
+    page = built.read_text(encoding="utf-8")
+    assert ('[data-testid="test-result-error-message"] pre,'
+            '[data-testid="test-result-error-trace"] pre{white-space:pre-wrap' in page)
+    proc = _chromium(tmp_path / "chrome", "--dump-dom", built.as_uri() + "#/" + _result_id(
+        built, "perf.baseline_tps"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The boxes this rule wraps are the ones this Allure renders a broken claim's cause in.
+    assert re.search(r'data-testid="test-result-error-message"[^>]*><pre>[^<]*'
+                     r"the baseline measurement could not be made", proc.stdout)
+
+
 def _result_id(index: Path, name: str) -> str:
     import base64
     import json

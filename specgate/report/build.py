@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import importlib.resources
 import json
+import math
 import os
 import re
 import shutil
@@ -258,6 +259,7 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
         for html in output.rglob("*.html"):
             strip_analytics(html)
             show_descriptions(html)
+            wrap_errors(html)
         if final.exists():
             shutil.rmtree(final)
         output.rename(final)
@@ -270,6 +272,7 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
         found = _checked(summary_path,
                          lambda: files.read_json(summary_path, limit=files.CONFIG_BYTES))
         summary = found if isinstance(found, dict) else {}
+    ring_without_skips(final / "index.html", summary.get("stats") or {})
     return BuiltReport(final / "index.html", summary, install_s, generate_s, append)
 
 
@@ -298,6 +301,62 @@ def show_descriptions(html: Path) -> bool:
         return False
     html.write_text(text.replace("</head>", _DESCRIPTION_FRAME_CSS + "</head>", 1),
                     encoding="utf-8")
+    return True
+
+
+# A broken claim's cause is a long line or several (a path, a server log's last lines): Allure
+# shows error messages and traces in boxes that clip what is wider; they wrap instead.
+_WRAPPED_ERRORS_CSS = (
+    '<style data-specgate="error-wrap">'
+    '[data-testid="test-result-error-message"] pre,'
+    '[data-testid="test-result-error-trace"] pre'
+    "{white-space:pre-wrap;overflow-wrap:anywhere}</style>"
+)
+
+
+def wrap_errors(html: Path) -> bool:
+    """Wrap the text of Allure's error boxes; True if the page was changed."""
+    return _add_style(html, _WRAPPED_ERRORS_CSS)
+
+
+# The ring in the report's header shows passed ÷ all tests, so a claim skipped because the
+# profile does not ask for it (no reference drafter, no eval data) lowers it as a failure would.
+# specgate's score is passed ÷ the claims judged: the ring says that number instead.
+_RING = 'article[aria-label="Success rate"]>b'
+
+
+def ring_score(stats: Mapping[str, Any]) -> str | None:
+    """passed ÷ the claims judged (every one not skipped), as the ring writes a percentage;
+    None when the stats are not a report's."""
+    try:
+        passed, total = int(stats.get("passed") or 0), int(stats.get("total") or 0)
+        judged = total - int(stats.get("skipped") or 0)
+    except (TypeError, ValueError):
+        return None
+    if total <= 0:
+        return None
+    if judged <= 0:
+        return "n/a"
+    score = math.floor(passed / judged * 10000) / 100
+    return f"{score:g}%" if score else "0"
+
+
+def ring_without_skips(html: Path, stats: Mapping[str, Any]) -> bool:
+    """Make the header ring show ring_score; True if the page was changed."""
+    score = ring_score(stats)
+    if score is None or not html.is_file():
+        return False
+    return _add_style(html, (
+        f'<style data-specgate="ring">{_RING}{{visibility:hidden;position:relative}}'
+        f'{_RING}::after{{content:"{score}";visibility:visible;position:absolute;left:0;'
+        "right:0;text-align:center}</style>"))
+
+
+def _add_style(html: Path, style: str) -> bool:
+    text = html.read_text(encoding="utf-8")
+    if style in text or "</head>" not in text:
+        return False
+    html.write_text(text.replace("</head>", style + "</head>", 1), encoding="utf-8")
     return True
 
 
