@@ -216,3 +216,24 @@ def _ms(value: float) -> str:
     12.3, 154)."""
     digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
     return f"{value:.{digits}f}"
+
+
+def decidable_of(claims: Iterable[ClaimResult]) -> dict[str, Any] | None:
+    """What the probe could decide (results/decidable.py), from spec.speedup's details; None
+    where no speed-up was measured with an interval."""
+    for claim in claims:
+        if claim.id == ids.SPEEDUP.id:
+            found = claim.details.get("decidable")
+            return dict(found) if isinstance(found, Mapping) else None
+    return None
+
+
+DECIDABLE_LABEL = "decidable"
+
+
+def decidable_line(found: Any) -> tuple[str, str] | None:
+    """(label, text) of what the probe could decide, as the closing block and the report show
+    it, from verdict.json's "decidable"."""
+    if not isinstance(found, Mapping) or not found.get("text"):
+        return None
+    return DECIDABLE_LABEL, str(found["text"])

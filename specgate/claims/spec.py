@@ -35,7 +35,7 @@ from specgate.core.profile import Profile
 from specgate.io.jsonl import json_safe
 from specgate.plot import curve as curve_plot
 from specgate.plot import live as live_plots
-from specgate.results import bench, drift, latency, stats
+from specgate.results import bench, decidable, drift, latency, stats
 from specgate.results import curve as curves
 from specgate.results.bench import Measurement
 from specgate.results.live import ConfigRun, LiveResults
@@ -397,12 +397,14 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
                 if ratio.has_interval else "")
     slower = " — the drafter makes serving slower" if ratio.mean < 1.0 else ""
     rows = bench.speedup_by_prompt(spec, base)
+    could = decidable.decidable(covered, threshold, min(spec.repeats, base.repeats))
     details: dict[str, Any] = {"speedup": judged.to_json(),
                                "speedup_within_launch": ratio.to_json(),
                                "launch_spread": covered.details(),
                                "spec_tps": spec.stats["tps"].to_json(),
                                "baseline_tps": base.stats["tps"].to_json(),
-                               "per_prompt": [r.to_json() for r in rows]}
+                               "per_prompt": [r.to_json() for r in rows],
+                               "decidable": could.to_json() if could else None}
     total = _total_speedup(spec, base, details)
     details["latency"] = latency.table(spec.samples, base.samples, spec.concurrency)
     total += latency_text(details["latency"])
@@ -439,7 +441,8 @@ def _speedup_claim(profile: Profile, live: LiveResults, *, attach: bool) -> Clai
                            curve_plot.attachment(found, simulated=live.simulated))
     message = (f"speculative {spec.stats['tps'].mean:.1f} tok/s ÷ baseline "
                f"{base.stats['tps'].mean:.1f} tok/s = speedup {ratio.mean:.3f}{interval}; "
-               f"required > {threshold:g}: {how}{slower}{_spread(rows, threshold)}{total}"
+               f"required > {threshold:g}: {how}{slower}"
+               f"{'; ' + could.text() if could else ''}{_spread(rows, threshold)}{total}"
                f"{reused_baseline(live)}{covering(covered)}{curve}")
     return claims.judged(ok, cid, PHASE, sim(live) + message, observed=round(ratio.mean, 4),
                          expected=f"> {threshold:g}", unit="x", details=details,

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from specgate.claims.figures import key_figures, latency_of
+from specgate.claims.figures import decidable_of, key_figures, latency_of
 from specgate.claims.result import ClaimResult, Status
 from specgate.core import files
 from specgate.core.redact import redact_urls
@@ -57,6 +57,7 @@ def build(
     doc["counts"] = {s.value: sum(1 for c in claims if c.status is s) for s in Status}
     doc["figures"] = {f.key: f.to_json() for f in key_figures(claims)}
     doc["latency"] = latency_of(claims)
+    doc["decidable"] = decidable_of(claims)
     doc["causes"] = causes_of(claims)
     doc["claims"] = [{k: v for k, v in c.to_json().items() if k != "cause"} for c in claims]
     return doc

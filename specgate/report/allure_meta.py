@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specgate.claims.figures import Figure, figures_of, latency_lines
+from specgate.claims.figures import Figure, decidable_line, figures_of, latency_lines
 from specgate.claims.result import ClaimResult
 from specgate.core.redact import redact_urls
 
@@ -266,6 +266,9 @@ def write_all(
     lead.update({figure_key(f): f.short_text() for f in figures})
     # TTFT and TPOT as sglang.bench_serving reports them, per server and their ratio.
     lead.update(dict(latency_lines(verdict_doc.get("latency"))))
+    could = decidable_line(verdict_doc.get("decidable"))
+    if could is not None:
+        lead["decidable speed-up"] = could[1]
     levels = sorted({f.confidence for f in figures if f.confidence and f.ci_low is not None})
     if levels:
         lead["intervals"] = " / ".join(f"{level * 100:.4g} % confidence" for level in levels)
