@@ -191,3 +191,24 @@ def test_junit_names_each_testcase_by_its_claim_and_a_broken_claim_is_an_error(r
 def _line_of(claim_id: str) -> int:
     return next(i for i, line in enumerate(SUITE.splitlines(), start=1)
                 if line == f'@pytest.mark.claim("{claim_id}")')
+
+
+def test_under_xdist_broken_claims_are_errors_and_junit_is_by_claim_too(
+        tmp_path: Path) -> None:
+    """With -n, the reports reach pytest's summary and junit.xml through the xdist controller."""
+    import xml.etree.ElementTree as ET
+
+    project = ss.project(tmp_path, SUITE, name="reports", drafter=False)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml", "-n", "2"],
+                          cwd=project, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    said = dict((word, int(n)) for n, word in re.findall(r"(\d+) (\w+)", last.split(" in ")[0]))
+    assert said == {"passed": 1, "failed": 1, "errors": 5, "skipped": 1}, last
+    doc = json.loads((project / "reports" / "verdict.json").read_text())
+    assert {c["id"]: c["message"] for c in doc["claims"]}["demo.live_a"] == SERVER_FAILED
+    suite = ET.parse(project / "reports" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    errors = sorted(str(case.get("name")) for case in suite.iter("testcase")
+                    if case.find("error") is not None)
+    assert errors == sorted(BROKEN)
