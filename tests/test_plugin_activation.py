@@ -212,7 +212,10 @@ def test_a_run_that_is_not_specgates_leaves_the_verdict_alone(tmp_path: Path) ->
     assert _pytest(root, "-m", "probe", "--profile", "p.toml").returncode == 0
     (root / "tests").mkdir()
     (root / "tests" / "test_own.py").write_text("def test_ok():\n    pass\n")
-    for args in (["--no-such-option"], ["--version"], ["tests", "--no-such-option"]):
+    runs = (["--no-such-option"], ["--version"], ["--profile", "p.toml", "--version"],
+            ["--profile", "p.toml", "--collect-only", "--no-such-option"],
+            ["--profile", "p.toml", "tests", "--no-such-option"])
+    for args in runs:
         proc = _pytest(root, *args)
         assert proc.returncode in (0, 4), proc.stdout + proc.stderr
         assert (root / "reports" / "verdict.json").is_file(), args
