@@ -42,13 +42,15 @@ def test_the_smallest_speedup_decided_is_where_an_interval_as_wide_as_this_one_c
     coverage = _coverage(0.03)
     covered = drift.cover(_within(1.4, 0.02), coverage, "speedup")
     found = decidable.decidable(covered, 1.0, passes=3)
-    assert found is not None and found.decided
+    assert found is not None
+    assert found.decided
     launch_var = covered.term.var
     assert _decided(found.above * 1.001, 0.02, launch_var)
     assert not _decided(found.above * 0.999, 0.02, launch_var)
     assert _decided(found.below * 0.999, 0.02, launch_var)
     assert not _decided(found.below * 1.001, 0.02, launch_var)
-    assert found.passes_needed is None and found.launches_needed is None
+    assert found.passes_needed is None
+    assert found.launches_needed is None
     assert found.text() == (
         f"this probe decides a speed-up of {found.above:.3f}× or more above 1 (or "
         f"{found.below:.3f}× or less below it) at 97.5 %, from its own intervals and launch "
@@ -60,9 +62,11 @@ def test_an_undecided_value_names_the_passes_and_the_launches_that_decide_it() -
     covered = drift.cover(_within(1.03, se), _coverage(sd), "speedup")
     launch_var = covered.term.var
     found = decidable.decidable(covered, 1.0, passes=passes)
-    assert found is not None and not found.decided
+    assert found is not None
+    assert not found.decided
     p, k = found.passes_needed, found.launches_needed
-    assert p is not None and k is not None
+    assert p is not None
+    assert k is not None
     # More passes within these launches: the part over prompts and passes shrinks, the launch
     # part stays.
     assert _decided(1.03, se * math.sqrt(passes / p), launch_var)
@@ -78,7 +82,8 @@ def test_an_undecided_value_names_the_passes_and_the_launches_that_decide_it() -
 def test_passes_cannot_decide_a_value_the_launch_spread_alone_holds() -> None:
     covered = drift.cover(_within(1.05, 0.005), _coverage(0.05), "speedup")
     found = decidable.decidable(covered, 1.0, passes=2)
-    assert found is not None and not found.decided
+    assert found is not None
+    assert not found.decided
     assert found.passes_needed is None
     k = found.launches_needed
     assert k is not None
@@ -91,8 +96,10 @@ def test_passes_cannot_decide_a_value_the_launch_spread_alone_holds() -> None:
 def test_a_value_on_the_threshold_is_decided_by_nothing() -> None:
     found = decidable.decidable(drift.cover(_within(1.0, 0.02), _coverage(0.01), "speedup"),
                                 1.0, passes=2)
-    assert found is not None and not found.decided
-    assert found.launches_needed is None and found.passes_needed is None
+    assert found is not None
+    assert not found.decided
+    assert found.launches_needed is None
+    assert found.passes_needed is None
     assert "equals the threshold: no number of passes or launches decides it" in found.text()
 
 
