@@ -194,6 +194,15 @@ def test_a_run_that_did_not_start_leaves_no_earlier_verdict_as_its_own(tmp_path:
     # The earlier run keeps its own verdict in its folder.
     assert (reports / "runs" / earlier / "verdict.json").is_file()
 
+    # What a CI job's summary step prints instead of the earlier run's verdict.
+    summary = subprocess.run([sys.executable, "-m", "specgate.cli", "summary",
+                              str(reports / "verdict.json")], capture_output=True, text=True,
+                             timeout=120)
+    assert summary.returncode == 1
+    assert (f"{reports / 'verdict.json'}: no verdict: the last pytest run there stopped before "
+            "any claim ran") in summary.stderr
+    assert str(reports / "runs" / earlier) in summary.stderr
+
     said = _specgate_report(reports)
     assert said.returncode == 1
     assert said.stderr.count("\n") == 1, said.stderr

@@ -20,6 +20,14 @@ def load_verdict(path: Path) -> dict[str, Any]:
     try:
         doc = files.read_json(path, limit=files.LOG_BYTES)
     except FileNotFoundError:
+        note = runs.not_started(path.parent) if path.name == VERDICT else None
+        if note is not None:
+            earlier = note.get("earlier_run")
+            raise DataError(
+                f"{path}: no verdict: the last pytest run there stopped before any claim ran "
+                f"({path.parent / runs.NOT_STARTED_FILE} records it; pytest's output said why)"
+                + (f"; the run before it is {path.parent / runs.RUNS_DIR / str(earlier)}"
+                   if earlier else "")) from None
         raise DataError(f"{path}: no such verdict file (a claims run writes "
                         "REPORTS/verdict.json, and each run REPORTS/runs/<id>/verdict.json)"
                         ) from None
