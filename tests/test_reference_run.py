@@ -231,3 +231,17 @@ def test_compare_of_a_bad_name_is_one_sentence(tmp_path: Path, monkeypatch: pyte
     assert out.out == ""
     (line,) = out.err.splitlines()
     assert line.startswith(f"specgate compare: {said}"), line
+
+
+def test_the_summary_sends_to_the_history_only_where_the_history_lacked_a_run() -> None:
+    from specgate.cli import summary
+
+    bare = RunRecord("demo", None, "passed", "t", {}, "run-offline")
+    now = {"accept_len": Figure(2.0, 1.95, 2.05)}
+    named = regress.judge_regression("regress.accept_len", now, [], "demo", reference=bare)
+    first = regress.judge_regression("regress.accept_len", now, [], "demo")
+    assert named.reason == first.reason == "no_reference"
+    hint = "keep `reports/history/` between runs"
+    for result, shown in ((named, False), (first, True)):
+        doc = {"outcome": "passed", "profile": "demo", "claims": [result.to_json()]}
+        assert (hint in summary.render(doc)) is shown, result.message
