@@ -221,11 +221,13 @@ def test_a_run_that_is_not_specgates_leaves_the_verdict_alone(tmp_path: Path) ->
     assert _pytest(root, "-m", "probe", "--profile", "p.toml").returncode == 0
     (root / "tests").mkdir()
     (root / "tests" / "test_own.py").write_text("def test_ok():\n    pass\n")
-    runs = (["--no-such-option"], ["--version"], ["--profile", "p.toml", "--version"],
-            ["--profile", "p.toml", "--collect-only", "--no-such-option"],
-            ["--profile", "p.toml", "tests", "--no-such-option"])
-    for args in runs:
+    # pytest's own exit codes: 0 for --version, 4 (usage error) for an option it refuses.
+    runs = ((["--no-such-option"], 4), (["--version"], 0),
+            (["--profile", "p.toml", "--version"], 0),
+            (["--profile", "p.toml", "--collect-only", "--no-such-option"], 4),
+            (["--profile", "p.toml", "tests", "--no-such-option"], 4))
+    for args, code in runs:
         proc = _pytest(root, *args)
-        assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+        assert proc.returncode == code, proc.stdout + proc.stderr
         assert (root / "reports" / "verdict.json").is_file(), args
         assert not (root / "reports" / "not-started.json").exists(), args
