@@ -164,7 +164,12 @@ def test_every_launch_of_a_prior_group_is_the_committed_records(
     values = recorded(sources[(figure, group)])
     listed = table[figure][group]
     assert len(values) == len(listed), f"{group}: {len(values)} launches recorded"
-    assert [round(v, _decimals(t)) for v, t in zip(values, listed, strict=True)] == list(listed)
+    assert _as_listed(values, listed) == list(listed)
+
+
+def _as_listed(values: list[float], listed: tuple[float, ...]) -> list[float]:
+    """The recorded values rounded to the decimals the table writes each launch with."""
+    return [round(v, _decimals(t)) for v, t in zip(values, listed, strict=True)]
 
 
 @pytest.mark.parametrize(("kind", "figure"), [
@@ -187,4 +192,5 @@ def test_a_changed_launch_in_a_record_is_seen(tmp_path: Path) -> None:
     (tmp_path / path).write_text(json.dumps(doc), encoding="utf-8")
     changed = recorded([(path, pointer)], root=tmp_path)
     listed = drift.GPU_BOUND_LAUNCHES["tps"]["Llama-3-8B shapes, random weights"]
-    assert [round(v, 1) for v in changed] != list(listed)
+    assert _as_listed(recorded([(path, pointer)]), listed) == list(listed)
+    assert _as_listed(changed, listed) != list(listed)
