@@ -133,6 +133,9 @@ def test_a_reference_by_run_id_verdict_file_or_run_folder(tmp_path: Path) -> Non
     ("2026120", "3 runs start with it"),
     ("missing/verdict.json", "no such verdict file"),
     ("not-json.json", "not a verdict file: it is not JSON"),
+    ("no-status.json", "no-status.json: not a verdict file: its claims cannot be read (a claim "
+                       "has no 'status' key)"),
+    ("bad-status.json", "bad-status.json: not a verdict file: its claims cannot be read"),
 ])
 def test_a_bad_reference_is_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          given: str, said: str) -> None:
@@ -142,6 +145,10 @@ def test_a_bad_reference_is_one_sentence(tmp_path: Path, monkeypatch: pytest.Mon
     # A run that never started (complete: false) is no candidate for the start of an id.
     _run_folder(reports, "20261209T100000Z-000009", _verdict("r9", 2.0, complete=False))
     (tmp_path / "not-json.json").write_text("{")
+    (tmp_path / "no-status.json").write_text(
+        json.dumps({"outcome": "passed", "claims": [{"id": "spec.accept_len"}]}))
+    (tmp_path / "bad-status.json").write_text(
+        json.dumps({"outcome": "passed", "claims": [{"id": "spec.accept_len", "status": "?"}]}))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ProfileError) as err:
         reference_record(given, reports)

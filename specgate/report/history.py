@@ -135,7 +135,7 @@ def reference_record(given: str, reports_dir: Path) -> RunRecord:
         if doc.get("checkpoints"):
             raise ProfileError(f"{said}: {path} is a checkpoint matrix's verdict; name one "
                                "checkpoint's (checkpoints/<name>/verdict.json)")
-        return record_of(doc)
+        return _read_record(said, path, doc)
     if not given or "/" in given or given.endswith(".json"):
         raise ProfileError(f"{said}: no such verdict file (give a verdict.json, a run folder "
                            "holding one, or a run id)")
@@ -160,10 +160,23 @@ def reference_record(given: str, reports_dir: Path) -> RunRecord:
     recorded = [r for r in history if r.run == run_id]
     if recorded:
         return recorded[-1]
+    path = runs_dir / run_id / "verdict.json"
     try:
-        return record_of(load_verdict(runs_dir / run_id / "verdict.json"))
+        doc = load_verdict(path)
     except DataError as exc:
         raise ProfileError(f"{said}: {exc}") from None
+    return _read_record(said, path, doc)
+
+
+def _read_record(said: str, path: Path, doc: Mapping[str, Any]) -> RunRecord:
+    """record_of a named verdict file, or a ProfileError naming the file when its claims are
+    not a verdict's."""
+    try:
+        return record_of(doc)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        why = f"a claim has no {exc} key" if isinstance(exc, KeyError) else str(exc)
+        raise ProfileError(f"{said}: {path}: not a verdict file: its claims cannot be read "
+                           f"({why})") from None
 
 
 def _finished(folder: Path) -> bool:
