@@ -162,3 +162,23 @@ def test_an_inconclusive_speedup_says_what_would_decide_it(tmp_path: Path) -> No
     assert found["above"] == pytest.approx(near * speedup["mean"] / speedup["ci_low"], abs=1e-4)
     doc = verdict.build([claim], profile="undecided", drafter=None, outcome="failed")
     assert doc["decidable"] == found
+
+
+def test_the_verdict_states_what_the_probe_of_its_speedup_figure_could_decide() -> None:
+    """Where a verdict holds several spec.speedup results (one per checkpoint of a matrix), its
+    `decidable` is that of the claim its speed-up figure is read from."""
+    from specgate.claims import result as claims
+    from specgate.claims import verdict
+
+    def speedup(mean: float) -> claims.ClaimResult:
+        covered = drift.cover(_within(mean, 0.02), _coverage(0.01), "speedup")
+        found = decidable.decidable(covered, 1.0, passes=3)
+        assert found is not None
+        return claims.passed("spec.speedup", "phase0", "m", observed=mean, details={
+            "speedup": covered.judged.to_json(), "decidable": found.to_json()})
+
+    first, last = speedup(1.2), speedup(1.6)
+    doc = verdict.build([first, last], profile="p", drafter=None, outcome="passed")
+    assert doc["figures"]["speedup"]["value"] == pytest.approx(1.6)
+    assert doc["decidable"] == last.details["decidable"]
+    assert doc["decidable"] != first.details["decidable"]

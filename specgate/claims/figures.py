@@ -220,12 +220,11 @@ def _ms(value: float) -> str:
 
 def decidable_of(claims: Iterable[ClaimResult]) -> dict[str, Any] | None:
     """What the probe could decide (results/decidable.py), from spec.speedup's details; None
-    where no speed-up was measured with an interval."""
-    for claim in claims:
-        if claim.id == ids.SPEEDUP.id:
-            found = claim.details.get("decidable")
-            return dict(found) if isinstance(found, Mapping) else None
-    return None
+    where no speed-up was measured with an interval. The claim is the one key_figures reads the
+    speed-up from (the last of that id), so the two always speak of the same measurement."""
+    result = {c.id: c for c in claims}.get(ids.SPEEDUP.id)
+    found = result.details.get("decidable") if result is not None else None
+    return dict(found) if isinstance(found, Mapping) else None
 
 
 DECIDABLE_LABEL = "decidable"
