@@ -4,6 +4,7 @@ message, named teardown steps, skip reasons at the claim, and a shared cause sai
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,8 +43,10 @@ BROKEN = ["demo.broken", "demo.folder_a", "demo.folder_b", "demo.live_a", "demo.
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     project = ss.project(tmp_path_factory.mktemp("claims"), SUITE, name="reports",
                          drafter=False)
+    # pytest expands the variable in --junitxml's path: the claims' junit.xml is that file.
     proc = subprocess.run([sys.executable, "-m", "pytest", "--profile", "p.toml",
-                           "--junitxml=ci/junit.xml"], cwd=project,
+                           "--junitxml=${JUNIT_DIR}/junit.xml"], cwd=project,
+                          env={**os.environ, "JUNIT_DIR": "ci"},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return project, proc
