@@ -170,7 +170,7 @@ def _specgate_report(reports: Path) -> subprocess.CompletedProcess[str]:
                            str(reports)], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("stop", ["refused-option", "conftest"])
+@pytest.mark.parametrize("stop", ["refused-option", "conftest", "specgate-refused-option"])
 def test_a_run_that_did_not_start_leaves_no_earlier_verdict_as_its_own(tmp_path: Path,
                                                                         stop: str) -> None:
     root = ss.project(tmp_path, ss.suite(ss.passing(marks=["probe"])), name="mine")
@@ -182,6 +182,8 @@ def test_a_run_that_did_not_start_leaves_no_earlier_verdict_as_its_own(tmp_path:
     args = ["-m", "probe", "--profile", "p.toml"]
     if stop == "refused-option":
         args.append("--no-such-option")
+    elif stop == "specgate-refused-option":
+        args.append("--specgate-reports-wait=soon")
     else:
         (root / "suites" / "conftest.py").write_text(FOREIGN_CONFTEST)
     proc = _pytest(root, *args)
