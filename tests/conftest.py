@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +53,30 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd.SSHSe
     server = sshd.start(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class GateRun:
+    """One finished `pytest -m gate` run: its exit status, output and reports folder."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    reports: Path
+
+
+# The tests that read one demo gate run share it: they name this xdist group.
+DEMO_SPEEDUP_GATE = "demo_speedup_gate"
+
+
+@pytest.fixture(scope="session")
+def demo_speedup_gate(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """`pytest -m gate --specgate-profile demo -k speedup` in a fresh folder with its own cache,
+    run once: its verdict, closing block and report are read, never changed, by the tests."""
+    folder = tmp_path_factory.mktemp("demo-gate")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGATE_"))}
+    env["SPECGATE_CACHE"] = str(folder / "cache")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "gate",
+                           "--specgate-profile", "demo", "-k", "speedup"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    return GateRun(proc.returncode, proc.stdout, proc.stderr, folder / "reports")

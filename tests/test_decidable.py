@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import DEMO_SPEEDUP_GATE, GateRun
 from specgate.results import decidable, drift
 from specgate.results.stats import Summary
 
@@ -108,15 +106,12 @@ def _speedup_claim(doc: dict) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(DEMO_SPEEDUP_GATE)
 def test_a_gate_states_what_it_could_decide_in_the_verdict_the_closing_block_and_the_report(
-        tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGATE_"))}
-    env["SPECGATE_CACHE"] = str(tmp_path / "cache")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "gate",
-                           "--specgate-profile", "demo", "-k", "speedup"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+        demo_speedup_gate: GateRun) -> None:
+    proc = demo_speedup_gate
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    reports = tmp_path / "reports"
+    reports = proc.reports
     doc = json.loads((reports / "verdict.json").read_text())
     found = doc["decidable"]
     assert found == _speedup_claim(doc)["details"]["decidable"]

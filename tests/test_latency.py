@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import DEMO_SPEEDUP_GATE, GateRun
 from specgate.results import latency
 from specgate.results.bench import RequestSample
 
@@ -59,14 +60,11 @@ def _expected(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_a_gate_reports_ttft_and_tpot_per_server(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGATE_"))}
-    env["SPECGATE_CACHE"] = str(tmp_path / "cache")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "gate",
-                           "--specgate-profile", "demo", "-k", "speedup"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+@pytest.mark.xdist_group(DEMO_SPEEDUP_GATE)
+def test_a_gate_reports_ttft_and_tpot_per_server(demo_speedup_gate: GateRun) -> None:
+    proc = demo_speedup_gate
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    reports = tmp_path / "reports"
+    reports = proc.reports
     doc = json.loads((reports / "verdict.json").read_text())
     results = json.loads((reports / "live" / "results.json").read_text())
     table = doc["latency"]
@@ -105,8 +103,10 @@ def test_a_gate_reports_ttft_and_tpot_per_server(tmp_path: Path) -> None:
     assert tpot_line.split("TPOT p50/p90/p99", 1)[1].strip() in speedup["message"]
 
     # The report's overview (environment.properties) and the job summary show the same lines.
-    done = subprocess.run([sys.executable, "-m", "specgate.cli", "summary"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SPECGATE_"))}
+    done = subprocess.run([sys.executable, "-m", "specgate.cli", "summary"],
+                          cwd=proc.reports.parent, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert tpot_line.split("TPOT p50/p90/p99", 1)[1].strip() in done.stdout
     properties = _properties((reports / "allure-results" / "environment.properties").read_text())
