@@ -24,13 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from specgate.results.deployment import Deployment, Kind  # noqa: E402
-from specgate.testing import drift_trials  # noqa: E402
+from specgate.results.deployment import Deployment, Kind
+from specgate.testing import drift_trials
 
 CLASSES: dict[Kind, dict[str, float]] = {
     "host-bound": {"spread": 0.15, "noise": 0.10},

@@ -16,13 +16,10 @@ in-process with the gate's sequential passes and judged by spec.speedup. Per des
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-from benchmarks.common import trials_main  # noqa: E402
-from specgate.testing import drift_trials  # noqa: E402
+from benchmarks.common import trials_main
+from specgate.testing import drift_trials
 
 SPREADS = (0.05, 0.12, 0.25)
 DESIGNS = ("ab", "aba")

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from specgate.results import deployment, drift
+from specgate.results.stats import summarize
 
-from specgate.results import deployment, drift  # noqa: E402
-from specgate.results.stats import summarize  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDS = (

@@ -29,11 +29,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import trials_main
+from specgate.results import bench, stats
+from specgate.results.prompts import template_named
 
-from benchmarks.common import trials_main  # noqa: E402
-from specgate.results import bench, stats  # noqa: E402
-from specgate.results.prompts import template_named  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 # The launch-mode run's live/results.json: every request of both servers.
 RUN = (ROOT / "benchmarks/results/2026-11-30-h200-tiny-llama-4l-eager"

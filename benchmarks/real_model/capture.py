@@ -24,9 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-
-from benchmarks.real_sglang import train_drafter  # noqa: E402  (capture hooks, dump writer)
+from benchmarks.real_sglang import train_drafter  # capture hooks, dump writer
 
 CAPTURE_TOKENS = 32768  # tokens per capture forward (padded batch size × length)
 

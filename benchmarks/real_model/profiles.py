@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-
-from benchmarks.real_sglang import suite  # noqa: E402  (server flags, TOML writer, option names)
+from benchmarks.real_sglang import suite  # server flags, TOML writer, option names
 
 NAME = "smollm2-135m-instruct"
 MAX_NEW_TOKENS = 256

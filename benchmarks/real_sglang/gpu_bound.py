@@ -51,8 +51,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-HERE = Path(__file__).resolve().parent
-from benchmarks.real_sglang import suite  # noqa: E402  (the real-SGLang suite's TOML writer and server flags)
+from benchmarks.real_sglang import suite  # the real-SGLang suite's TOML writer and server flags
 
 SHAPES = {
     "8b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,

@@ -77,12 +77,10 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+import torch
 
-import torch  # noqa: E402
-
-from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings  # noqa: E402
-from specgate.model.predict import (  # noqa: E402
+from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings
+from specgate.model.predict import (
     accept_length,
     conditional_from_chain,
     request_accept_length,
