@@ -85,6 +85,6 @@ def test_calibrate_simulator_names_a_results_file_it_cannot_use(
         path.write_text(content)
     assert main_calibrate_simulator([str(path)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"{path}: {said}"), err
+    assert err.startswith(f"specgate calibrate-simulator: {path}: {said}"), err
     assert err.count("\n") == 1, err
     assert "Errno" not in err

@@ -12,6 +12,10 @@ from specgate.results.live import LiveResults
 from specgate.testing.simulator import calibrate, model
 
 
+def _say(message: str) -> None:
+    print(f"specgate calibrate-simulator: {message}", file=sys.stderr)
+
+
 def main_calibrate_simulator(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="specgate calibrate-simulator",
@@ -36,25 +40,25 @@ def main_calibrate_simulator(argv: list[str]) -> int:
     try:
         live = LiveResults.read(args.results)
     except FileNotFoundError:
-        print(f"{args.results}: no such file; give a live session's results.json "
-              "(REPORTS/live/results.json of a run with live claims)", file=sys.stderr)
+        _say(f"{args.results}: no such file; give a live session's results.json "
+              "(REPORTS/live/results.json of a run with live claims)")
         return 1
     except OSError as exc:
-        print(f"{args.results}: cannot be read ({exc.strerror or exc}); give a live session's "
-              "results.json", file=sys.stderr)
+        _say(f"{args.results}: cannot be read ({exc.strerror or exc}); give a live session's "
+              "results.json")
         return 1
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         why = (f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError)
                else f"no {exc} key" if isinstance(exc, KeyError)
                else "its contents have another shape")
-        print(f"{args.results}: not a live session's results.json ({why})", file=sys.stderr)
+        _say(f"{args.results}: not a live session's results.json ({why})")
         return 1
     try:
         found = calibrate.fit(live, draft_step_ms=args.draft_step_ms, fit_levels=args.fit_levels,
                               baseline_max_running=args.baseline_max_running,
                               speculative_max_running=args.speculative_max_running)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"{args.results}: {exc}", file=sys.stderr)
+        _say(f"{args.results}: {exc}")
         return 1
     out = found.to_json()
     worst = found.worst_held_out_error

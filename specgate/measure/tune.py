@@ -49,6 +49,7 @@ from specgate.results import bench, stats
 from specgate.results.live import ConfigRun
 from specgate.results.stats import Summary
 from specgate.results.tune import (
+    FIRST_FAILED,
     RESULT_FILE,
     Candidate,
     CycleFit,
@@ -317,7 +318,7 @@ def run_tune(profile: Profile, reports_dir: Path, *, progress: Progress | None =
         """Launch the largest chain, then the most promising others; the reason it stopped."""
         record(launch(max(cands), None))
         if best is None:
-            return "the first launch failed: " + trials[-1].note
+            return f"{FIRST_FAILED}: " + trials[-1].note
         while True:
             refit()
             tried = {tr.candidate for tr in trials}

@@ -144,19 +144,19 @@ def reference_record(given: str, reports_dir: Path) -> RunRecord:
     if exact:
         return exact[-1]
     runs_dir = runs.reports_root(reports_dir) / runs.RUNS_DIR
-    ids = {r.run for r in history if r.run and r.run.startswith(given)}
+    matching = {r.run for r in history if r.run and r.run.startswith(given)}
     if runs_dir.is_dir():
-        ids |= {p.name for p in runs_dir.iterdir()
+        matching |= {p.name for p in runs_dir.iterdir()
                 if p.name == given or (p.name.startswith(given) and _finished(p))}
-    if len(ids) > 1:
-        shown = ", ".join(sorted(ids)[:5]) + (", …" if len(ids) > 5 else "")
-        raise ProfileError(f"{said}: {len(ids)} runs start with it ({shown}); give more of "
+    if len(matching) > 1:
+        shown = ", ".join(sorted(matching)[:5]) + (", …" if len(matching) > 5 else "")
+        raise ProfileError(f"{said}: {len(matching)} runs start with it ({shown}); give more of "
                            "the run id")
-    if not ids:
+    if not matching:
         raise ProfileError(
             f"{said}: no run with that id in {history_file(reports_dir)} or {runs_dir}, and no "
             "verdict file by that name (give a run id, a verdict.json or a run folder)")
-    (run_id,) = ids
+    (run_id,) = matching
     recorded = [r for r in history if r.run == run_id]
     if recorded:
         return recorded[-1]

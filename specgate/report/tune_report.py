@@ -11,7 +11,7 @@ from typing import Any
 
 from specgate.plot.tune import plot
 from specgate.results.stats import percent
-from specgate.results.tune import TuneResult
+from specgate.results.tune import FIRST_FAILED, TuneResult
 
 TABLE_FILE = "tune.md"
 PLOT_FILE = "tune.png"
@@ -116,7 +116,6 @@ def _levels_section(result: TuneResult) -> list[str]:
     return lines
 
 
-FIRST_FAILED = "the first launch failed"  # how a race that measured nothing stops
 # The stop reasons of a race that settled: whatever was not launched was predicted slower.
 SETTLED = ("no configuration left is predicted within", "every configuration was measured")
 

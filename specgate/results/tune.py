@@ -16,6 +16,8 @@ from specgate.results.live import ConfigRun
 from specgate.results.stats import Summary
 
 RESULT_FILE = "tune.json"
+# How a race that measured nothing stops (its stop reason begins so).
+FIRST_FAILED = "the first launch failed"
 
 
 @dataclasses.dataclass(frozen=True, order=True)
