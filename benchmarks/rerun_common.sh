@@ -129,3 +129,17 @@ checkout_at() {
   cd "$ROOT" || exit 4
   echo "running the harness of commit $1 from $ROOT"
 }
+
+# gpu_bound_models: gpu_bound.py's 8B-shaped target and drafter in $RS_WORK/gpu-bound (built on
+# the GPU once), with the tokenizer of SMOLLM2_DIR (taken from where the rerun was started);
+# sets MODELS. Exits 2 without a tokenizer there, 6 when the build fails.
+gpu_bound_models() {
+  local tok=${SMOLLM2_DIR:-}
+  case $tok in /*|"") ;; *) tok=$CALLER/$tok ;; esac
+  [ -e "$tok/tokenizer.json" ] || { echo "SMOLLM2_DIR=${SMOLLM2_DIR:-}: no tokenizer.json there" \
+    "(the target takes SmolLM2-135M-Instruct's tokenizer)" >&2; exit 2; }
+  MODELS=$RS_WORK/gpu-bound
+  if [ ! -e "$MODELS/drafter/config.json" ]; then
+    "$PY" -m benchmarks.real_sglang.gpu_bound "$MODELS" --tokenizer "$tok" || exit 6
+  fi
+}
