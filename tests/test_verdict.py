@@ -125,3 +125,17 @@ def test_a_run_explains_its_counts_and_writes_the_verdict_as_its_other_files(
     assert (claims_n, collected_n) == (selected, collected)
     assert by_marker + levelless == deselected
     assert levelless == 5  # the demo has one concurrency level: its five @c<level> claims
+
+
+def test_a_matrix_verdict_names_each_claims_checkpoint_and_none_for_the_runs_own() -> None:
+    from specgate.claims import verdict as verdict_mod
+    from specgate.claims.result import broken, passed
+
+    doc = verdict_mod.build_matrix(
+        [("a", passed("vocab.invariants", "phase0", "ok")),
+         ("b", broken("vocab.invariants", "phase0", "no drafter"))],
+        [broken("profile", "phase0", "unreadable")], profile="p", outcome="error")
+    assert [(c["id"], c["checkpoint"]) for c in doc["claims"]] == [
+        ("vocab.invariants", "a"), ("vocab.invariants", "b"), ("profile", None)]
+    assert doc["drafter"] is None
+    assert doc["counts"]["broken"] == 2

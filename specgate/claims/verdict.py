@@ -63,6 +63,25 @@ def build(
     return doc
 
 
+def build_matrix(
+    by_checkpoint: list[tuple[str, ClaimResult]],
+    run_wide: list[ClaimResult],
+    *,
+    profile: str,
+    outcome: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A checkpoint matrix's verdict over all its checkpoints: every claim of every checkpoint,
+    each named with its checkpoint, then the claims of the run itself (a refused reports folder,
+    a profile that could not be read), which name none."""
+    claims = [result for _name, result in by_checkpoint] + run_wide
+    doc = build(claims, profile=profile, drafter=None, outcome=outcome, extra=extra)
+    named = [name for name, _result in by_checkpoint] + [None] * len(run_wide)
+    doc["claims"] = [{**claim, "checkpoint": name}
+                     for claim, name in zip(doc["claims"], named, strict=True)]
+    return doc
+
+
 def causes_of(claims: Iterable[ClaimResult]) -> list[dict[str, Any]]:
     """Each reason that kept claims from being evaluated, once, with the claims it broke (in
     the order they ran): a server that did not start is one cause of every live claim."""
