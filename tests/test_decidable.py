@@ -177,3 +177,42 @@ def test_the_verdict_states_what_the_probe_of_its_speedup_figure_could_decide() 
     assert doc["figures"]["speedup"]["value"] == pytest.approx(1.6)
     assert doc["decidable"] == last.details["decidable"]
     assert doc["decidable"] != first.details["decidable"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(DEMO_SPEEDUP_GATE)
+def test_specgate_summary_states_what_the_gate_could_decide(
+        demo_speedup_gate: GateRun, capsys: pytest.CaptureFixture[str]) -> None:
+    from specgate.cli import main
+
+    verdict_file = demo_speedup_gate.reports / "verdict.json"
+    found = json.loads(verdict_file.read_text())["decidable"]
+    assert found["text"].startswith("this probe decides a speed-up of ")
+    assert main(["summary", str(verdict_file)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"**decidable**: {found['text']}" in lines
+
+
+def test_the_summary_of_an_undecided_speedup_says_what_would_decide_it() -> None:
+    """An interval that straddles the minimum: the summary's decidable line names the smallest
+    speed-up decided and the passes or launches that would decide the measured one; a verdict
+    with no speed-up interval has no such line."""
+    from specgate.claims import result as claims
+    from specgate.claims import verdict
+    from specgate.cli import summary
+
+    covered = drift.cover(_within(1.02, 0.02), _coverage(0.01), "speedup")
+    found = decidable.decidable(covered, 1.0, passes=3)
+    assert found is not None
+    assert not found.decided
+    claim = claims.failed("spec.speedup", "phase0", "m", observed=1.02, details={
+        "speedup": covered.judged.to_json(), "decidable": found.to_json()})
+    doc = verdict.build([claim], profile="p", drafter=None, outcome="failed")
+    (line,) = [x for x in summary.render(doc).splitlines() if x.startswith("**decidable**")]
+    assert line == f"**decidable**: {found.text()}"
+    assert f"a speed-up of {found.above:.3f}× or more above 1" in line
+    assert f"({found.launches_needed} in all)" in line
+    bare = verdict.build([claims.passed("spec.acceptance", "phase0", "m")], profile="p",
+                         drafter=None, outcome="passed")
+    assert bare["decidable"] is None
+    assert "decidable" not in summary.render(bare)

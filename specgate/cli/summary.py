@@ -1,6 +1,6 @@
 """`specgate summary [VERDICT]`: a verdict as Markdown, for a CI job's page ($GITHUB_STEP_SUMMARY,
-a GitLab job log): the outcome, the key figures with their intervals, and every claim that did
-not pass with the first line of its message."""
+a GitLab job log): the outcome, the key figures with their intervals, the smallest speed-up the
+probe could decide, and every claim that did not pass with the first line of its message."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.claims.figures import figures_of, latency_lines
+from specgate.claims.figures import decidable_line, figures_of, latency_lines
 from specgate.report.verdict_file import load_verdict
 
 # Longest message shown in a table cell; the verdict and the report carry the whole of it.
@@ -66,6 +66,11 @@ def render(doc: Mapping[str, Any]) -> str:
         for label, text in latency:
             out.append(f"| {label} | {cell(text)} | per request, as sglang.bench_serving |")
         out.append("")
+    could = decidable_line(doc.get("decidable"))
+    if could is not None:
+        # The smallest speed-up this probe's own intervals decide: a whole sentence, too long
+        # for a table cell, and the reader needs all of it.
+        out += [f"**{could[0]}**: {could[1]}", ""]
     rows = doc.get("checkpoints")
     if isinstance(rows, list) and rows:
         out += ["| checkpoint | outcome | claims | verdict |", "|---|---|---|---|"]
