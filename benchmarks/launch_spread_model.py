@@ -36,7 +36,7 @@ RECORDS = (
 )
 # The prior tables' groups that launch records name (records target -> prior group).
 GROUP_OF = {
-    "llama8b-shapes": ("tps", "Llama-3-8B shapes, dummy weights"),
+    "llama8b-shapes": ("tps", "H200: Llama-3-8B shapes, dummy weights"),
     "llama1b-shapes": ("tps", "Llama-3.2-1B shapes, dummy weights"),
     "smollm2-135m-instruct": ("tps", "SmolLM2-135M-Instruct, launch records"),
 }

@@ -196,7 +196,7 @@ def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: P
     groups = {(r["figure"], r["group"]) for r in doc["model"]}
     assert groups == {(f, g) for table in (drift.GPU_BOUND_LAUNCHES, drift.PRIOR_LAUNCHES)
                       for f, named in table.items() for g in named}
-    gpu = next(r for r in doc["model"] if r["group"] == "Llama-3-8B shapes, dummy weights")
+    gpu = next(r for r in doc["model"] if r["group"] == "H200: Llama-3-8B shapes, dummy weights")
     assert (gpu["measured_sd"], gpu["model_sd"]) == (pytest.approx(0.0038, abs=1e-4),
                                                      pytest.approx(0.0064, abs=1e-4))
     classes = {c["target"]: c["class"] for c in doc["coverage"]}

@@ -242,35 +242,33 @@ def _pooled(groups: list[tuple[float, ...]]) -> tuple[float, int]:
     return math.sqrt(squares / df), df
 
 
-def test_a_gpu_bound_baseline_takes_the_prior_of_the_gpu_bound_launches() -> None:
-    sd, df = _pooled([(212.051, 211.909, 210.42, 212.512, 212.037),
-                      (207.01, 209.64, 206.8, 210.43)])
-    spread = drift.prior("tps", "GPU-bound")
+def test_a_gpu_bound_baseline_takes_the_prior_of_the_gpu_bound_launches_of_its_gpu() -> None:
+    h200, df200 = _pooled([(212.051, 211.909, 210.42, 212.512, 212.037),
+                           (207.01, 209.64, 206.8, 210.43)])
+    h100, df100 = _pooled([(168.974, 168.865, 168.953, 168.585, 168.799, 168.561)])
+    on_h200 = drift.prior("tps", "GPU-bound", "NVIDIA H200")
+    on_h100 = drift.prior("tps", "GPU-bound", "NVIDIA H100 80GB HBM3")
+    assert (on_h200.sd, on_h200.df, on_h200.prior_launches, on_h200.gpu) == (
+        pytest.approx(h200), df200, 9, "H200")
+    assert (on_h100.sd, on_h100.df, on_h100.prior_launches, on_h100.gpu) == (
+        pytest.approx(h100), df100, 6, "H100")
+    assert on_h100.sd < on_h200.sd < 0.01 < drift.prior("tps").sd / 10
+    assert on_h200.describe() == (
+        f"baseline tok/s {h200 * 100:.1f} %, the prior of GPU-bound targets (9 launches of real "
+        "SGLang on H200 GPUs, docs/claims.md; none of this deployment's yet)")
+
+
+def test_a_gpu_bound_verify_cycle_takes_the_prior_of_every_gpu_kinds_launches() -> None:
+    sd, df = _pooled([(7.1658, 7.2782, 7.495), (8.4641, 8.4176, 8.4236, 8.4027, 8.555),
+                      (8.6583, 9.105, 9.2237)])
+    spread = drift.prior("cycle_ms", "GPU-bound", "NVIDIA H100 80GB HBM3")
     assert spread.sd == pytest.approx(sd)
-    assert (spread.df, spread.prior_launches, spread.prior) == (df, 9, "GPU-bound")
-    assert spread.sd < 0.01 < drift.prior("tps").sd / 10
-    assert spread.describe() == (
-        f"baseline tok/s {sd * 100:.1f} %, the prior of GPU-bound targets (9 launches of real "
-        "SGLang on an H200, docs/claims.md; none of this deployment's yet)")
-
-
-@pytest.mark.parametrize("kind", ["between", "host-bound", "unknown"])
-def test_every_other_class_keeps_the_host_bound_prior(kind: deployment.Kind) -> None:
-    for figure in ("tps", "cycle_ms"):
-        spread = drift.prior(figure, kind)
-        sd, df = _pooled(list(drift.PRIOR_LAUNCHES[figure].values()))
-        assert (spread.sd, spread.df, spread.prior) == (pytest.approx(sd), df, "host-bound")
-
-
-def test_a_gpu_bound_verify_cycle_takes_the_prior_of_the_gpu_bound_launches() -> None:
-    sd, df = _pooled([(7.1658, 7.2782, 7.495)])
-    spread = drift.prior("cycle_ms", "GPU-bound")
-    assert spread.sd == pytest.approx(sd)
-    assert (spread.df, spread.prior_launches, spread.prior) == (df, 3, "GPU-bound")
+    assert (spread.df, spread.prior_launches, spread.prior, spread.gpu) == (
+        df, 11, "GPU-bound", "")
     assert spread.sd < drift.prior("cycle_ms").sd / 4
     assert spread.describe() == (
-        f"speculative cycle {sd * 100:.1f} %, the prior of GPU-bound targets (3 launches of real "
-        "SGLang on an H200, docs/claims.md; none of this deployment's yet)")
+        f"speculative cycle {sd * 100:.1f} %, the prior of GPU-bound targets (11 launches of real "
+        "SGLang on H200 and H100 GPUs, docs/claims.md; none of this deployment's yet)")
 
 
 def test_a_class_without_launches_of_a_figure_says_it_took_the_host_bound_prior(

@@ -91,20 +91,35 @@ SOURCES: dict[tuple[str, str], list[tuple[str, Pointer]]] = {
         for i in (1, 2)
     ],
 }
+H100_RUN = "2026-12-07-h100-llama8b-shapes-launches"
 GPU_BOUND_SOURCES: dict[tuple[str, str], list[tuple[str, Pointer]]] = {
-    ("tps", "Llama-3-8B shapes, dummy weights"): [
+    ("tps", "H200: Llama-3-8B shapes, dummy weights"): [
         ("2026-12-03-h200-llama-shapes-dummy/launch-records/launch-records-llama8b-shapes.json",
          _launches("llama8b-shapes", "median_tok_s")),
     ],
-    ("tps", "Llama-3-8B shapes, random weights"): [
+    ("tps", "H200: Llama-3-8B shapes, random weights"): [
         ("2026-12-03-h200-launch-spread/random-weights/launches.json",
          ("big", "*", "median_tok_s")),
     ],
-    ("cycle_ms", "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4"): [
+    ("cycle_ms", "H200: Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4"): [
         (f"2026-12-03-h200-launch-spread/verify-cycle/launch-records-{i}.json",
          _launches("llama8b-shapes-eagle3", "median_cycle_ms")) for i in (1, 2)
     ],
+    ("tps", "H100: Llama-3-8B shapes, gpu_bound.py target, alternating"): [
+        (f"{H100_RUN}/alternating-6-and-5/launch-records.json",
+         _launches("llama8b-shapes-target", "median_tok_s")),
+    ],
+    ("cycle_ms", "H100: Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4, alternating"): [
+        (f"{H100_RUN}/alternating-6-and-5/launch-records.json",
+         _launches("llama8b-shapes-eagle3", "median_cycle_ms")),
+    ],
+    ("cycle_ms", "H100: Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4, 3 launches"): [
+        (f"{H100_RUN}/eagle3-3-launches/launch-records.json",
+         _launches("llama8b-shapes-eagle3", "median_cycle_ms")),
+    ],
 }
+# The GPU each GPU-bound record ran on, as its folder names it.
+GPU_OF_FOLDER = {"-h200-": "H200", "-h100-": "H100"}
 TABLES = {"host-bound": (drift.PRIOR_LAUNCHES, SOURCES),
           "GPU-bound": (drift.GPU_BOUND_LAUNCHES, GPU_BOUND_SOURCES)}
 
@@ -172,25 +187,100 @@ def _as_listed(values: list[float], listed: tuple[float, ...]) -> list[float]:
     return [round(v, _decimals(t)) for v, t in zip(values, listed, strict=True)]
 
 
-@pytest.mark.parametrize(("kind", "figure"), [
-    (kind, figure) for kind in ("host-bound", "GPU-bound") for figure in ("tps", "cycle_ms")])
-def test_each_class_prior_is_the_pooled_spread_of_its_records(kind: str, figure: str) -> None:
-    _, sources = TABLES[kind]
-    groups = [recorded(where) for (f, _), where in sources.items() if f == figure]
-    sd, df, launches = _pooled_by_hand(groups)
-    prior = drift.prior(figure, "GPU-bound" if kind == "GPU-bound" else "host-bound")
-    assert prior.prior == kind
-    assert (prior.df, prior.prior_launches) == (df, launches)
-    assert prior.sd == pytest.approx(sd, rel=1e-4)
+def _gpu_of(sources: list[tuple[str, Pointer]]) -> str:
+    (gpu,) = {GPU_OF_FOLDER[mark] for path, _ in sources for mark in GPU_OF_FOLDER
+              if mark in path.split("/")[0]}
+    return gpu
+
+
+def _by_gpu(figure: str) -> dict[str, list[list[float]]]:
+    out: dict[str, list[list[float]]] = {}
+    for (f, _), where in GPU_BOUND_SOURCES.items():
+        if f == figure:
+            out.setdefault(_gpu_of(where), []).append(recorded(where))
+    return out
+
+
+def test_each_gpu_bound_group_is_filed_under_the_gpu_its_records_ran_on() -> None:
+    for (figure, group), where in GPU_BOUND_SOURCES.items():
+        gpu, name = group.split(": ", 1)
+        assert gpu == _gpu_of(where)
+        assert name in drift.GPU_BOUND_BY_GPU[gpu][figure]
+
+
+def _f_sf_by_hand(f: float, d1: int, d2: int, steps: int = 20000) -> float:
+    """P(F > f): the F density integrated from f outwards by the midpoint rule on t = 1/(1+x)."""
+    log_c = (math.lgamma((d1 + d2) / 2) - math.lgamma(d1 / 2) - math.lgamma(d2 / 2)
+             + d1 / 2 * math.log(d1 / d2))
+
+    def density(x: float) -> float:
+        return math.exp(log_c + (d1 / 2 - 1) * math.log(x)
+                        - (d1 + d2) / 2 * math.log1p(d1 * x / d2))
+
+    top = 1.0 / (1.0 + f)  # x from f to ∞ is t from 1/(1+f) to 0, dx = dt / t²
+    width = top / steps
+    return sum(density(1.0 / t - 1.0) / t**2 * width
+               for t in ((i + 0.5) * width for i in range(steps)))
+
+
+@pytest.mark.parametrize("figure", ["tps", "cycle_ms"])
+def test_the_gpu_kinds_are_taken_apart_only_where_the_f_test_of_their_records_says(
+        figure: str) -> None:
+    spreads = {gpu: _pooled_by_hand(groups) for gpu, groups in _by_gpu(figure).items()}
+    (wide, (sd_w, df_w, _)), (narrow, (sd_n, df_n, _)) = sorted(
+        spreads.items(), key=lambda kv: -kv[1][0])
+    f = sd_w**2 / sd_n**2
+    p = min(1.0, 2 * _f_sf_by_hand(f, df_w, df_n))
+    test = drift.kind_test(figure)
+    assert test is not None
+    assert (test.wide, test.narrow, test.df_wide, test.df_narrow) == (wide, narrow, df_w, df_n)
+    assert test.f == pytest.approx(f, rel=1e-9)
+    assert test.p == pytest.approx(p, rel=1e-3)
+    assert test.split == (p < 0.05)
+    for gpu in spreads:
+        prior = drift.prior(figure, "GPU-bound", f"NVIDIA {gpu}")
+        groups = _by_gpu(figure)[gpu] if test.split else \
+            [g for groups in _by_gpu(figure).values() for g in groups]
+        sd, df, launches = _pooled_by_hand(groups)
+        assert (prior.prior, prior.gpu, prior.stand_in) == (
+            "GPU-bound", gpu if test.split else "", False)
+        assert (prior.df, prior.prior_launches) == (df, launches)
+        assert prior.sd == pytest.approx(sd, rel=1e-4)
+
+
+@pytest.mark.parametrize("figure", ["tps", "cycle_ms"])
+def test_a_gpu_of_a_kind_not_measured_takes_the_widest_kinds_prior_where_kinds_differ(
+        figure: str) -> None:
+    prior = drift.prior(figure, "GPU-bound", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    spreads = {gpu: _pooled_by_hand(groups)[0] for gpu, groups in _by_gpu(figure).items()}
+    test = drift.kind_test(figure)
+    assert test is not None
+    if test.split:
+        assert (prior.gpu, prior.stand_in) == (max(spreads, key=spreads.__getitem__), True)
+        assert prior.sd == pytest.approx(max(spreads.values()), rel=1e-4)
+        assert "none of this GPU's kind" in prior.describe()
+    else:  # pooled: every kind's launches, the one prior every GPU takes
+        assert (prior.gpu, prior.stand_in) == ("", False)
+        assert prior == drift.prior(figure, "GPU-bound", "NVIDIA H200")
+
+
+def test_the_host_bound_prior_is_the_pooled_spread_of_its_records() -> None:
+    for figure in ("tps", "cycle_ms"):
+        groups = [recorded(where) for (f, _), where in SOURCES.items() if f == figure]
+        sd, df, launches = _pooled_by_hand(groups)
+        prior = drift.prior(figure, "host-bound")
+        assert prior.prior == "host-bound"
+        assert (prior.df, prior.prior_launches) == (df, launches)
+        assert prior.sd == pytest.approx(sd, rel=1e-4)
 
 
 def test_a_changed_launch_in_a_record_is_seen(tmp_path: Path) -> None:
-    (path, pointer), = GPU_BOUND_SOURCES[("tps", "Llama-3-8B shapes, random weights")]
+    (path, pointer), = GPU_BOUND_SOURCES[("tps", "H200: Llama-3-8B shapes, random weights")]
     doc = json.loads((RESULTS / path).read_text(encoding="utf-8"))
     doc["big"][2]["median_tok_s"] = 216.8
     (tmp_path / path).parent.mkdir(parents=True)
     (tmp_path / path).write_text(json.dumps(doc), encoding="utf-8")
     changed = recorded([(path, pointer)], root=tmp_path)
-    listed = drift.GPU_BOUND_LAUNCHES["tps"]["Llama-3-8B shapes, random weights"]
+    listed = drift.GPU_BOUND_BY_GPU["H200"]["tps"]["Llama-3-8B shapes, random weights"]
     assert _as_listed(recorded([(path, pointer)]), listed) == list(listed)
     assert _as_listed(changed, listed) != list(listed)

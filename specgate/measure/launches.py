@@ -214,7 +214,8 @@ def coverage(settings: drift.Settings, records: list[LaunchRecord], keys_: Keys,
             spreads[config] = drift.learn(records, config=config,
                                           fingerprint=keys_.of(config),
                                           deployment=keys_.baseline,
-                                          min_launches=settings.min_launches, kind=kind)
+                                          min_launches=settings.min_launches, kind=kind,
+                                          gpu=deployment.gpu if deployment is not None else "")
     return drift.Coverage(settings.design, spreads["baseline"], spreads["speculative"],
                           baseline_launches=baseline_launches, bracket=bracket, note=note,
                           deployment=deployment)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from typing import Any, Literal
 from specgate.core.profile import BenchSection
 from specgate.io.launch_log import LaunchRecord
 from specgate.results.deployment import Deployment, Kind, kind_of
-from specgate.results.stats import Summary, percent, t_quantile
+from specgate.results.stats import Summary, percent, t_quantile, variance_ratio
 
 Source = Literal["learned", "updated", "prior", "profile"]
 Design = Literal["ab", "aba", "interleaved"]
@@ -88,33 +89,137 @@ PRIOR_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
         "SmolLM2-135M-Instruct, trained drafter, s3-k1-d4": (4.1208, 4.2827),
     },
 }
-# GPU-bound targets: Llama-3-8B layer shapes, single-stream decode reading about 3.0 TB/s of
-# weights, 62 % of the H200's 4.8 TB/s, each launch measured by the same 16 greedy requests of
-# 128 tokens.
-GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
-    "tps": {
-        # 2026-12-03-h200-llama-shapes-dummy/launch-records: dummy bf16 weights (13.97 GB a
-        # step), 5 launches, median tok/s per launch
-        "Llama-3-8B shapes, dummy weights": (212.051, 211.909, 210.42, 212.512, 212.037),
-        # 2026-12-03-h200-launch-spread/random-weights: random real bf16 weights of Llama-3-8B's
-        # shapes (14 GB), 4 launches, median tok/s per launch
-        "Llama-3-8B shapes, random weights": (207.01, 209.64, 206.8, 210.43),
+# GPU-bound targets: Llama-3-8B layer shapes, single-stream decode reading about 14 GB of weights
+# a step (62 % of an H200's memory bandwidth, 71 % of an H100's), each launch measured by the
+# same 16 greedy requests of 128 tokens; by the GPU model they ran on (as nvidia-smi names it),
+# a group being one machine's launches of one build.
+GPU_BOUND_BY_GPU: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {
+    "H200": {
+        "tps": {
+            # 2026-12-03-h200-llama-shapes-dummy/launch-records: dummy bf16 weights (13.97 GB a
+            # step), 5 launches, median tok/s per launch
+            "Llama-3-8B shapes, dummy weights": (212.051, 211.909, 210.42, 212.512, 212.037),
+            # 2026-12-03-h200-launch-spread/random-weights: random real bf16 weights of
+            # Llama-3-8B's shapes (14 GB), 4 launches, median tok/s per launch
+            "Llama-3-8B shapes, random weights": (207.01, 209.64, 206.8, 210.43),
+        },
+        "cycle_ms": {
+            # 2026-12-03-h200-launch-spread/verify-cycle: benchmarks/real_sglang/gpu_bound.py's
+            # target (random bf16 weights of Llama-3-8B's shapes, 14.36 GB a step) with its
+            # EAGLE-3 drafter at s3-k1-d4, 3 launches; the median over 16 requests of the
+            # server's e2e_latency per verify pass
+            "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4": (7.1658, 7.2782, 7.495),
+        },
     },
-    "cycle_ms": {
-        # 2026-12-03-h200-launch-spread/verify-cycle: benchmarks/real_sglang/gpu_bound.py's
-        # target (random bf16 weights of Llama-3-8B's shapes, 14.36 GB a step) with its EAGLE-3
-        # drafter at s3-k1-d4, 3 launches; the median over 16 requests of the server's
-        # e2e_latency per verify pass
-        "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4": (7.1658, 7.2782, 7.495),
+    "H100": {
+        "tps": {
+            # 2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5: gpu_bound.py's target
+            # served alone, 6 launches in turn with the drafter's server
+            "Llama-3-8B shapes, gpu_bound.py target, alternating": (
+                168.974, 168.865, 168.953, 168.585, 168.799, 168.561),
+        },
+        "cycle_ms": {
+            # the same run's 5 launches of the target with its drafter at s3-k1-d4
+            "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4, alternating": (
+                8.4641, 8.4176, 8.4236, 8.4027, 8.555),
+            # 2026-12-07-h100-llama8b-shapes-launches/eagle3-3-launches: another H100 machine,
+            # 3 launches of the same server
+            "Llama-3-8B shapes, gpu_bound.py drafter, s3-k1-d4, 3 launches": (
+                8.6583, 9.105, 9.2237),
+        },
     },
 }
-PRIOR_SOURCE = "real SGLang on an H200, docs/claims.md"
+# Every GPU kind's groups in one table, each named with its GPU: the pooled GPU-bound prior.
+GPU_BOUND_LAUNCHES: dict[str, dict[str, tuple[float, ...]]] = {
+    figure: {f"{gpu}: {group}": values
+             for gpu, figures in GPU_BOUND_BY_GPU.items()
+             for group, values in figures.get(figure, {}).items()}
+    for figure in ("tps", "cycle_ms")}
+HOST_BOUND_SOURCE = "real SGLang on an H200"
+# The GPU kinds' spreads of a figure are taken apart when the F-test of the widest against the
+# narrowest kind's pooled spread (two-sided) rejects equal spreads at this level; otherwise
+# they are pooled (docs/claims.md).
+SPLIT_P = 0.05
 # The prior each class of deployment takes, by figure: GPU-bound deployments their own; between,
 # host-bound and unknown ones the pool above (a deployment of unknown class takes the wide prior,
 # the safe side).
 Prior = Literal["GPU-bound", "host-bound"]
 PRIORS: dict[Prior, dict[str, dict[str, tuple[float, ...]]]] = {
     "GPU-bound": GPU_BOUND_LAUNCHES, "host-bound": PRIOR_LAUNCHES}
+
+
+def gpu_kind(gpu: str) -> str | None:
+    """The GPU model of the GPU-bound records an nvidia-smi name is ("NVIDIA H100 80GB HBM3":
+    H100), None when no records are of it."""
+    for known in GPU_BOUND_BY_GPU:
+        if re.search(rf"\b{known}\b", gpu.upper()):
+            return known
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class KindTest:
+    """The F-test of one figure's GPU-bound spread between GPU kinds: the widest kind's pooled
+    variance over the narrowest's."""
+
+    figure: str
+    wide: str
+    narrow: str
+    sd_wide: float
+    sd_narrow: float
+    df_wide: int
+    df_narrow: int
+    f: float
+    p: float
+
+    @property
+    def split(self) -> bool:
+        return self.p < SPLIT_P
+
+    def describe(self) -> str:
+        said = "differ" if self.split else "do not differ"
+        return (f"{SPOKEN.get(self.figure, self.figure)}: {self.wide} {self.sd_wide * 100:.2f} % "
+                f"({self.df_wide} df) against {self.narrow} {self.sd_narrow * 100:.2f} % "
+                f"({self.df_narrow} df), F = {self.f:.2f}, p = {self.p:.3f}: they {said} at "
+                f"{SPLIT_P:g}")
+
+
+def kind_test(figure: str) -> KindTest | None:
+    """The F-test of the GPU kinds' spreads of a figure; None with fewer than two kinds
+    measured over launches."""
+    spreads = []
+    for gpu, figures in GPU_BOUND_BY_GPU.items():
+        sd, df, _, _ = pooled_sd(figures.get(figure, {}).values())
+        if df:
+            spreads.append((sd, df, gpu))
+    if len(spreads) < 2:
+        return None
+    wide, narrow = max(spreads), min(spreads)
+    f, p = variance_ratio(wide[0] ** 2, wide[1], narrow[0] ** 2, narrow[1])
+    return KindTest(figure, wide[2], narrow[2], wide[0], narrow[0], wide[1], narrow[1], f, p)
+
+
+def gpu_bound_groups(figure: str, gpu: str = "") -> tuple[dict[str, tuple[float, ...]], str,
+                                                          bool]:
+    """The GPU-bound launch groups a deployment on this GPU (its nvidia-smi name) takes its prior
+    from, the GPU kind they are of ("" for every kind's, pooled), and whether they stand in for
+    a kind not measured: where the kinds differ, such a GPU takes the widest kind's, the safe
+    side."""
+    test = kind_test(figure)
+    if test is None or not test.split:
+        return GPU_BOUND_LAUNCHES.get(figure, {}), "", False
+    on = gpu_kind(gpu)
+    if on is not None and GPU_BOUND_BY_GPU[on].get(figure):
+        return GPU_BOUND_BY_GPU[on][figure], on, False
+    return GPU_BOUND_BY_GPU[test.wide][figure], test.wide, True
+
+
+def prior_source(prior: Prior, gpu: str = "") -> str:
+    """Where a prior's launches ran, as a spread's description names it."""
+    if prior == "host-bound":
+        return HOST_BOUND_SOURCE
+    kinds = [gpu] if gpu else list(GPU_BOUND_BY_GPU)
+    return f"real SGLang on {' and '.join(kinds)} GPUs"
 
 
 def prior_of(figure: str, kind: Kind) -> Prior:
@@ -154,6 +259,8 @@ class Spread:
     configurations: int = 0  # the configurations (groups) those launches were of
     prior_launches: int = 0  # launches behind the prior, where the prior takes part
     prior: Prior = "host-bound"  # whose launches the prior is pooled from
+    gpu: str = ""  # the GPU kind of a GPU-bound prior's launches; "": every kind's, pooled
+    stand_in: bool = False  # the kind's launches stand in for a GPU of a kind not measured
     # The class of deployment the prior was chosen for (a GPU-bound deployment's verify cycle
     # takes the host-bound prior: no GPU-bound launches of it yet).
     kind: Kind = "unknown"
@@ -163,7 +270,9 @@ class Spread:
         of = (f"{self.launches} launches of {self.configurations} configurations"
               if self.configurations > 1 else f"{self.launches} launches")
         prior_of = f"the prior of {self.prior} targets ({self.prior_launches} launches of " \
-                   f"{PRIOR_SOURCE}"
+                   f"{prior_source(self.prior, self.gpu)}, docs/claims.md"
+        if self.stand_in:
+            prior_of += "; the widest of the GPU kinds measured, none of this GPU's kind"
         if self.kind == "GPU-bound" and self.prior != "GPU-bound":
             prior_of += f"; no {SPOKEN.get(self.figure, self.figure)} of a GPU-bound target " \
                         "measured over launches yet"
@@ -189,6 +298,7 @@ class Spread:
                    configurations=int(data.get("configurations", 0)),
                    prior_launches=int(data.get("prior_launches", 0)),
                    prior=_prior(str(data.get("prior", "host-bound"))),
+                   gpu=str(data.get("gpu", "")), stand_in=bool(data.get("stand_in", False)),
                    kind=kind_of(str(data.get("kind", "unknown"))))
 
 
@@ -229,17 +339,20 @@ def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int, int]:
     return (math.sqrt(squares / df) if df else math.nan), df, launches, used
 
 
-def prior(figure: str, kind: Kind = "unknown") -> Spread:
-    """The prior spread of a figure for a class of deployment (prior_of), pooled from its
-    launches."""
+def prior(figure: str, kind: Kind = "unknown", gpu: str = "") -> Spread:
+    """The prior spread of a figure for a class of deployment (prior_of) on a GPU (its
+    nvidia-smi name), pooled from its launches."""
     which = prior_of(figure, kind)
-    sd, df, launches, _ = pooled_sd(PRIORS[which][figure].values())
+    groups, on, stand_in = (gpu_bound_groups(figure, gpu) if which == "GPU-bound"
+                            else (PRIOR_LAUNCHES[figure], "", False))
+    sd, df, launches, _ = pooled_sd(groups.values())
     return Spread(figure, sd, float(df), "prior", prior_launches=launches, prior=which,
-                  kind=kind)
+                  gpu=on, stand_in=stand_in, kind=kind)
 
 
 def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | None,
-          deployment: str | None, min_launches: int, kind: Kind = "unknown") -> Spread:
+          deployment: str | None, min_launches: int, kind: Kind = "unknown",
+          gpu: str = "") -> Spread:
     """The spread of a configuration's figure from the logged launches.
 
     The baseline's launches are those of its fingerprint. The speculative server's are those of
@@ -251,7 +364,7 @@ def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | No
     noise within a launch (their mean standard error): below that it is luck.
     """
     figure = FIGURE[config]
-    start = prior(figure, kind)
+    start = prior(figure, kind, gpu)
     if fingerprint is None:
         return start
     groups: dict[str, list[float]] = {}
@@ -272,10 +385,10 @@ def learn(records: Sequence[LaunchRecord], *, config: str, fingerprint: str | No
     floor = statistics.fmean(within) if within else 0.0
     if df >= max(min_launches - 1, 1):
         return Spread(figure, max(sd, floor), float(df), "learned", launches, used,
-                      prior=start.prior, kind=kind)
+                      prior=start.prior, gpu=start.gpu, stand_in=start.stand_in, kind=kind)
     mixed = math.sqrt((start.df * start.sd**2 + df * sd**2) / (start.df + df))
     return Spread(figure, max(mixed, floor), start.df + df, "updated", launches, used,
-                  start.prior_launches, start.prior, kind)
+                  start.prior_launches, start.prior, start.gpu, start.stand_in, kind)
 
 
 def fixed(figure: str, sd: float) -> Spread:
@@ -396,7 +509,8 @@ def prior_coverage(design: Design = "ab", deployment: Deployment | None = None) 
     """The coverage of a run that knows nothing of its deployment's launches: the priors of its
     class (the host-bound ones when it is not classified)."""
     kind: Kind = deployment.kind if deployment is not None else "unknown"
-    return Coverage(design, prior("tps", kind), prior("cycle_ms", kind),
+    gpu = deployment.gpu if deployment is not None else ""
+    return Coverage(design, prior("tps", kind, gpu), prior("cycle_ms", kind, gpu),
                     deployment=deployment)
 
 

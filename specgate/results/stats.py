@@ -54,6 +54,23 @@ def betainc(a: float, b: float, x: float) -> float:
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
+def f_cdf(f: float, df1: float, df2: float) -> float:
+    """P(F <= f) for Fisher's F with df1 and df2 degrees of freedom."""
+    if f <= 0.0:
+        return 0.0
+    return betainc(df1 / 2.0, df2 / 2.0, df1 * f / (df1 * f + df2))
+
+
+def variance_ratio(var_a: float, df_a: float, var_b: float, df_b: float) -> tuple[float, float]:
+    """The F-test of two variances estimated with these degrees of freedom: (F, p), F the larger
+    over the smaller, p two-sided."""
+    if var_a >= var_b:
+        f, df1, df2 = var_a / var_b, df_a, df_b
+    else:
+        f, df1, df2 = var_b / var_a, df_b, df_a
+    return f, min(1.0, 2.0 * (1.0 - f_cdf(f, df1, df2)))
+
+
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with df degrees of freedom."""
     if math.isinf(df):
