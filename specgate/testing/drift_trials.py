@@ -80,9 +80,13 @@ class Trials:
 
     def __init__(self, true_speedup: float, *, spread: float, profile_: Profile | None = None,
                  noise: float = 0.03, prompt_set: PromptSet | None = None,
-                 deployment_: Deployment | None = None) -> None:
+                 deployment_: Deployment | None = None,
+                 spec_spread: float | None = None) -> None:
         self.base, self.spec = deployment(true_speedup)
+        # σ of ln speed between launches: the baseline's, and the speculative server's (the
+        # baseline's unless given)
         self.spread = spread
+        self.spec_spread = spread if spec_spread is None else spec_spread
         self.profile = profile_ or profile()
         self.noise = noise
         self.prompts = prompt_set or prompts()
@@ -105,7 +109,8 @@ class Trials:
         design = self.settings.design
         aba = design == "aba"
         roles = ("baseline", "speculative", "baseline") if aba else ("baseline", "speculative")
-        speeds = tuple(model.launch_speed(self.spread, f"{seed}/{k}/{role}")
+        speeds = tuple(model.launch_speed(self.spec_spread if role == "speculative"
+                                          else self.spread, f"{seed}/{k}/{role}")
                        for k, role in enumerate(roles))
         before = launches.coverage(self.settings, self.records, KEYS,
                                    baseline_launches=2 if aba else 1,
