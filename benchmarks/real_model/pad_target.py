@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.models import ShardWriter
 from benchmarks.real_model.sf_train import (
     sha256 as file_sha256,  # the hash the drafters are named by
 )
@@ -174,7 +175,6 @@ def pick_device(name: str) -> Any:
 
 def pad(target: Path, out: Path, gb: float, seed: int, device_name: str) -> dict[str, Any]:
     import torch
-    from safetensors.torch import save_file
 
     t0 = time.monotonic()
     cfg = read_config(target)
@@ -203,47 +203,19 @@ def pad(target: Path, out: Path, gb: float, seed: int, device_name: str) -> dict
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    index: dict[str, str] = {}
-    shard: dict[str, Any] = {}
-    shard_size = 0
-    written = 0
+    shards = ShardWriter(out, SHARD_BYTES)
     worst = 0.0
-
-    def flush() -> None:
-        nonlocal shard, shard_size, written
-        if shard:
-            written += 1
-            name = f"part-{written:05d}.safetensors"
-            save_file({k: v.contiguous().cpu() for k, v in shard.items()}, str(out / name),
-                      metadata={"format": "pt"})
-            index.update({k: name for k in shard})
-            shard, shard_size = {}, 0
-
     for i in range(layers):
         names = mlp_names(i)
         orig = {p: tensors.pop(names[p]) for p in MLP}
         widened = widen_layer(orig, wide, gen, device)
         worst = max(worst, mlp_difference(orig, widened, gen, device))
-        for p in MLP:
-            shard[names[p]] = widened[p]
-            shard_size += widened[p].numel() * itemsize
-        for name in [n for n in tensors if n.startswith(f"model.layers.{i}.")]:
-            shard[name] = tensors.pop(name)
-        if shard_size >= SHARD_BYTES:
-            flush()
-    shard.update(tensors)  # embeddings, final norm, lm_head
-    flush()
-    # the shard names say how many there are, as Hugging Face's do
-    renamed: dict[str, str] = {}
-    for k in range(1, written + 1):
-        old = out / f"part-{k:05d}.safetensors"
-        new = f"model-{k:05d}-of-{written:05d}.safetensors"
-        old.rename(out / new)
-        renamed[old.name] = new
-    weight_map = {k: renamed[v] for k, v in sorted(index.items())}
-    size = sum((out / f).stat().st_size for f in set(weight_map.values()))
-    (out / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": size}, "weight_map": weight_map}, indent=1) + "\n")
+        layer = {names[p]: widened[p] for p in MLP}
+        layer.update({n: tensors.pop(n) for n in [n for n in tensors
+                                                  if n.startswith(f"model.layers.{i}.")]})
+        shards.add(layer)
+    shards.add(tensors)  # embeddings, final norm, lm_head
+    shards.close()
     for f in sorted(target.iterdir()):
         if f.is_file() and f.suffix != ".safetensors" and f.name not in (
                 "config.json", "model.safetensors.index.json"):

@@ -49,8 +49,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
+from benchmarks.models import (
+    EAGLE3_NORMS,
+    LAYER_NORMS,
+    Random,
+    ShardWriter,
+    copy_tokenizer,
+    eagle3_config,
+    llama_config,
+    write_json,
+)
 from benchmarks.real_sglang import suite  # the real-SGLang suite's TOML writer and server flags
 
 SHAPES = {
@@ -63,8 +72,6 @@ CHANNEL = 0  # the channel that carries the answer
 SIGN = 1  # --pattern alternate: the channel whose sign says which of the two comes next
 LIFT = 1000.0  # channel 0 of every embedding: far above what 32 random layers add (about 15)
 DRAFT_VOCAB = 32000  # SpecForge's default for Llama-3 drafters
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "chat_template.jinja", "vocab.json", "merges.txt")
 
 
 def answer_id(tokenizer_dir: Path, text: str) -> tuple[int, int, int | None]:
@@ -80,51 +87,19 @@ def answer_id(tokenizer_dir: Path, text: str) -> tuple[int, int, int | None]:
     return ids[0], int(config["vocab_size"]), eos if isinstance(eos, int) else None
 
 
-class Writer:
-    """Tensors made on DEVICE, saved in shards of about 4 GB with an index."""
+class Writer(Random):
+    """Seeded tensors made on DEVICE, saved in shards of about 4 GB with an index (one
+    model.safetensors when they fit one)."""
 
     def __init__(self, folder: Path, seed: int, device: str) -> None:
-        self.folder, self.device = folder, device
-        self.gen = torch.Generator(device=device).manual_seed(seed)
-        self.shard: dict[str, torch.Tensor] = {}
-        self.shard_bytes = 0
-        self.index: dict[str, str] = {}
-        self.count = 0
+        super().__init__(seed, device)
+        self.shards = ShardWriter(folder, 4 << 30, single_file=True)
 
-    def rand(self, *shape: int) -> torch.Tensor:
-        return (torch.randn(*shape, generator=self.gen, device=self.device) * 0.02).to(
-            torch.bfloat16)
-
-    def ones(self, n: int) -> torch.Tensor:
-        return torch.ones(n, dtype=torch.bfloat16, device=self.device)
-
-    def add(self, name: str, tensor: torch.Tensor) -> None:
-        self.shard[name] = tensor
-        self.shard_bytes += tensor.numel() * tensor.element_size()
-        if self.shard_bytes >= 4 << 30:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.shard:
-            return
-        name = f"model-{self.count:05d}.safetensors"
-        save_file({k: v.contiguous().cpu() for k, v in self.shard.items()},
-                  str(self.folder / name), metadata={"format": "pt"})
-        self.index.update(dict.fromkeys(self.shard, name))
-        self.shard, self.shard_bytes, self.count = {}, 0, self.count + 1
+    def add(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.shards.add(tensors)
 
     def close(self) -> None:
-        self.flush()
-        if self.count == 1:
-            (self.folder / "model-00000.safetensors").rename(self.folder / "model.safetensors")
-            return
-        (self.folder / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {}, "weight_map": self.index}, indent=1) + "\n",
-            encoding="utf-8")
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        self.shards.close()
 
 
 def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
@@ -140,18 +115,9 @@ def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
     if second is not None:
         embed[:, SIGN] = LIFT
         embed[answer, SIGN] = -LIFT
-    w.add("model.embed_tokens.weight", embed)
+    w.add({"model.embed_tokens.weight": embed})
     for i in range(layers):
-        p = f"model.layers.{i}."
-        w.add(p + "self_attn.q_proj.weight", w.rand(heads * d, h))
-        w.add(p + "self_attn.k_proj.weight", w.rand(kv * d, h))
-        w.add(p + "self_attn.v_proj.weight", w.rand(kv * d, h))
-        w.add(p + "self_attn.o_proj.weight", w.rand(h, heads * d))
-        w.add(p + "mlp.gate_proj.weight", w.rand(inter, h))
-        w.add(p + "mlp.up_proj.weight", w.rand(inter, h))
-        w.add(p + "mlp.down_proj.weight", w.rand(h, inter))
-        w.add(p + "input_layernorm.weight", w.ones(h))
-        w.add(p + "post_attention_layernorm.weight", w.ones(h))
+        w.add(w.layer(f"model.layers.{i}.", LAYER_NORMS, h, heads, kv, d, inter))
     norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
     head = w.rand(vocab, h)
     if second is None:
@@ -163,20 +129,18 @@ def build_target(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
         head[:, SIGN] = 0.0
         head[answer, SIGN] = 1.0
         head[second, SIGN] = -1.0
-    w.add("model.norm.weight", norm)
-    w.add("lm_head.weight", head)
+    w.add({"model.norm.weight": norm, "lm_head.weight": head})
     w.close()
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **shapes,
-              "vocab_size": vocab, "hidden_act": "silu", "rms_norm_eps": 1e-5,
-              "rope_theta": 500000.0, "max_position_embeddings": 8192,
-              "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-              **({"eos_token_id": eos} if eos is not None else {})}
-    write_json(folder / "config.json", config)
-    write_json(folder / "generation_config.json", {k: v for k, v in config.items()
-                                                   if k == "eos_token_id"})
-    for name in TOKENIZER_FILES:
-        if (tokenizer_dir / name).is_file():
-            shutil.copy(tokenizer_dir / name, folder / name)
+    write_json(folder / "config.json", target_config(shapes, vocab, eos))
+    write_json(folder / "generation_config.json",
+               {"eos_token_id": eos} if eos is not None else {})
+    copy_tokenizer(tokenizer_dir, folder)
+
+
+def target_config(shapes: dict[str, int], vocab: int, eos: int | None) -> dict[str, Any]:
+    return llama_config(shapes, vocab_size=vocab, rope_theta=500000.0,
+                        max_position_embeddings=8192,
+                        **({"eos_token_id": eos} if eos is not None else {}))
 
 
 def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
@@ -192,21 +156,12 @@ def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
                          f"{draft_vocab} do not fit the vocabulary ({vocab}); choose another "
                          f"--answer or --second")
     w = Writer(folder, 1, device)
-    m = "midlayer."
-    w.add(m + "self_attn.q_proj.weight", w.rand(heads * d, 2 * h))
-    w.add(m + "self_attn.k_proj.weight", w.rand(kv * d, 2 * h))
-    w.add(m + "self_attn.v_proj.weight", w.rand(kv * d, 2 * h))
-    w.add(m + "self_attn.o_proj.weight", w.rand(h, heads * d))
-    w.add(m + "mlp.gate_proj.weight", w.rand(inter, h))
-    w.add(m + "mlp.up_proj.weight", w.rand(inter, h))
-    w.add(m + "mlp.down_proj.weight", w.rand(h, inter))
-    for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
-        w.add(m + name + ".weight", w.ones(h))
+    w.add(w.layer("midlayer.", EAGLE3_NORMS, h, heads, kv, d, inter, in_width=2 * h))
     fc = w.rand(h, 3 * h)
     for channel in (CHANNEL, SIGN):  # channels 0 and 1 of the first aux state, about LIFT
         fc[channel, :] = 0.0
         fc[channel, channel] = 1.0
-    w.add("fc.weight", fc)
+    w.add({"fc.weight": fc})
     norm = torch.zeros(h, dtype=torch.bfloat16, device=device)
     head = w.rand(draft_vocab, h)
     if second is None:
@@ -221,20 +176,15 @@ def build_drafter(folder: Path, shapes: dict[str, int], vocab: int, answer: int,
         head[:, SIGN] = 0.0
         head[answer - first, SIGN] = -1.0
         head[second - first, SIGN] = 1.0
-    w.add("norm.weight", norm)
-    w.add("lm_head.weight", head)
     # Draft ids 0..Vd-1 are the target ids first..first+Vd-1: d2t = first everywhere.
-    w.add("d2t", torch.full((draft_vocab,), first, dtype=torch.int64, device=device))
     t2d = torch.zeros(vocab, dtype=torch.bool, device=device)
     t2d[first:first + draft_vocab] = True
-    w.add("t2d", t2d)
+    w.add({"norm.weight": norm, "lm_head.weight": head,
+           "d2t": torch.full((draft_vocab,), first, dtype=torch.int64, device=device),
+           "t2d": t2d})
     w.close()
-    write_json(folder / "config.json", {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **shapes,
-        "num_hidden_layers": 1, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
-        "target_hidden_size": h, "hidden_act": "silu", "rms_norm_eps": 1e-5,
-        "rope_theta": 500000.0, "max_position_embeddings": 8192,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16"})
+    write_json(folder / "config.json", eagle3_config(target_config(shapes, vocab, None),
+                                                     draft_vocab=draft_vocab, target_hidden=h))
 
 
 def profile(out: Path, launcher: list[str], sim: bool) -> dict[str, Any]:

@@ -70,7 +70,6 @@ import os
 import random
 import shutil
 import sys
-import sysconfig
 import time
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -79,6 +78,18 @@ from typing import Any
 
 import torch
 
+from benchmarks.models import (
+    BOS,
+    EOS,
+    copy_tokenizer,
+    eagle3_config,
+    llama_config,
+    save_config,
+    save_tensors,
+    stdlib_texts,
+    train_tokenizer,
+    write_generation_config,
+)
 from specgate.model.eagle import DrafterShape, EagleDrafter, Embeddings
 from specgate.model.predict import (
     accept_length,
@@ -87,8 +98,6 @@ from specgate.model.predict import (
 )
 
 AUX_LAYER_IDS = (0, 1, 2)
-SPECIALS = ["<unk>", "<s>", "</s>"]
-BOS, EOS = 1, 2
 TTT_DECAY = 0.8
 AFTER_TRAINING_S = 20.0  # saving both drafters and the prediction, with room to spare
 # With a deadline, the training data stops growing (no new generation batch starts) this long
@@ -151,65 +160,25 @@ def _sentences(rng: random.Random, n: int) -> list[str]:
             f"{rng.choice(tails)} ({i})" for i in range(n)]
 
 
-def _stdlib_texts(limit: int) -> list[str]:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    texts = []
-    for file in sorted(stdlib.glob("*.py"))[:limit]:
-        try:
-            texts.append(file.read_text(encoding="utf-8", errors="ignore"))
-        except OSError:
-            continue
-    return texts
-
-
-def build_tokenizer(out: Path, vocab: int, corpus: list[str]) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(corpus, trainer)
-    if tok.get_vocab_size() > vocab:
-        raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} tokens, more than {vocab}")
-    if [tok.token_to_id(s) for s in SPECIALS] != [0, BOS, EOS]:
-        raise RuntimeError("special tokens did not get ids 0, 1, 2")
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": 2048, "add_bos_token": False,
-        "chat_template": ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
-                          "{% endfor %}assistant:"),
-    }, indent=1) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}) + "\n")
-    return tok
-
-
-def llama_kwargs(size: Size) -> dict[str, Any]:
-    return dict(vocab_size=size.vocab, hidden_size=size.hidden,
-                intermediate_size=size.intermediate, num_attention_heads=size.heads,
-                num_key_value_heads=size.kv_heads, head_dim=size.head_dim, hidden_act="silu",
-                max_position_embeddings=size.max_positions, rms_norm_eps=1e-5,
-                rope_theta=size.rope_theta,
-                bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=False,
-                torch_dtype="bfloat16")
+def target_config(size: Size) -> dict[str, Any]:
+    return llama_config({"hidden_size": size.hidden, "intermediate_size": size.intermediate,
+                         "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
+                         "head_dim": size.head_dim, "num_hidden_layers": size.layers},
+                        vocab_size=size.vocab, max_position_embeddings=size.max_positions,
+                        rope_theta=size.rope_theta, bos_token_id=BOS, eos_token_id=EOS)
 
 
 def build_target(out: Path, size: Size, seed: int) -> Any:
     """Seeded random bf16 LlamaForCausalLM, saved (config + model.safetensors) to `out`."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(architectures=["LlamaForCausalLM"], num_hidden_layers=size.layers,
-                         **llama_kwargs(size))
+    fields = target_config(size)
+    fields.pop("model_type")
+    config = LlamaConfig(**fields)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out))
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": BOS, "eos_token_id": EOS}) + "\n")
+    write_generation_config(out, bos_token_id=BOS, eos_token_id=EOS)
     # Serve and measure what was saved: reload from disk.
     return LlamaForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16).eval()
 
@@ -423,7 +392,7 @@ def train_prompts(tok: Any, n: int, rng: random.Random, vocab: int,
         order = [kind for kind, weight in mix for _ in range(weight)]
         if "chat" in order and template is None:
             raise ValueError("prompt kind chat needs the probe's chat template")
-    code_lines = [ln.strip() for t in _stdlib_texts(60) for ln in t.splitlines()
+    code_lines = [ln.strip() for t in stdlib_texts(60) for ln in t.splitlines()
                   if 20 < len(ln.strip()) < 120]
     sentences = _sentences(rng, 400)
     out = []
@@ -490,11 +459,8 @@ def default_aux_layers(layers: int) -> tuple[int, ...]:
 
 
 def drafter_config(size: Size) -> dict[str, Any]:
-    return dict(llama_kwargs(size), architectures=["LlamaForCausalLMEagle3"], model_type="llama",
-                num_hidden_layers=1, draft_vocab_size=size.draft_vocab,
-                target_hidden_size=size.hidden,
-                eagle_config={"eagle_aux_hidden_state_layer_ids": list(size.aux_layers),
-                              "use_aux_hidden_state": True})
+    return eagle3_config(target_config(size), draft_vocab=size.draft_vocab,
+                         target_hidden=size.hidden, aux_layers=size.aux_layers)
 
 
 def init_weights(size: Size, target: Any, hot: torch.Tensor, seed: int,
@@ -697,27 +663,13 @@ def train(size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor, t2d: 
 def save_drafter(folder: Path, size: Size, weights: dict[str, torch.Tensor], d2t: torch.Tensor,
                  t2d: torch.Tensor, tokenizer_dir: Path) -> None:
     """config.json + model.safetensors in the layout SGLang's LlamaForCausalLMEagle3 loads."""
-    from safetensors.torch import save_file
-
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = drafter_config(size)
-    try:  # transformers' own serialisation, as make_tiny.py does
-        from transformers import LlamaConfig
-
-        kwargs = dict(cfg)
-        kwargs.pop("model_type")
-        LlamaConfig(**kwargs).save_pretrained(str(folder))
-    except Exception as exc:  # plain JSON
-        log(f"transformers could not write the drafter config ({exc}); writing plain JSON")
-        (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_config(folder, drafter_config(size), log)
     tensors = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in weights.items()}
     tensors["d2t"] = d2t.to(torch.int64).contiguous()
     tensors["t2d"] = t2d.to(torch.bool).contiguous()
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "chat_template.jinja"):
-        if (tokenizer_dir / name).exists():  # a converted target may lack special_tokens_map
-            shutil.copy(tokenizer_dir / name, folder / name)
+    save_tensors(folder, tensors)
+    copy_tokenizer(tokenizer_dir, folder)
 
 
 # --- 5. prediction ---------------------------------------------------------------------------
@@ -894,8 +846,8 @@ def main(argv: list[str] | None = None) -> int:
     for stale in ("summary.json", "prediction.json", "vocab_map.safetensors"):
         (out / stale).unlink(missing_ok=True)
     rng = random.Random(args.seed)
-    corpus = _stdlib_texts(size.corpus_files) + _sentences(random.Random(12345), 2000)
-    tok = build_tokenizer(target_dir, size.vocab, corpus)
+    corpus = stdlib_texts(size.corpus_files) + _sentences(random.Random(12345), 2000)
+    tok = train_tokenizer(target_dir, size.vocab, corpus)
     lap("tokenizer")
     target = build_target(target_dir, size, args.seed).to(device)
     lap("target")
