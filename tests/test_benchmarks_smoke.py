@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -170,20 +171,53 @@ def test_launch_drift_benchmark_reports_rates_per_design_and_spread() -> None:
     assert rows[0][0].startswith("11 launch drift σ 5%, A–B, true 1.00")
 
 
-def test_first_probe_benchmark_reports_each_class_and_the_smallest_speedup_passed() -> None:
+def test_first_probe_benchmark_reports_each_deployment_and_the_smallest_speedup_passed() -> None:
     from benchmarks import first_probe
 
     assert first_probe.smallest({1.1: 0.2, 1.2: 0.95, 1.3: 0.9, 1.4: 1.0}, 0.9) == 1.2
     assert first_probe.smallest({1.1: 0.95, 1.2: 0.5, 1.3: 1.0}, 0.9) == 1.3
     assert first_probe.smallest({1.1: 0.1, 1.2: 0.2}, 0.9) is None
     result = first_probe.run(false_trials=6, trials=3)
-    assert set(result["classes"]) == {"host-bound", "GPU-bound"}
-    for cell in result["classes"].values():
+    assert list(result["deployments"]) == [s.name for s in first_probe.SETTINGS]
+    for cell in result["deployments"].values():
         assert 0.0 <= cell["false_pass"] <= 1.0
-        assert set(cell["pass_rates"]) == {f"{s:.2f}" for s in first_probe.LADDER}
+        assert set(cell["pass_rates"]) == {f"{s:.3f}" for s in first_probe.LADDER}
     rows = first_probe.rows(result)
-    assert len(rows) == 4
-    assert rows[0][0].startswith("12 first probe, host-bound (drift σ 15.0%")
+    assert len(rows) == 2 * len(first_probe.SETTINGS)
+    assert rows[0][0].startswith("12 first probe, host-bound, H200 (SmolLM2-135M-Instruct) "
+                                 "(drift σ baseline 12.16%")
+    short = first_probe.misses({"deployments": {"d": {
+        **result["deployments"]["GPU-bound, H100 (Llama-3-8B shapes)"],
+        "false_pass": 0.03, "smallest_half": 1.075, "smallest_nine_in_ten": None}}})
+    assert short == ["d: false passes 3.0% above 2.5%",
+                     "d: half of first probes pass from 1.075×, not ≤ 1.05×",
+                     "d: nine in ten of first probes pass from none up to 2×, not ≤ 1.1×"]
+
+
+def test_first_probe_noise_is_read_from_the_launch_records(tmp_path: Path) -> None:
+    """Each deployment's drift is its class and GPU's prior, and its per-request variation the
+    median within-launch CV of its records: a changed record changes it."""
+    import shutil
+
+    from benchmarks import first_probe
+    from specgate.results import drift
+
+    h100 = next(s for s in first_probe.SETTINGS if s.gpu.startswith("NVIDIA H100"))
+    noise = first_probe.noise_of(h100)
+    assert noise["baseline_spread"] == drift.prior("tps", "GPU-bound", h100.gpu).sd
+    assert noise["speculative_spread"] == drift.prior("cycle_ms", "GPU-bound", h100.gpu).sd
+    cvs = {name: [launch["cv_within"] for launch in first_probe.launches(((pattern, name),))]
+           for pattern, name in h100.baseline + h100.speculative}
+    assert noise["noise"] == max(statistics.median(v) for v in cvs.values())
+    root = tmp_path / "results"
+    shutil.copytree(first_probe.RESULTS / "2026-12-07-h100-llama8b-shapes-launches",
+                    root / "2026-12-07-h100-llama8b-shapes-launches")
+    for path in root.glob("*/*/launch-records.json"):
+        doc = json.loads(path.read_text())
+        for launch in doc["targets"].get("llama8b-shapes-eagle3", {}).get("launches", []):
+            launch["cv_within"] = 0.2
+        path.write_text(json.dumps(doc))
+    assert first_probe.noise_of(h100, root)["noise"] == 0.2
 
 
 def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: Path) -> None:
