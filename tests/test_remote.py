@@ -21,7 +21,10 @@ The stand-ins keep the rules specgate relies on, as their sources state them:
   chained or a quoted command doesn't work", so the argv passes as it is; `-i, --interactive:
   Keep STDIN open even if not attached`, so without -i the command reads nothing; Exit Status:
   126 if the contained command cannot be invoked, 127 if it cannot be found, otherwise the
-  contained command's exit code.
+  contained command's exit code. The command runs in the container's PID namespace, whose
+  PID 1 becomes the parent of the processes orphaned in it (pid_namespaces(7)); without
+  `docker run --init` that is the application, which never reaps them
+  (tests/standins/container_pid1.py).
 """
 
 from __future__ import annotations
@@ -80,6 +83,22 @@ code = subprocess.call([sys.executable, "-m", "specgate.testing.simulator", *sys
 if code:
     sys.exit(code)
 time.sleep(600)
+'''
+
+# A server with a worker that, told to stop, ends only once the server itself has gone (as
+# SGLang's workers watch their parent): the worker outlives its parent, so the far side's PID 1
+# adopts it, and in a container without an init it stays there as a zombie.
+OUTLIVES_SERVER = '''
+import os, subprocess, sys
+worker = """
+import os, signal, sys, time
+parent = int(sys.argv[1])
+signal.signal(signal.SIGTERM, lambda *_: None)
+while os.getppid() == parent:
+    time.sleep(0.05)
+"""
+subprocess.Popen([sys.executable, "-c", worker, str(os.getpid())])
+os.execv(sys.executable, [sys.executable, "-m", "specgate.testing.simulator", *sys.argv[1:]])
 '''
 
 
@@ -294,6 +313,33 @@ def test_a_server_that_ignores_sigterm_is_killed(
     # The wrapper's KILL got them all: the second path found nothing to do.
     assert f"no process tagged {far.tag} is left" in far.second_path
     assert far.left == ()
+    assert report.clean, report.summary()
+
+
+def test_zombies_a_container_never_reaps_do_not_hold_the_stop(
+        tmp_path: Path, markers: list[tuple[str, list[str]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker stand-in's PID 1 adopts the worker that outlives the server and never reaps
+    it: its zombie stays in the server's process group until the container's PID 1 ends, but
+    nothing of the server runs, so the wrapper says the group ended after TERM rather than
+    waiting out the grace period and sending KILL."""
+    monkeypatch.setenv("PATH", f"{STANDINS}{os.pathsep}{os.environ.get('PATH', '')}")
+    script = tmp_path / "outlives_server.py"
+    script.write_text(OUTLIVES_SERVER, encoding="utf-8")
+    marker, tags = _register(markers)
+    profile = _profile(tmp_path, ["docker", "exec", "gpu-box", PY, str(script)], marker)
+    handle = _launch(profile, tmp_path / "server.log")
+    started = handle.far_side()
+    assert started is not None, handle.log_tail()
+    tags.append(started.tag)
+    worker = [p for p in tagged(started.tag) if "lambda *_: None" in _cmdline(p)]
+    assert len(worker) == 1, [_cmdline(p) for p in tagged(started.tag)]
+    assert os.getpgid(worker[0].pid) == started.pgid
+    report = handle.stop()
+    assert left_on_far_side(marker, [started.tag]) == []
+    far = report.far_side
+    assert far is not None
+    assert far.wrapper[-1] == f"process group {far.pid} ended after TERM", far.wrapper
     assert report.clean, report.summary()
 
 

@@ -74,7 +74,19 @@ if ! command -v setsid >/dev/null 2>&1; then
   say "setsid is not installed here (util-linux or busybox has it); the server was not started"
   exit 127
 fi
-alive() {{ kill -0 -$pg 2>/dev/null || [ -n "$(tagged)" ]; }}
+# A zombie still belongs to its process group, so `kill -0 -$pg` answers for it; one whose
+# parent ended waits for the far side's PID 1 to reap it, which an application running as PID 1
+# of a container never does. So the group runs while one of its processes is not a zombie: the
+# state and group fields of /proc/PID/stat, after the command name in parentheses.
+running() {{
+  for f in /proc/$pg/stat /proc/[0-9]*/stat; do
+    IFS= read -r s <"$f" || continue
+    set -- ${{s##*) }}
+    [ "$1" = Z ] || [ "$3" != "$pg" ] || return 0
+  done
+  return 1
+}}
+alive() {{ {{ kill -0 -$pg && running; }} 2>/dev/null || [ -n "$(tagged)" ]; }}
 stop_tree() {{
   left=$(tagged)
   kill -0 -$pg 2>/dev/null || [ -n "$left" ] || return 0
