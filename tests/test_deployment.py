@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.models import LAYER_NORMS, layer_shapes
 from specgate.core.errors import CheckpointError
 from specgate.core.profile import parse_profile
 from specgate.io.launch_log import LaunchRecord
@@ -54,21 +55,12 @@ def _write(folder: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ..
 
 def _llama(folder: Path, *, hidden: int, layers: int, heads: int, kv_heads: int, mlp: int,
            vocab: int, tied: bool = False) -> Path:
-    kv = hidden // heads * kv_heads
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden),
                                           "model.norm.weight": (hidden,)}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (hidden, hidden),
-            p + "self_attn.k_proj.weight": (kv, hidden),
-            p + "self_attn.v_proj.weight": (kv, hidden),
-            p + "self_attn.o_proj.weight": (hidden, hidden),
-            p + "mlp.gate_proj.weight": (mlp, hidden),
-            p + "mlp.up_proj.weight": (mlp, hidden),
-            p + "mlp.down_proj.weight": (hidden, mlp),
-            p + "input_layernorm.weight": (hidden,),
-            p + "post_attention_layernorm.weight": (hidden,)})
+        shapes.update(layer_shapes(p, hidden, heads, kv_heads, hidden // heads, mlp))
+        shapes.update({f"{p}{norm}.weight": (hidden,) for norm in LAYER_NORMS})
     if not tied:
         shapes["lm_head.weight"] = (vocab, hidden)
     config = {"architectures": ["LlamaForCausalLM"], "hidden_size": hidden,

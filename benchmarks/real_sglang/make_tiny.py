@@ -38,21 +38,7 @@ import os
 import shutil
 import sys
 
-from benchmarks.models import (
-    BOS,
-    EAGLE3_NORMS,
-    EOS,
-    LAYER_NORMS,
-    Random,
-    copy_tokenizer,
-    eagle3_config,
-    llama_config,
-    save_config,
-    save_tensors,
-    stdlib_texts,
-    train_tokenizer,
-    write_generation_config,
-)
+from benchmarks import models
 
 VOCAB = 1024
 HIDDEN = 256
@@ -67,7 +53,7 @@ CONTEXT = 2048
 
 def tokenizer_texts() -> list[str]:
     """The standard library's sources and a few generated sentences."""
-    return stdlib_texts(200) + [
+    return models.stdlib_texts(200) + [
         f"The quick brown fox {i} jumps over the lazy dog. Hello world number {i}."
         for i in range(2000)]
 
@@ -82,20 +68,20 @@ SHAPES = {"hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
 
 
 def configs() -> tuple[dict, dict]:
-    target = llama_config(SHAPES, vocab_size=VOCAB, num_hidden_layers=TARGET_LAYERS,
-                          max_position_embeddings=CONTEXT, rope_theta=10000.0,
-                          bos_token_id=BOS, eos_token_id=EOS)
-    draft = eagle3_config(target, draft_vocab=VOCAB, target_hidden=HIDDEN,
-                          aux_layers=AUX_LAYERS)
+    target = models.llama_config(SHAPES, vocab_size=VOCAB, num_hidden_layers=TARGET_LAYERS,
+                                 max_position_embeddings=CONTEXT, rope_theta=10000.0,
+                                 bos_token_id=models.BOS, eos_token_id=models.EOS)
+    draft = models.eagle3_config(target, draft_vocab=VOCAB, target_hidden=HIDDEN,
+                                 aux_layers=AUX_LAYERS)
     return target, draft
 
 
 def target_tensors(seed: int) -> dict:
-    r = Random(seed)
+    r = models.Random(seed)
     out = {"model.embed_tokens.weight": r.rand(VOCAB, HIDDEN)}
     for i in range(TARGET_LAYERS):
-        out.update(r.layer(f"model.layers.{i}.", LAYER_NORMS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM,
-                           INTERMEDIATE))
+        out.update(r.layer(f"model.layers.{i}.", models.LAYER_NORMS, HIDDEN, HEADS, KV_HEADS,
+                           HEAD_DIM, INTERMEDIATE))
     out["model.norm.weight"] = r.ones(HIDDEN)
     out["lm_head.weight"] = r.rand(VOCAB, HIDDEN)
     return out
@@ -106,10 +92,10 @@ def drafter_tensors(seed: int, hidden: int = HIDDEN, aux_width: int = HIDDEN) ->
     embed_tokens: SGLang gives the drafter the target's embedding."""
     import torch
 
-    r = Random(seed)
+    r = models.Random(seed)
     # q, k and v read [embed ; hidden]; fc reads the target's aux states.
-    out = r.layer("midlayer.", EAGLE3_NORMS, hidden, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE,
-                  in_width=2 * hidden)
+    out = r.layer("midlayer.", models.EAGLE3_NORMS, hidden, HEADS, KV_HEADS, HEAD_DIM,
+                  INTERMEDIATE, in_width=2 * hidden)
     out.update({
         "fc.weight": r.rand(hidden, len(AUX_LAYERS) * aux_width),
         "norm.weight": r.ones(hidden),
@@ -138,11 +124,12 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
     if not ns.no_tokenizer:
-        train_tokenizer(target_dir, VOCAB, tokenizer_texts(), CONTEXT)
+        models.train_tokenizer(target_dir, VOCAB, tokenizer_texts(), CONTEXT)
     target_cfg, draft_cfg = configs()
-    save_config(target_dir, target_cfg)
-    write_generation_config(target_dir, bos_token_id=BOS, eos_token_id=EOS)
-    save_tensors(target_dir, target_tensors(seed))
+    models.save_config(target_dir, target_cfg)
+    generation = {"bos_token_id": models.BOS, "eos_token_id": models.EOS}
+    models.write_generation_config(target_dir, **generation)
+    models.save_tensors(target_dir, target_tensors(seed))
     wide_cfg = dict(draft_cfg, hidden_size=WIDE_HIDDEN, target_hidden_size=WIDE_HIDDEN)
     narrow_cfg = dict(draft_cfg, hidden_size=WIDE_HIDDEN, target_hidden_size=HIDDEN)
     for folder, drafter_seed, cfg, hidden, aux in (
@@ -150,13 +137,13 @@ def main(argv: list[str]) -> int:
             (ref_dir, seed + 2, draft_cfg, HIDDEN, HIDDEN),
             (wide_dir, seed + 3, wide_cfg, WIDE_HIDDEN, WIDE_HIDDEN),
             (narrow_dir, seed + 4, narrow_cfg, WIDE_HIDDEN, HIDDEN)):
-        save_config(folder, cfg)
-        copy_tokenizer(target_dir, folder)
-        save_tensors(folder, drafter_tensors(drafter_seed, hidden, aux))
+        models.save_config(folder, cfg)
+        models.copy_tokenizer(target_dir, folder)
+        models.save_tensors(folder, drafter_tensors(drafter_seed, hidden, aux))
     for folder, shapes in ((big_dir, BIG), (mid_dir, MID)):
-        save_config(folder, dict(target_cfg, **shapes))
-        write_generation_config(folder, bos_token_id=BOS, eos_token_id=EOS)
-        copy_tokenizer(target_dir, folder)
+        models.save_config(folder, dict(target_cfg, **shapes))
+        models.write_generation_config(folder, **generation)
+        models.copy_tokenizer(target_dir, folder)
     for d in (target_dir, draft_dir, ref_dir, wide_dir, narrow_dir, big_dir, mid_dir):
         print(f"{d}: {sorted(os.listdir(d))}")
     return 0
