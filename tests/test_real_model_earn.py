@@ -111,6 +111,15 @@ def test_generation_sends_no_batch_once_told_to_stop(
     assert [o["output_ids"][0] for o in out] == list(range(12))
 
 
+def test_answers_are_kept_in_order_up_to_the_first_batch_not_sent(earn: ModuleType) -> None:
+    """A later batch answered while an earlier one was never sent is left out: the answers
+    stay those of the first prompts."""
+    a, b, c = ([{"output_ids": [k]}] for k in (1, 2, 3))
+    assert earn.gen.sent_in_order([a, b, None, c]) == a + b
+    assert earn.gen.sent_in_order([None, a]) == []
+    assert earn.gen.sent_in_order([a, b, c]) == a + b + c
+
+
 def test_the_writing_stops_at_its_share_of_the_generation_time_and_the_answers_at_the_end(
         earn: ModuleType) -> None:
     clock = [1000.0]

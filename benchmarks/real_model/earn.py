@@ -673,12 +673,7 @@ class Earn:
                     f.result()
                 if not running:  # a worker ends only when nothing is left to hand out
                     break
-        out: list[dict[str, Any]] = []
-        for part in results:  # in order, up to the first batch not sent
-            if part is None:
-                break
-            out.extend(part)
-        return out
+        return gen.sent_in_order(results)
 
     def heldout_dump(self) -> None:
         import torch

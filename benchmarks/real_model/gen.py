@@ -72,8 +72,13 @@ def generate(url: str, prompts: Sequence[list[int] | str], max_new_tokens: int, 
                 tokens = sum(len(r["output_ids"]) for part in results if part for r in part)
                 progress(f"generate: {done}/{len(chunks)} batches, {tokens} tokens, "
                          f"{tokens / max(time.monotonic() - started, 1e-9):.0f} tok/s")
+    return sent_in_order(results)
+
+
+def sent_in_order(results: Sequence[list[dict[str, Any]] | None]) -> list[dict[str, Any]]:
+    """The answers of batches sent in order, up to the first batch left unsent (None)."""
     out: list[dict[str, Any]] = []
-    for part in results:  # in order, up to the first batch left unsent
+    for part in results:
         if part is None:
             break
         out.extend(part)

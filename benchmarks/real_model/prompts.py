@@ -257,23 +257,37 @@ def question_from_answer(text: str) -> str | None:
     return None
 
 
+class Kept:
+    """Prompts kept in order, each distinct and none of the probe's, numbered `{prefix}-00000`
+    on; and how many were dropped as unusable (None), probe-like or duplicates."""
+
+    def __init__(self, prefix: str, keep: ProbeFilter) -> None:
+        self.prefix, self.keep = prefix, keep
+        self.out: list[dict[str, str]] = []
+        self.seen: set[str] = set()
+        self.dropped = {"unusable": 0, "probe": 0, "duplicate": 0}
+
+    def offer(self, prompt: str | None, category: str) -> None:
+        if prompt is None:
+            self.dropped["unusable"] += 1
+        elif self.keep.excluded(prompt):
+            self.dropped["probe"] += 1
+        elif prompt in self.seen:
+            self.dropped["duplicate"] += 1
+        else:
+            self.seen.add(prompt)
+            self.out.append({"id": f"{self.prefix}-{len(self.out):05d}", "category": category,
+                             "prompt": prompt})
+
+
 def self_prompts(answers: Sequence[str],
                  keep: ProbeFilter) -> tuple[list[dict[str, str]], dict[str, int]]:
     """The model's questions as prompts (distinct, none of the probe's), and how many were
     dropped as unusable, probe-like or duplicates."""
-    out: list[dict[str, str]] = []
-    seen: set[str] = set()
-    dropped = {"unusable": 0, "probe": 0, "duplicate": 0}
+    kept = Kept("self", keep)
     for text in answers:
-        q = question_from_answer(text)
-        why = ("unusable" if q is None else "probe" if keep.excluded(q)
-               else "duplicate" if q in seen else "")
-        if why or q is None:
-            dropped[why or "unusable"] += 1
-            continue
-        seen.add(q)
-        out.append({"id": f"self-{len(out):05d}", "category": "self", "prompt": q})
-    return out, dropped
+        kept.offer(question_from_answer(text), "self")
+    return kept.out, kept.dropped
 
 
 # --- family "written": requests of the probe's seven kinds that the model writes --------------
@@ -341,9 +355,7 @@ def written_prompts(requests: Sequence[dict[str, str]], answers: Sequence[str], 
     """Prompts from what the model wrote: a request as it is, or a passage wrapped in a request
     of its kind; distinct, none of the probe's. Returns them and how many were dropped."""
     rng = random.Random(seed)
-    out: list[dict[str, str]] = []
-    seen: set[str] = set()
-    dropped = {"unusable": 0, "probe": 0, "duplicate": 0}
+    kept = Kept("written", keep)
     for req, text in zip(requests, answers, strict=True):
         kind = req["category"]
         form, _asks = WRITE[kind]
@@ -354,14 +366,8 @@ def written_prompts(requests: Sequence[dict[str, str]], answers: Sequence[str], 
         else:
             prompt = (rng.choice(WRAP[kind]).format(text=body, language=rng.choice(LANGUAGES))
                       if 40 <= len(body) <= 1500 else None)
-        why = ("unusable" if prompt is None else "probe" if keep.excluded(prompt)
-               else "duplicate" if prompt in seen else "")
-        if why or prompt is None:
-            dropped[why or "unusable"] += 1
-            continue
-        seen.add(prompt)
-        out.append({"id": f"written-{len(out):05d}", "category": kind, "prompt": prompt})
-    return out, dropped
+        kept.offer(prompt, kind)
+    return kept.out, kept.dropped
 
 
 def write_jsonl(rows: Sequence[dict[str, str]], path: Path) -> str:

@@ -267,38 +267,36 @@ def server_like(model_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def gpu_apps() -> list[dict[str, int]] | None:
-    """Compute processes holding GPU memory (None without nvidia-smi)."""
+def nvidia_smi_rows(query: str) -> list[list[str]] | None:
+    """nvidia-smi's answer to a --query-...=fields flag: one row of stripped fields a line (None
+    without nvidia-smi, or when it does not answer)."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=30, check=False)
+        done = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    rows = []
-    for line in done.stdout.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) >= 2 and parts[0].isdigit():
-            rows.append({"pid": int(parts[0]),
-                         "used_mib": int(parts[1]) if parts[1].isdigit() else -1})
-    return rows
+    return [[x.strip() for x in line.split(",")] for line in done.stdout.splitlines()]
+
+
+def gpu_apps() -> list[dict[str, int]] | None:
+    """Compute processes holding GPU memory (None without nvidia-smi)."""
+    rows = nvidia_smi_rows("--query-compute-apps=pid,used_memory")
+    if rows is None:
+        return None
+    return [{"pid": int(parts[0]), "used_mib": int(parts[1]) if parts[1].isdigit() else -1}
+            for parts in rows if len(parts) >= 2 and parts[0].isdigit()]
 
 
 def gpu_memory() -> dict[str, Any] | None:
     """The GPU's memory in use and in all, and its compute processes, as nvidia-smi reports them
     (None without nvidia-smi)."""
-    if shutil.which("nvidia-smi") is None:
+    rows = nvidia_smi_rows("--query-gpu=memory.used,memory.total")
+    if rows is None:
         return None
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    first = (done.stdout.splitlines() or [""])[0].split(",")
-    used, total = ((int(x) if x.strip().isdigit() else None) for x in [*first, "", ""][:2])
+    first = (rows or [[""]])[0]
+    used, total = ((int(x) if x.isdigit() else None) for x in [*first, "", ""][:2])
     return {"at": now_iso(), "used_mib": used, "total_mib": total, "apps": gpu_apps()}
 
 
