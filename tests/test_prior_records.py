@@ -284,3 +284,20 @@ def test_a_changed_launch_in_a_record_is_seen(tmp_path: Path) -> None:
     listed = drift.GPU_BOUND_BY_GPU["H200"]["tps"]["Llama-3-8B shapes, random weights"]
     assert _as_listed(recorded([(path, pointer)]), listed) == list(listed)
     assert _as_listed(changed, listed) != list(listed)
+
+
+@pytest.mark.parametrize("figure", ["tps", "cycle_ms"])
+def test_docs_state_the_f_test_of_each_figure_as_the_records_give_it(figure: str) -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "claims.md").read_text("utf-8")
+    section = docs[docs.index("**Priors by GPU kind.**"):]
+    section = section[:section.index("\n\n", section.index("| figure | H200 | H100 |"))]
+    test = drift.kind_test(figure)
+    assert test is not None
+    start = {"tps": "| baseline tok/s |", "cycle_ms": "| verify cycle |"}[figure]
+    (row,) = [line for line in section.splitlines() if line.startswith(start)]
+    said = f"F = {test.f:.3g} on {test.df_wide} and {test.df_narrow}, p = {test.p:.2g}"
+    assert said in row, (said, row)
+    assert row.endswith("| by kind |") if test.split else "| pooled: " in row
+    for gpu in ("H200", "H100"):
+        sd, df, _, _ = drift.pooled_sd(drift.GPU_BOUND_BY_GPU[gpu][figure].values())
+        assert f"{sd * 100:.2f} % ({df} df" in row, (gpu, row)
