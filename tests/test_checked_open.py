@@ -277,3 +277,17 @@ def test_a_named_pipe_for_the_drafters_weights_does_not_block_the_run(tmp_path: 
     assert weights["status"] == "broken"
     assert f"{drafter / 'model.safetensors'}: is a FIFO (named pipe)" in weights["message"]
     assert "named pipe" in doc["identity"]["drafter"]["weights_unreadable"]
+
+
+def test_a_json_object_is_read_only_when_written_since_the_time_asked(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"config": "baseline"}))
+    os.utime(path, (1000.0, 1000.0))
+    assert files.json_object_since(path, 1000.0, limit=files.CONFIG_BYTES) == {
+        "config": "baseline"}
+    assert files.json_object_since(path, 1000.5, limit=files.CONFIG_BYTES) is None
+    for text in ("[1, 2]", "{torn", "[" * 200 + "]" * 200):
+        path.write_text(text)
+        assert files.json_object_since(path, 0.0, limit=files.CONFIG_BYTES) is None, text
+    assert files.json_object_since(tmp_path / "absent.json", 0.0, limit=files.CONFIG_BYTES) is None
+    assert files.json_object_since(tmp_path, 0.0, limit=files.CONFIG_BYTES) is None  # a folder

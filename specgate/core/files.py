@@ -132,6 +132,18 @@ def read_json(path: Path | str, *, limit: int, **kwargs: Any) -> Any:
     return loads_json(read_bytes(path, limit=limit), **kwargs)
 
 
+def json_object_since(path: Path | str, since: float, *, limit: int) -> dict[str, Any] | None:
+    """The JSON object a file holds when it was last written at or after `since` (a Unix time);
+    None when it is older, cannot be read, or holds no JSON object."""
+    try:
+        if os.stat(path).st_mtime < since:
+            return None
+        doc = read_json(path, limit=limit)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def loads_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, **kwargs: Any) -> Any:
     """json.loads, refusing (JsonTooDeep) a document nested deeper than max_depth before the
     parser, which recurses per level, sees it."""

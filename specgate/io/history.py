@@ -143,17 +143,9 @@ def record_run(
 
 def read_history(path: Path) -> list[RunRecord]:
     """Every readable line of the history file, oldest first; a torn or foreign line is skipped."""
-    if not path.exists():
-        return []
-    records: list[RunRecord] = []
     # A line a killed run tore (not UTF-8, not JSON) is skipped with a warning naming the file
     # and line; a line of another schema is skipped quietly.
-    for _, doc in jsonl.lenient_lines(path):
-        try:
-            records.append(RunRecord.from_json(doc))
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            continue
-    return records
+    return jsonl.lenient_records(path, RunRecord.from_json)
 
 
 def last_passing(profile_name: str, history: Sequence[RunRecord],

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specgate.core import files
 from specgate.core.errors import DataError
+
+T = TypeVar("T")
 
 
 def objects(text: str, label: str, expected: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -68,6 +70,21 @@ def lenient_lines(path: Path) -> Iterator[tuple[int, Any]]:
             except ValueError as exc:
                 warnings.warn(SkippedLine(f"{path}:{number}: not valid JSON "
                                           f"({str(exc)[:80]}); line skipped"), stacklevel=2)
+
+
+def lenient_records(path: Path, from_json: Callable[[Any], T]) -> list[T]:
+    """Every readable line of a store many runs append to, as from_json makes it, oldest first;
+    none when the file does not exist. A torn line is skipped with a warning (lenient_lines), a
+    line of another shape (from_json raises) quietly."""
+    if not path.exists():
+        return []
+    records: list[T] = []
+    for _, doc in lenient_lines(path):
+        try:
+            records.append(from_json(doc))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            continue
+    return records
 
 
 def json_safe(value: Any) -> Any:

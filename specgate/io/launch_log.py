@@ -75,12 +75,4 @@ def append(path: Path, record: LaunchRecord) -> None:
 def read(path: Path) -> list[LaunchRecord]:
     """Every readable launch, oldest first; a torn line is skipped with a warning, a line of
     another shape quietly."""
-    if not path.exists():
-        return []
-    records: list[LaunchRecord] = []
-    for _, doc in jsonl.lenient_lines(path):
-        try:
-            records.append(LaunchRecord.from_json(doc))
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            continue
-    return records
+    return jsonl.lenient_records(path, LaunchRecord.from_json)

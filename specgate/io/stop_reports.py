@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
+
 
 def path_of(log_path: Path) -> Path:
     """Where a launched server's stop report is written, beside its log."""
@@ -28,11 +30,4 @@ def write(log_path: Path, config: str, report: Mapping[str, Any]) -> None:
 def read(log_path: Path, *, since: float = 0.0) -> dict[str, Any] | None:
     """The stop report of the server logging to log_path, when one was written after `since`
     (a Unix time) and can be read."""
-    path = path_of(log_path)
-    try:
-        if path.stat().st_mtime < since:
-            return None
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) else None
+    return files.json_object_since(path_of(log_path), since, limit=files.CONFIG_BYTES)

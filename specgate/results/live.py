@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from specgate.core import files
 from specgate.core.redact import redact_urls
 from specgate.io import stop_reports
 from specgate.io.jsonl import json_safe
@@ -297,12 +298,9 @@ def server_facts(reports_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
     reports_dir after `since` (a Unix time), for the verdict and the report's environment; {}
     when there was none."""
     stopped = _stop_reports(reports_dir / "live", since)
-    path = reports_dir / "live" / RESULTS_FILE
-    try:
-        if path.stat().st_mtime < since:
-            return stopped
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = files.json_object_since(reports_dir / "live" / RESULTS_FILE, since,
+                                   limit=files.LOG_BYTES)
+    if data is None:
         return stopped
     facts: dict[str, Any] = dict(stopped)
     for config in ("speculative", "baseline"):
