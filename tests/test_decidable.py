@@ -216,3 +216,38 @@ def test_the_summary_of_an_undecided_speedup_says_what_would_decide_it() -> None
                          drafter=None, outcome="passed")
     assert bare["decidable"] is None
     assert "decidable" not in summary.render(bare)
+
+
+def test_a_matrix_verdict_gives_each_checkpoint_its_own_figures_and_none_to_the_matrix() -> None:
+    """No one checkpoint's speed-up is a matrix's: each checkpoint's row carries its figures and
+    decidable speed-up, the top carries none, and the summary shows each under its name."""
+    from specgate.claims import result as claims
+    from specgate.claims import verdict
+    from specgate.cli import summary
+
+    def speedup(mean: float) -> claims.ClaimResult:
+        covered = drift.cover(_within(mean, 0.02), _coverage(0.01), "speedup")
+        found = decidable.decidable(covered, 1.0, passes=3)
+        assert found is not None
+        return claims.passed("spec.speedup", "phase0", "m", observed=mean, details={
+            "speedup": covered.judged.to_json(), "decidable": found.to_json()})
+
+    a, b = speedup(1.2), speedup(1.6)
+    doc = verdict.build_matrix(
+        [("a", a), ("b", b)], [], profile="p", outcome="passed",
+        extra={"checkpoints": [{"checkpoint": "a", "outcome": "passed"},
+                               {"checkpoint": "b", "outcome": "passed"},
+                               {"checkpoint": "c", "outcome": "interrupted"}]})
+    assert (doc["figures"], doc["latency"], doc["decidable"]) == ({}, None, None)
+    rows = {row["checkpoint"]: row for row in doc["checkpoints"]}
+    assert list(rows) == ["a", "b", "c"]
+    assert rows["a"]["figures"]["speedup"]["value"] == pytest.approx(1.2)
+    assert rows["b"]["figures"]["speedup"]["value"] == pytest.approx(1.6)
+    assert (rows["a"]["decidable"], rows["b"]["decidable"]) == (
+        a.details["decidable"], b.details["decidable"])
+    assert (rows["c"]["figures"], rows["c"]["decidable"], rows["c"]["outcome"]) == (
+        {}, None, "interrupted")
+    text = summary.render(doc)
+    assert "| `a` | speed-up | 1.200× |" in text, text
+    assert "| `b` | speed-up | 1.600× |" in text, text
+    assert "\n| figure | value | interval |" not in text

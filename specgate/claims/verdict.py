@@ -73,12 +73,27 @@ def build_matrix(
 ) -> dict[str, Any]:
     """A checkpoint matrix's verdict over all its checkpoints: every claim of every checkpoint,
     each named with its checkpoint, then the claims of the run itself (a refused reports folder,
-    a profile that could not be read), which name none."""
+    a profile that could not be read), which name none.
+
+    The figures, latency and decidable speed-up are each checkpoint's own, in its row of
+    "checkpoints" (rows named in `extra`, else one a checkpoint): at the top they stay empty, since
+    no one checkpoint's speed-up is the matrix's."""
     claims = [result for _name, result in by_checkpoint] + run_wide
     doc = build(claims, profile=profile, drafter=None, outcome=outcome, extra=extra)
     named = [name for name, _result in by_checkpoint] + [None] * len(run_wide)
     doc["claims"] = [{**claim, "checkpoint": name}
                      for claim, name in zip(doc["claims"], named, strict=True)]
+    own: dict[str, list[ClaimResult]] = {}
+    for name, result in by_checkpoint:
+        own.setdefault(name, []).append(result)
+    rows = {str(row.get("checkpoint")): row for row in doc.get("checkpoints") or []
+            if isinstance(row, dict)}
+    order = list(rows) + [name for name in own if name not in rows]
+    doc["checkpoints"] = [rows.get(name, {"checkpoint": name}) | {
+        "figures": {f.key: f.to_json() for f in key_figures(own.get(name, []))},
+        "latency": latency_of(own.get(name, [])), "decidable": decidable_of(own.get(name, []))}
+        for name in order]
+    doc["figures"], doc["latency"], doc["decidable"] = {}, None, None
     return doc
 
 

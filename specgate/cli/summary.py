@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.claims.figures import decidable_line, figures_of, latency_lines
+from specgate.claims.figures import Figure, decidable_line, figures_of, latency_lines
 from specgate.report.verdict_file import load_verdict
 
 # Longest message shown in a table cell; the verdict and the report carry the whole of it.
@@ -30,6 +30,19 @@ def _counts(doc: Mapping[str, Any]) -> str:
     if not isinstance(counts, Mapping):
         return ""
     return ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+
+
+def _value(f: Figure) -> str:
+    unit = "×" if f.unit == "x" else f" {f.unit}" if f.unit else ""
+    return f"{f.value:.{f.digits}f}{unit}"
+
+
+def _interval(f: Figure) -> str:
+    interval = (f"[{f.ci_low:.{f.digits}f}, {f.ci_high:.{f.digits}f}]"
+                if f.ci_low is not None and f.ci_high is not None else "none measured")
+    if f.confidence and f.ci_low is not None:
+        interval = f"{f.confidence * 100:.4g} % CI {interval}"
+    return interval
 
 
 def render(doc: Mapping[str, Any]) -> str:
@@ -57,12 +70,7 @@ def render(doc: Mapping[str, Any]) -> str:
     if figures or latency:
         out += ["| figure | value | interval |", "|---|---|---|"]
         for f in figures:
-            interval = (f"[{f.ci_low:.{f.digits}f}, {f.ci_high:.{f.digits}f}]"
-                        if f.ci_low is not None and f.ci_high is not None else "none measured")
-            if f.confidence and f.ci_low is not None:
-                interval = f"{f.confidence * 100:.4g} % CI {interval}"
-            unit = "×" if f.unit == "x" else f" {f.unit}" if f.unit else ""
-            out.append(f"| {cell(f.label)} | {f.value:.{f.digits}f}{unit} | {interval} |")
+            out.append(f"| {cell(f.label)} | {_value(f)} | {_interval(f)} |")
         for label, text in latency:
             out.append(f"| {label} | {cell(text)} | per request, as sglang.bench_serving |")
         out.append("")
@@ -80,6 +88,14 @@ def render(doc: Mapping[str, Any]) -> str:
                            f"{str(row.get('outcome')).upper()} | {cell(_counts(row))} | "
                            f"{cell(row.get('verdict'))} |")
         out.append("")
+        # each checkpoint's own figures (a matrix's verdict has none of its own)
+        own = [(row, f) for row in rows if isinstance(row, Mapping) for f in figures_of(row)
+               if f.position is None]
+        if own:
+            out += ["| checkpoint | figure | value | interval |", "|---|---|---|---|"]
+            out += [f"| `{cell(row.get('checkpoint'))}` | {cell(f.label)} | "
+                    f"{_value(f)} | {_interval(f)} |" for row, f in own]
+            out.append("")
     causes = [c for c in doc.get("causes") or [] if isinstance(c, Mapping) and c.get("claims")]
     by_cause = {cid for c in causes for cid in c["claims"]}
     shown = [c for c in doc["claims"] if isinstance(c, Mapping)
