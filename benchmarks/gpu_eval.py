@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             result["weight_read_tb_s"] = round(weight_bytes / (graphed / 1000) / 1e12, 2)
         except RuntimeError as exc:  # capture can fail on some stacks; eager still stands
             result["graph_error"] = str(exc).splitlines()[0]
+    else:  # CUDA graphs exist only on CUDA: the same keys, no figures
+        result.update({"step_ms_graph": None, "cycle_ms_graph": None, "weight_read_tb_s": None})
     seconds, rate = time_eval(model, embed, tokens=tokens, sample_len=args.sample_len,
                               steps=args.steps)
     result.update({"eval_tokens": tokens, "eval_seconds": round(seconds, 3),

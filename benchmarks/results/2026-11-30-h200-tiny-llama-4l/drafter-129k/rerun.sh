@@ -10,4 +10,5 @@ server_log_tail speculative "$RERUN/train-probe-s5-k1-d6/speculative-server.log.
 # the same files served again, with a baseline of its own
 OUT=$RERUN/probe-s5-k1-d6-repeat bash "$RS/loop.sh" --steps 5 --tag -s5 --skip-phase1 \
   --fresh-baseline
+as_committed "$RERUN/probe-s5-k1-d6-repeat"
 server_log_tail speculative "$RERUN/probe-s5-k1-d6-repeat/speculative-server.log.tail"

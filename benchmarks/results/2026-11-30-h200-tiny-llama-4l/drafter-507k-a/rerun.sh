@@ -15,6 +15,8 @@ TUNE=$RS_WORK/reports/tune/tune.json
 OUT=$RERUN/probe-s6-k1-d7 bash "$RS/loop.sh" --from-tune "$TUNE" --tag -tuned
 OUT=$RERUN/probe-s6-k1-d7-repeat bash "$RS/loop.sh" --from-tune "$TUNE" --tag -tuned-2 \
   --skip-phase1
+as_committed "$RERUN/probe-s6-k1-d7"
+as_committed "$RERUN/probe-s6-k1-d7-repeat"
 "$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" "$RERUN/tune-s1-s6/tune.json" \
   "$RERUN/probe-s6-k1-d7/loop_summary-tuned.json" \
   "$RERUN/probe-s6-k1-d7-repeat/loop_summary-tuned-2.json" --out "$RERUN/walk-vs-live.md"

@@ -11,12 +11,14 @@ OUT=$RERUN/train bash "$RS/loop.sh" --warm-up --skip-probe --skip-phase1 --tag -
   --freeze-head --fc-init last"
 OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -cover-s10 --skip-phase1 \
   --fresh-baseline
-per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-cover-s10.json" "$RERUN/per-prompt-s10.csv"
-claim_message "$RERUN/probe-s10-k1-d11/verdict-cover-s10.json" spec.speedup \
+as_committed "$RERUN/probe-s10-k1-d11"
+per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict.json" "$RERUN/per-prompt-s10.csv"
+claim_message "$RERUN/probe-s10-k1-d11/verdict.json" spec.speedup \
   > "$RERUN/speedup-by-prompt-s10.txt"
 # the same files again: regress.* compares with the probe before it
 OUT=$RERUN/probe-s10-k1-d11-repeat bash "$RS/loop.sh" --steps 10 --tag -cover-s10-2 \
   --fresh-baseline
+as_committed "$RERUN/probe-s10-k1-d11-repeat"
 "$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" - \
   "$RERUN/probe-s10-k1-d11/loop_summary-cover-s10.json" \
   "$RERUN/probe-s10-k1-d11-repeat/loop_summary-cover-s10-2.json" --out "$RERUN/walk-vs-live.md"
@@ -24,3 +26,4 @@ OUT=$RERUN/probe-s10-k1-d11-repeat bash "$RS/loop.sh" --steps 10 --tag -cover-s1
 rm -f "$RS_WORK/model/target/model.safetensors"
 OUT=$RERUN/rebuilt-target-probe bash "$RS/loop.sh" --steps 10 --tag -cover-s10-ids \
   --skip-phase1 --fresh-baseline
+as_committed "$RERUN/rebuilt-target-probe"

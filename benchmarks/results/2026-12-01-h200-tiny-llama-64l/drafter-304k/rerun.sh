@@ -11,8 +11,10 @@ OUT=$RERUN/probe-s6-k1-d7 bash "$RS/loop.sh" --steps 6 --tag -deep2-s6 --skip-ph
   --fresh-baseline
 OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -deep2-s10 --skip-phase1 \
   --fresh-baseline
-per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" "$RERUN/per-prompt-s10.csv"
-claim_message "$RERUN/probe-s10-k1-d11/verdict-deep2-s10.json" spec.speedup \
+as_committed "$RERUN/probe-s6-k1-d7"
+as_committed "$RERUN/probe-s10-k1-d11"
+per_prompt_csv "$RERUN/probe-s10-k1-d11/verdict.json" "$RERUN/per-prompt-s10.csv"
+claim_message "$RERUN/probe-s10-k1-d11/verdict.json" spec.speedup \
   > "$RERUN/speedup-by-prompt-s10.txt"
 "$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" - \
   "$RERUN/probe-s6-k1-d7/loop_summary-deep2-s6.json" \

@@ -3,11 +3,13 @@
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
-nvidia-smi > "$RERUN/nvidia-smi-before.txt"
+sim_skips "nvidia-smi before the faults" "it queries a GPU's driver" nvidia-smi-before.txt ||
+  nvidia-smi > "$RERUN/nvidia-smi-before.txt"
 RS_CUDA_GRAPHS=0 OUT=$RERUN bash "$RS/run_suite.sh" --runs c_kill_attached,c_kill_launched,\
 c_sigstop_launched,c_drafter_wide,c_oom_fraction,c_oom_holder,c_drafter_narrow_in
 RC=$?
-nvidia-smi > "$RERUN/nvidia-smi-after.txt"
+sim_skips "nvidia-smi after the faults" "it queries a GPU's driver" nvidia-smi-after.txt ||
+  nvidia-smi > "$RERUN/nvidia-smi-after.txt"
 # the server logs of the three starts that fail
 mkdir -p "$RERUN/logs"
 for run in drafter-wide:speculative oom-fraction:baseline oom-holder:baseline; do
