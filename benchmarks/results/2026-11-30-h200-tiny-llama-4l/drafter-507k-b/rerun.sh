@@ -9,6 +9,7 @@ OUT=$RERUN/train bash "$RS/loop.sh" --warm-up --skip-probe --skip-phase1 --train
   --pack-tokens 8192 --gen-batch 512 --max-steps 10"
 OUT=$RERUN/probe-s10-k1-d11 bash "$RS/loop.sh" --steps 10 --tag -s10 --skip-phase1 \
   --fresh-baseline
+as_committed "$RERUN/probe-s10-k1-d11"
 "$PY" -m benchmarks.real_sglang.walk_vs_live "$RERUN/train/prediction.json" - \
   "$RERUN/probe-s10-k1-d11/loop_summary-s10.json" --out "$RERUN/walk-vs-live.md"
 "$PY" -m specgate.cli eval --drafter "$RS_WORK/model/drafter" \
