@@ -216,3 +216,22 @@ def test_acceptance_per_position_counts_trimmed_histograms():
     no_hist = dataclasses.replace(m, samples=tuple(dataclasses.replace(s, drafts_histogram=None)
                                                    for s in samples))
     assert bench.position_acceptance(no_hist) == ()
+
+
+def test_passes_stop_as_configured_once_the_interval_clears_or_at_max_repeats():
+    sampling = bench.Sampling(repeats=2, max_repeats=4)
+
+    def run(reasons):
+        ran, said = [], []
+        left = iter(reasons)
+        why = passes.repeated(sampling, ran.append, (lambda: next(left)) if reasons else None,
+                              "repeats", "baseline", said.append)
+        return why, ran, said
+
+    assert run([]) == ("2 repeats as configured", [1, 2], [])
+    assert run([None]) == ("2 repeats as configured", [1, 2], [])
+    assert run(["wide", None]) == ("3 repeats: the interval cleared the threshold", [1, 2, 3],
+                                   ["baseline: another repeat because wide"])
+    why, ran, said = run(["wide", "wider", "widest"])
+    assert (why, ran) == ("4 repeats (max_repeats) and still widest", [1, 2, 3, 4])
+    assert len(said) == 2

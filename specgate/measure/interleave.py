@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specgate.measure.passes import Progress, sample_of
+from specgate.measure.passes import Progress, repeated, sample_of
 from specgate.results.bench import (
     Measurement,
     RequestSample,
@@ -40,11 +40,8 @@ def measure(baseline: SGLangClient, speculative: SGLangClient, sampling: Samplin
         for client in clients.values():
             client.generate(prompts.texts[i % len(prompts.texts)], params, stream=True)
     samples: dict[str, list[RequestSample]] = {"baseline": [], "speculative": []}
-    max_repeats = max(sampling.max_repeats, sampling.repeats)
-    stop_reason = f"{sampling.repeats} interleaved repeats as configured"
-    repeat = 0
-    while True:
-        repeat += 1
+
+    def one_pass(repeat: int) -> None:
         for client in clients.values():
             client.flush_cache()
         for i, (prompt, text) in enumerate(prompts.sent()):
@@ -55,22 +52,15 @@ def measure(baseline: SGLangClient, speculative: SGLangClient, sampling: Samplin
                 samples[config].append(sample_of(gen, prompt, repeat))
         if progress is not None:
             progress(f"interleaved repeat {repeat}: {len(prompts.texts)} prompts on both servers")
-        if repeat < sampling.repeats:
-            continue
-        if keep_going is None:
-            break
+
+    def reason() -> str | None:
+        assert keep_going is not None
         base, spec = (_built(c, clients[c], sampling, prompts, samples[c], "")
                       for c in ("baseline", "speculative"))
-        reason = keep_going(base, spec)
-        if reason is None:
-            if repeat > sampling.repeats:
-                stop_reason = f"{repeat} interleaved repeats: the interval cleared the threshold"
-            break
-        if repeat >= max_repeats:
-            stop_reason = f"{repeat} interleaved repeats (max_repeats) and still {reason}"
-            break
-        if progress is not None:
-            progress(f"interleaved: another repeat because {reason}")
+        return keep_going(base, spec)
+
+    stop_reason = repeated(sampling, one_pass, None if keep_going is None else reason,
+                           "interleaved repeats", "interleaved", progress)
     return (_built("baseline", baseline, sampling, prompts, samples["baseline"], stop_reason,
                    simulated, server_specs[0]),
             _built("speculative", speculative, sampling, prompts, samples["speculative"],

@@ -80,6 +80,32 @@ def _histogram(value: Any) -> tuple[int, ...] | None:
 
 
 
+def repeated(sampling: Sampling, one_pass: Callable[[int], None],
+             reason: Callable[[], str | None] | None, passes: str, where: str,
+             progress: Progress | None) -> str:
+    """Passes 1, 2, ...: sampling.repeats of them, then more while reason() gives one, up to
+    max_repeats (never fewer than repeats). Returns why they stopped, counted in `passes`
+    ("repeats"); `where` heads the progress line of each pass added."""
+    max_repeats = max(sampling.max_repeats, sampling.repeats)
+    as_configured = f"{sampling.repeats} {passes} as configured"
+    repeat = 0
+    while True:
+        repeat += 1
+        one_pass(repeat)
+        if repeat < sampling.repeats:
+            continue
+        if reason is None:
+            return as_configured
+        why = reason()
+        if why is None:
+            return (f"{repeat} {passes}: the interval cleared the threshold"
+                    if repeat > sampling.repeats else as_configured)
+        if repeat >= max_repeats:
+            return f"{repeat} {passes} (max_repeats) and still {why}"
+        if progress is not None:
+            progress(f"{where}: another repeat because {why}")
+
+
 def measure(client: SGLangClient, sampling: Sampling, prompts: PromptSet, *, config: Config,
             keep_going: Callable[[Measurement], str | None] | None = None,
             progress: Progress | None = None, simulated: bool = False,
@@ -104,31 +130,21 @@ def measure(client: SGLangClient, sampling: Sampling, prompts: PromptSet, *, con
         progress(f"{where}: {len(warmups)} warmup requests done (excluded)")
     samples: list[RequestSample] = []
     fillers = 0
-    max_repeats = max(sampling.max_repeats, sampling.repeats)
-    stop_reason = f"{sampling.repeats} repeats as configured"
-    repeat = 0
-    while True:
-        repeat += 1
+
+    def one_pass(repeat: int) -> None:
+        nonlocal fillers
         found, held = run_pass(client, prompts, params, repeat, progress, concurrency)
         samples.extend(found)
         fillers += held
-        if repeat < sampling.repeats:
-            continue
-        if keep_going is None:
-            break
-        current = build_measurement(config=config, url=client.base_url,
-                                    template=prompts.template, sampling=sampling,
-                                    samples=samples, concurrency=concurrency)
-        reason = keep_going(current)
-        if reason is None:
-            if repeat > sampling.repeats:
-                stop_reason = f"{repeat} repeats: the interval cleared the threshold"
-            break
-        if repeat >= max_repeats:
-            stop_reason = f"{repeat} repeats (max_repeats) and still {reason}"
-            break
-        if progress is not None:
-            progress(f"{where}: another repeat because {reason}")
+
+    def reason() -> str | None:
+        assert keep_going is not None
+        return keep_going(build_measurement(config=config, url=client.base_url,
+                                            template=prompts.template, sampling=sampling,
+                                            samples=samples, concurrency=concurrency))
+
+    stop_reason = repeated(sampling, one_pass, None if keep_going is None else reason,
+                           "repeats", where, progress)
     return build_measurement(config=config, url=client.base_url, template=prompts.template,
                              sampling=sampling, samples=samples, stop_reason=stop_reason,
                              simulated=simulated, server_spec=server_spec,
