@@ -9,6 +9,7 @@ import numpy as np
 
 from specgate.core.profile import Profile, parse_profile
 from specgate.io.safetensors_io import DTYPES, TensorSpec, read_header, write_sparse
+from specgate.io.vocab_maps import VocabMap
 from specgate.testing.generate import tiny, write_drafter
 
 
@@ -20,8 +21,12 @@ def tiny_drafter(folder: Path, **kw: Any) -> Path:
 
 def make_profile(drafter: Path | None = None, reference: Path | None = None,
                  target: Path | None = None, expect: dict[str, Any] | None = None,
-                 **thresholds: Any) -> Profile:
+                 sections: dict[str, dict[str, Any]] | None = None, **thresholds: Any) -> Profile:
+    """A profile of these paths and thresholds; `sections` adds others ({"data": {"path": ...}}),
+    each value written as text."""
     raw: dict[str, Any] = {"name": "test", "drafter": {}, "target": {}}
+    for name, fields in (sections or {}).items():
+        raw[name] = {k: str(v) for k, v in fields.items()}
     if drafter is not None:
         raw["drafter"]["path"] = str(drafter)
     if reference is not None:
@@ -33,6 +38,15 @@ def make_profile(drafter: Path | None = None, reference: Path | None = None,
     if thresholds:
         raw["thresholds"] = thresholds
     return parse_profile(raw)
+
+
+def write_map(path: Path, ids: np.ndarray[Any, Any], vocab_size: int) -> Path:
+    """A vocabulary map file (d2t, t2d) for a draft vocabulary of these target token ids."""
+    vmap = VocabMap.from_token_ids(ids, vocab_size)
+    assert vmap.t2d is not None
+    write_sparse(path, {"d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
+                        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
+    return path
 
 
 def rewrite(file: Path, changes: dict[str, TensorSpec | None]) -> None:

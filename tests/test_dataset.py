@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ckpt_support import make_profile
 
 from specgate.claims import data as dataset
 from specgate.claims.data import capture_layers, vocab_map_from_data
@@ -51,12 +52,7 @@ def _tokens(seed: int, n: int = 600) -> np.ndarray[Any, Any]:
 
 
 def _profile(data: Path, drafter: Path | None = None, target: Path | None = None) -> Profile:
-    raw: dict[str, Any] = {"name": "t", "data": {"path": str(data)}}
-    if drafter is not None:
-        raw["drafter"] = {"path": str(drafter)}
-    if target is not None:
-        raw["target"] = {"path": str(target)}
-    return parse_profile(raw)
+    return make_profile(drafter, target=target, sections={"data": {"path": data}})
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ckpt_support import write_map
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,6 @@ from specgate.core.profile import parse_profile
 from specgate.io.dump import bf16_bits
 from specgate.io.remap import remap_vocab
 from specgate.io.safetensors_io import TensorSpec, read_array, read_file_header, write_sparse
-from specgate.io.vocab_maps import VocabMap
 from specgate.model import evaluate
 from specgate.model.evaluate import (
     EvalReport,
@@ -54,14 +54,6 @@ def sharp_drafter(folder: Path, seed: int = 0, scale: float = 60.0,
         specs[name] = TensorSpec(info.dtype, info.shape, data=data)
     write_sparse(file, specs, header.metadata)
     return folder
-
-
-def write_map(path: Path, ids: np.ndarray[Any, Any], vocab_size: int) -> Path:
-    vmap = VocabMap.from_token_ids(ids, vocab_size)
-    assert vmap.t2d is not None
-    write_sparse(path, {"d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
-                        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ckpt_support import make_profile, write_map
 
 from specgate.claims.finetune import (
     init_parity_claim,
@@ -32,10 +33,7 @@ from specgate.testing.generate import (
 
 
 def _profile(drafter: Path | None = None, **finetune: Any) -> Profile:
-    raw: dict[str, Any] = {"name": "t", "finetune": {k: str(v) for k, v in finetune.items()}}
-    if drafter is not None:
-        raw["drafter"] = {"path": str(drafter)}
-    return parse_profile(raw)
+    return make_profile(drafter, sections={"finetune": finetune})
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +44,7 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     k2 = write_drafter(root / "aq_medai_k2", aq_medai_k2(), token_ids=k2_ids)
     k25_ids = shifted_token_ids(k2_ids, matches=252, vocab_size=163840)
     k25 = write_drafter(root / "k25_scratch", kimi_k25(), token_ids=k25_ids)
-    vmap = VocabMap.from_token_ids(k25_ids, 163840)
-    assert vmap.t2d is not None
-    map_file = write_sparse(root / "k25_vocab.safetensors", {
-        "d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
-        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
+    map_file = write_map(root / "k25_vocab.safetensors", k25_ids, 163840)
     return {"k2": k2, "k25": k25, "map": map_file, "root": root}
 
 

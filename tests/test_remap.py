@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ckpt_support import write_map
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,6 @@ from specgate.cli.remap import main_remap
 from specgate.core.profile import parse_profile
 from specgate.io.checkpoint import open_drafter, read_tensor
 from specgate.io.remap import remap_vocab, row_sources
-from specgate.io.safetensors_io import TensorSpec, write_sparse
 from specgate.io.vocab_maps import VocabMap, load_map, map_of
 from specgate.testing.generate import small, write_drafter
 
@@ -38,14 +38,6 @@ def _new_ids(old: np.ndarray[Any, Any], keep: int, seed: int) -> np.ndarray[Any,
     return np.sort(np.concatenate([kept, fresh]))
 
 
-def _map_file(path: Path, ids: np.ndarray[Any, Any]) -> Path:
-    vmap = VocabMap.from_token_ids(ids, SHAPE.vocab_size)
-    assert vmap.t2d is not None
-    write_sparse(path, {"d2t": TensorSpec("I64", vmap.d2t.shape, data=vmap.d2t),
-                        "t2d": TensorSpec("BOOL", vmap.t2d.shape, data=vmap.t2d)})
-    return path
-
-
 @pytest.fixture(scope="module")
 def remapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("remap")
@@ -53,7 +45,7 @@ def remapped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     new_ids = _new_ids(old_ids, keep=400, seed=1)
     old = write_drafter(root / "old", SHAPE, token_ids=old_ids, fill="random",
                         name_style="midlayer", shards=2)
-    map_path = _map_file(root / "new_map.safetensors", new_ids)
+    map_path = write_map(root / "new_map.safetensors", new_ids, SHAPE.vocab_size)
     result = remap_vocab(old, map_path, root / "new")
     return {"root": root, "old": old, "new": root / "new", "map": map_path, "result": result,
             "old_ids": old_ids, "new_ids": new_ids}
