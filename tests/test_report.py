@@ -232,12 +232,13 @@ def test_the_report_title_says_simulated(tmp_path: Path) -> None:
     assert report._report_name(tmp_path) == "specgate — k25"
 
 
-# A stand-in for Allure's `generate` that does to the history what Allure 3.14 does: it reads
-# the history file it is pointed at for the trend charts, then appends this run's line. It logs
-# which lines it saw, so a test can read the trend data each report got.
+# A stand-in for the script that runs Allure's `generate` (specgate/data/allure/generate.mjs),
+# doing to the history what Allure 3.14 does: it reads the history file it is pointed at for the
+# trend charts, then appends this run's line. It logs which lines it saw, so a test can read the
+# trend data each report got.
 FAKE_ALLURE = '''
 import json, os, pathlib, sys
-_, results, _, config = sys.argv[1:5]
+_, results, config, _ = sys.argv[1:5]
 doc = json.loads(pathlib.Path(config).read_text())
 history = pathlib.Path(doc["historyPath"])
 seen = history.read_text().splitlines() if history.exists() else []
@@ -267,6 +268,7 @@ def fake_allure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FAKE_ALLURE_LOG", str(log))
     monkeypatch.setattr(report, "find_node", lambda: (Path(sys.executable), Path("npm")))
     monkeypatch.setattr(report, "ensure_allure", lambda *a, **k: cli)
+    monkeypatch.setattr(report, "generate_script", lambda: cli)
     return log
 
 
@@ -303,6 +305,7 @@ from specgate.cli import main
 from specgate.report import build as report
 report.find_node = lambda: (Path(sys.executable), Path("npm"))
 report.ensure_allure = lambda *a, **k: Path(sys.argv[2])
+report.generate_script = lambda: Path(sys.argv[2])
 sys.exit(main(["report", "--reports", sys.argv[1]]))
 '''
 

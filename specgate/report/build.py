@@ -21,13 +21,15 @@ from typing import Any, TypeVar
 from specgate.core import files
 from specgate.core.errors import SpecgateError
 from specgate.io import runs
-from specgate.report import allure_meta
+from specgate.report import allure_meta, quality_gate
 
 _T = TypeVar("_T")
 
 MIN_NODE_MAJOR = 20
 HISTORY_LIMIT = 100
 ALLURE_HISTORY_FILE = "allure-history.jsonl"
+# Allure's `generate` with the gate's outcome for the Quality Gates tab (its header says why).
+GENERATE_SCRIPT = "generate.mjs"
 _APPENDED_MARK = ".allure-appended"
 _INSTALLED_MARK = ".specgate-installed"
 
@@ -191,8 +193,9 @@ def build(reports_dir: Path, *, name: str | None = None) -> BuiltReport:
         # A run that finishes meanwhile swaps in its own results: build from a copy taken
         # while no run was publishing, so the report is one run's.
         results, run_id = runs.snapshot(reports_dir, "allure-results", copy)
+        verdict = _verdict_path(reports_dir, run_id)
         return _build(reports_dir, results or published, node, cli, install_s,
-                      name or _report_name(reports_dir, run_id))
+                      name or _report_name(reports_dir, run_id), verdict)
 
 
 def _refuse_an_earlier_run(reports_dir: Path) -> None:
@@ -212,7 +215,7 @@ def _refuse_an_earlier_run(reports_dir: Path) -> None:
 
 
 def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: float,
-           name: str) -> BuiltReport:
+           name: str, verdict: Path) -> BuiltReport:
     result_files = sorted(results.glob("*-result.json"))
     if not (results / "categories.json").exists():
         allure_meta.write_categories(results)
@@ -242,9 +245,14 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
         config = scratch / "allurerc.json"
         doc = allure_config(output, history, name=name)
         config.write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+        gate = scratch / "quality-gate-rules.json"
+        verdict_doc = _verdict_doc(verdict)
+        rules = quality_gate.gate_rules(verdict_doc, verdict)
+        gate.write_text(json.dumps({"rules": [r.to_json() for r in rules]}, indent=2,
+                                   ensure_ascii=False), encoding="utf-8")
         started = time.monotonic()
         proc = subprocess.run(
-            [str(node), str(cli), "generate", str(results), "--config", str(config)],
+            [str(node), str(generate_script()), str(cli), str(results), str(config), str(gate)],
             cwd=scratch, capture_output=True, text=True, timeout=600, check=False,
             env={**os.environ, "NO_COLOR": "1"},
         )
@@ -260,6 +268,7 @@ def _build(reports_dir: Path, results: Path, node: Path, cli: Path, install_s: f
             strip_analytics(html)
             show_descriptions(html)
             wrap_errors(html)
+            note_passed_gate(html, quality_gate.passed_note(verdict_doc))
         if final.exists():
             shutil.rmtree(final)
         output.rename(final)
@@ -352,6 +361,24 @@ def ring_without_skips(html: Path, stats: Mapping[str, Any]) -> bool:
         "right:0;text-align:center}</style>"))
 
 
+# Allure 3.14 lists only the quality-gate rules that failed: for a passed verdict the Quality
+# Gates tab says "No quality gate results available". The tab's empty state (the one element
+# without children beside its row of tabs, while that tab is the current one) says the outcome.
+_EMPTY_GATE_TAB = ('div:has(>div>[data-testid="nav-tab-qualityGate"][aria-current="true"])'
+                   "+div>div:only-child:not(:has(*))")
+
+
+def note_passed_gate(html: Path, note: str | None) -> bool:
+    """Add `note` below the Quality Gates tab's empty state; True if the page was changed."""
+    if not note:
+        return False
+    text = (note.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+            .replace("<", "\\3c "))
+    return _add_style(html, (
+        f'<style data-specgate="quality-gate">{_EMPTY_GATE_TAB}{{display:block}}'
+        f'{_EMPTY_GATE_TAB}::after{{content:"{text}";display:block;margin-top:1em}}</style>'))
+
+
 def _add_style(html: Path, style: str) -> bool:
     text = html.read_text(encoding="utf-8")
     if style in text or "</head>" not in text:
@@ -370,19 +397,30 @@ def strip_analytics(html: Path) -> bool:
 
 
 def _report_name(reports_dir: Path, run_id: str | None = None) -> str:
-    """The title, from the verdict of the run whose results the report shows (the published
-    verdict.json may be a later run's interim one)."""
-    verdict = reports_dir / "verdict.json"
+    """The title, from the verdict of the run whose results the report shows."""
+    doc = _verdict_doc(_verdict_path(reports_dir, run_id))
+    if doc is not None and doc.get("profile"):
+        # The title is on the first screen: simulated figures say so there.
+        sim = " (simulated server)" if doc.get("simulated") else ""
+        return f"specgate — {doc['profile']}{sim}"
+    return "specgate"
+
+
+def _verdict_path(reports_dir: Path, run_id: str | None) -> Path:
+    """The verdict of the run whose results the report shows: its run folder's, where it has
+    one (the published verdict.json may be a later run's interim one)."""
     if run_id and (reports_dir / runs.RUNS_DIR / run_id / "verdict.json").is_file():
-        verdict = reports_dir / runs.RUNS_DIR / run_id / "verdict.json"
+        return reports_dir / runs.RUNS_DIR / run_id / "verdict.json"
+    return reports_dir / "verdict.json"
+
+
+def _verdict_doc(verdict: Path) -> dict[str, Any] | None:
+    """The verdict as a dict; None where there is none or it is not JSON."""
     text = _read_if_there(verdict, files.LOG_BYTES)
     with contextlib.suppress(ValueError):
         doc = files.loads_json(text) if text is not None else None
-        if isinstance(doc, dict) and doc.get("profile"):
-            # The title is on the first screen: simulated figures say so there.
-            sim = " (simulated server)" if doc.get("simulated") else ""
-            return f"specgate — {doc['profile']}{sim}"
-    return "specgate"
+        return doc if isinstance(doc, dict) else None
+    return None
 
 
 def _appended_before(mark: Path, fingerprint: str) -> int | None:
@@ -471,12 +509,18 @@ def _package_json() -> dict[str, Any]:
     return doc
 
 
+def generate_script() -> Path:
+    """The script that runs the pinned Allure's report generation with the gate's outcome."""
+    return _data_dir() / GENERATE_SCRIPT
+
+
 def _data_dir() -> Path:
     data = Path(str(importlib.resources.files("specgate"))) / "data" / "allure"
-    if not (data / "package-lock.json").exists():
+    if not ((data / "package-lock.json").exists() and (data / GENERATE_SCRIPT).exists()):
         raise ReportError(
-            f"{data}: package.json and package-lock.json of the pinned Allure Report are "
-            "missing, so this specgate was packaged without them; reinstall specgate from a "
-            "checkout (`pip install -e .`) or a wheel that includes specgate/data/allure/."
+            f"{data}: package.json, package-lock.json and {GENERATE_SCRIPT} of the pinned "
+            "Allure Report are missing, so this specgate was packaged without them; reinstall "
+            "specgate from a checkout (`pip install -e .`) or a wheel that includes "
+            "specgate/data/allure/."
         )
     return data
