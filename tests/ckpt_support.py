@@ -13,10 +13,15 @@ from specgate.io.vocab_maps import VocabMap
 from specgate.testing.generate import tiny, write_drafter
 
 
-def tiny_drafter(folder: Path, **kw: Any) -> Path:
-    """A healthy tiny drafter (random weights, real d2t/t2d)."""
+def tiny_drafter(folder: Path, changes: dict[str, TensorSpec | None] | None = None,
+                 **kw: Any) -> Path:
+    """A healthy tiny drafter (random weights, real d2t/t2d); with `changes`, some of its tensors
+    then replaced (spec) or removed (None)."""
     kw.setdefault("fill", "random")
-    return write_drafter(folder, tiny(), **kw)
+    out = write_drafter(folder, tiny(), **kw)
+    if changes is not None:
+        rewrite(out / "model.safetensors", changes)
+    return out
 
 
 def make_profile(drafter: Path | None = None, reference: Path | None = None,

@@ -178,8 +178,7 @@ def test_missing_reference_is_broken(tmp_path: Path) -> None:
 ], ids=["d2t-float", "t2d-length", "disagree"])
 def test_invariants_claim_fails_on_bad_maps(tmp_path: Path, change: dict[str, TensorSpec],
                                             match: str) -> None:
-    folder = tiny_drafter(tmp_path / "d")
-    rewrite(folder / "model.safetensors", change)  # type: ignore[arg-type]
+    folder = tiny_drafter(tmp_path / "d", change)  # type: ignore[arg-type]
     result = invariants_claim(make_profile(folder))
     assert result.status is Status.FAILED
     assert result.reason == match
@@ -188,8 +187,7 @@ def test_invariants_claim_fails_on_bad_maps(tmp_path: Path, change: dict[str, Te
 
 
 def test_missing_d2t_on_a_small_draft_vocab_is_broken(tmp_path: Path) -> None:
-    folder = tiny_drafter(tmp_path / "d")
-    rewrite(folder / "model.safetensors", {"d2t": None})
+    folder = tiny_drafter(tmp_path / "d", {"d2t": None})
     result = invariants_claim(make_profile(folder))
     assert (result.status, result.reason) == (Status.BROKEN, "unreadable_input")
     assert str(folder) in result.message

@@ -39,8 +39,7 @@ def test_layout_passes_for_both_name_styles(tmp_path: Path) -> None:
 ], ids=["missing", "shape", "float", "d2t-dtype"])
 def test_layout_fails_with_each_mismatch_named(tmp_path: Path, change: dict[str, TensorSpec],
                                                match: str) -> None:
-    folder = tiny_drafter(tmp_path / "d")
-    rewrite(folder / "model.safetensors", change)  # type: ignore[arg-type]
+    folder = tiny_drafter(tmp_path / "d", change)  # type: ignore[arg-type]
     result = layout_claim(make_profile(folder))
     assert result.status is Status.FAILED
     assert result.observed == 1
@@ -52,22 +51,19 @@ def test_a_drafter_wider_than_its_target_must_carry_its_own_embedding(tmp_path: 
     # drafter of another width keeps its own embed_tokens, which must then be in the files.
     wider = {"target_hidden_size": 48}
     fc = {"fc.weight": TensorSpec("BF16", (32, 3 * 48))}  # reads three 48-wide aux states
-    bare = tiny_drafter(tmp_path / "bare", include_embed=False, config_overrides=wider)
-    rewrite(bare / "model.safetensors", fc)
+    bare = tiny_drafter(tmp_path / "bare", fc, include_embed=False, config_overrides=wider)
     result = layout_claim(make_profile(bare))
     assert result.status is Status.FAILED, result.message
     assert "embed_tokens.weight missing" in result.message
     assert "target_hidden_size (32 ≠ 48)" in result.message
-    own = tiny_drafter(tmp_path / "own", include_embed=True, config_overrides=wider)
-    rewrite(own / "model.safetensors", fc)
+    own = tiny_drafter(tmp_path / "own", fc, include_embed=True, config_overrides=wider)
     assert layout_claim(make_profile(own)).status is Status.PASSED
     same = tiny_drafter(tmp_path / "same", include_embed=False)
     assert layout_claim(make_profile(same)).status is Status.PASSED
 
 
 def test_layout_mentions_names_sglang_would_ignore(tmp_path: Path) -> None:
-    folder = tiny_drafter(tmp_path / "d")
-    rewrite(folder / "model.safetensors", {"draft_model.extra": TensorSpec("F32", (2,))})
+    folder = tiny_drafter(tmp_path / "d", {"draft_model.extra": TensorSpec("F32", (2,))})
     result = layout_claim(make_profile(folder))
     assert result.status is Status.PASSED
     assert "draft_model.extra" in result.message
