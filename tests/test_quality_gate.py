@@ -4,6 +4,8 @@ shows them, for a claims run that fails and one that passes."""
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 import os
 import re
@@ -22,8 +24,9 @@ from specgate.report import build as report
 from specgate.report import quality_gate
 
 HAVE_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
-                 if p), None)
+# CHROMIUM_PATH (tox passes it through) wins over whatever is on PATH.
+CHROMIUM = os.environ.get("CHROMIUM_PATH") or next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "specgate" / "profiles" / "demo.toml"
 
@@ -110,10 +113,30 @@ def test_a_matrix_names_each_claim_with_its_checkpoint_once() -> None:
 
 
 # -- the tab in a report the pinned Allure builds from a real claims run ------------------------
+# One failing and one passing claims run, each with its report, shared by the tests below (one
+# xdist worker runs them: tests/conftest.py).
+REPORTS = "test_quality_gate_reports"
+needs_node = pytest.mark.skipif(not HAVE_NODE, reason="node and npm are needed to run Allure 3")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH and no "
+                                    "CHROMIUM_PATH (Debian: apt-get install -y chromium)")
 
-def _claims_run(folder: Path, *, hidden_size: int) -> tuple[int, Path]:
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    returncode: int
+    verdict: dict[str, Any]
+    index: Path
+
+    def gate_widget(self) -> list[dict[str, Any]]:
+        """The quality-gate results the report carries, over all its environments."""
+        widget = json.loads(embedded_files(self.index)["widgets/quality-gate.json"])
+        return [r for env in widget.values() for r in env]
+
+
+def _claims_run(folder: Path, *, hidden_size: int) -> Built:
     """`pytest -m "probe and not live"` on the demo profile, its drafter expected to have
-    `hidden_size` (256 matches the demo drafter), in a fresh folder with its own cache."""
+    `hidden_size` (256 matches the demo drafter), in a fresh folder with its own cache; then
+    `specgate report`."""
     folder.mkdir(parents=True)
     profile = folder / "demo-checked.toml"
     text = DEMO.read_text(encoding="utf-8")
@@ -126,45 +149,72 @@ def _claims_run(folder: Path, *, hidden_size: int) -> tuple[int, Path]:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "probe and not live",
          "--specgate-profile", str(profile)],
         cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert (folder / "reports" / "verdict.json").is_file(), proc.stdout + proc.stderr
-    return proc.returncode, folder / "reports"
+    reports = folder / "reports"
+    assert (reports / "verdict.json").is_file(), proc.stdout + proc.stderr
+    doc = json.loads((reports / "verdict.json").read_text(encoding="utf-8"))
+    return Built(proc.returncode, doc, report.build(reports).index)
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    if not HAVE_NODE:
+        pytest.skip("node and npm are needed to run Allure 3")
+    return _claims_run(tmp_path_factory.mktemp("gate") / "failing", hidden_size=999)
+
+
+@pytest.fixture(scope="module")
+def passing(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    if not HAVE_NODE:
+        pytest.skip("node and npm are needed to run Allure 3")
+    return _claims_run(tmp_path_factory.mktemp("gate") / "passing", hidden_size=256)
 
 
 def _tab(index: Path, probe: str = "") -> str:
-    """The page as the browser shows it with the Quality Gates tab open, after `probe` ran."""
+    """The page as headless Chromium shows it, offline, with the Quality Gates tab open, after
+    the script `probe` ran in it."""
     page = index.with_name("probed.html")
     page.write_text(index.read_text(encoding="utf-8").replace(
         "</body>", f"<script>setTimeout(() => {{ {probe} }}, 4000)</script></body>", 1),
         encoding="utf-8")
     assert CHROMIUM is not None
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000",
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=8000",
+         f"--user-data-dir={index.parent / 'chromium-profile'}",
          "--dump-dom", f"{page.as_uri()}#/qualityGate"],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
+def _counter(dom: str) -> str:
+    (counter,) = re.findall(
+        r'data-testid="nav-tab-qualityGate"[^>]*>.*?(<small[^>]*>\d+</small>)', dom)
+    return counter
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_NODE, reason="node and npm are needed to run Allure Report 3")
-def test_a_failing_runs_report_shows_a_failed_gate_with_its_claims(tmp_path: Path) -> None:
-    code, reports = _claims_run(tmp_path / "failing", hidden_size=999)
-    doc = json.loads((reports / "verdict.json").read_text(encoding="utf-8"))
-    assert code == 1
-    assert doc["outcome"] == "failed"
-    built = report.build(reports)
-    widget = json.loads(embedded_files(built.index)["widgets/quality-gate.json"])
-    shown = [r for env in widget.values() for r in env]
+@needs_node
+@pytest.mark.xdist_group(REPORTS)
+def test_a_failing_runs_report_carries_a_failed_gate_with_its_claims(failing: Built) -> None:
+    assert failing.returncode == 1
+    assert failing.verdict["outcome"] == "failed"
+    shown = failing.gate_widget()
     assert [(r["rule"], r["actual"], r["success"]) for r in shown] == [
         ("specgate verdict", "failed", False), ("config.hidden_size", "failed", False)]
+    assert shown[0]["message"] == (
+        "FAILED (15 passed, 1 failed): the gate fails the job, for the claims listed below")
     assert shown[1]["message"].endswith("hidden_size is 256, expected 999")
-    html = built.index.read_text(encoding="utf-8")
-    assert 'data-specgate="quality-gate"' not in html
-    if CHROMIUM is None:
-        return
-    dom = _tab(built.index)
-    (counter,) = re.findall(r'data-testid="nav-tab-qualityGate"[^>]*>.*?(<small[^>]*>\d+</small>)',
-                            dom)
+    assert 'data-specgate="quality-gate"' not in failing.index.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@needs_node
+@needs_chromium
+@pytest.mark.xdist_group(REPORTS)
+def test_a_failing_runs_tab_shows_the_gate_failed(failing: Built) -> None:
+    dom = _tab(failing.index)
+    counter = _counter(dom)
     assert "status-failed" in counter
     assert counter.endswith(">2</small>")
     assert re.findall(r'data-testid="quality-gate-result-rule"[^>]*>([^<]*)<', dom) == [
@@ -173,29 +223,30 @@ def test_a_failing_runs_report_shows_a_failed_gate_with_its_claims(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_NODE, reason="node and npm are needed to run Allure Report 3")
-def test_a_passing_runs_report_says_the_gate_passed(tmp_path: Path) -> None:
-    code, reports = _claims_run(tmp_path / "passing", hidden_size=256)
-    doc = json.loads((reports / "verdict.json").read_text(encoding="utf-8"))
-    assert code == 0
-    assert doc["outcome"] == "passed"
-    built = report.build(reports)
-    widget = json.loads(embedded_files(built.index)["widgets/quality-gate.json"])
-    assert [r for env in widget.values() for r in env] == []
-    note = quality_gate.passed_note(doc)
+@needs_node
+@pytest.mark.xdist_group(REPORTS)
+def test_a_passing_runs_report_carries_no_failed_rule_and_says_it_passed(passing: Built) -> None:
+    assert passing.returncode == 0
+    assert passing.verdict["outcome"] == "passed"
+    assert passing.gate_widget() == []
+    note = quality_gate.passed_note(passing.verdict)
     assert note is not None
-    assert note in built.index.read_text(encoding="utf-8")
-    if CHROMIUM is None:
-        return
-    # The note is drawn by the stylesheet: read it from the element the tab shows it on.
-    dom = _tab(built.index, probe=(
+    assert note in passing.index.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@needs_node
+@needs_chromium
+@pytest.mark.xdist_group(REPORTS)
+def test_a_passing_runs_tab_says_the_gate_passed(passing: Built) -> None:
+    # The stylesheet draws the sentence: read it from the element the tab shows it on.
+    dom = _tab(passing.index, probe=(
         f"const el = document.querySelector({json.dumps(report._EMPTY_GATE_TAB)}); "
         "document.body.dataset.note = el ? el.textContent + ' | ' + "
         "getComputedStyle(el, '::after').content : 'no such element';"))
-    (counter,) = re.findall(r'data-testid="nav-tab-qualityGate"[^>]*>.*?(<small[^>]*>\d+</small>)',
-                            dom)
+    counter = _counter(dom)
     assert "status-failed" not in counter
     assert counter.endswith(">0</small>")
     (said,) = re.findall(r'<body[^>]*data-note="([^"]*)"', dom)
-    text = said.replace("&quot;", '"').replace("&amp;", "&")
-    assert text == f'No quality gate results available | "{note}"'
+    note = quality_gate.passed_note(passing.verdict)
+    assert html.unescape(said) == f'No quality gate results available | "{note}"'
