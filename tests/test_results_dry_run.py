@@ -85,6 +85,17 @@ NOT_RERUN: dict[str, dict[str, str]] = {
     "2026-12-03-h200-launch-spread": {
         "random-weights/*": "launches recorded by hand on the H200, before launch_records.py "
                             "served random weights; kept as the priors' records"},
+    "2026-12-01-h200-tiny-llama-4l-eager/faults-signals-and-memory": {
+        "*c_oom_start*": "c_oom_start is no longer one of the suite's runs (its README says "
+                         "why: SGLang started the tiny target anyway)"},
+}
+# Committed top-level keys that a harness writes only on some outcomes, which the committed run
+# had: a dry run is not made to have them.
+OUTCOME_KEYS: dict[str, dict[str, set[str]]] = {
+    # launch_records.py's "stopped": the budget ended the launches before the last (the
+    # committed run had 15 minutes)
+    "2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5": {
+        "launch-records.json": {"stopped"}},
 }
 # What a result's folder holds besides the rerun's files.
 NOT_MADE = {"README.md", ENTRY}
@@ -104,10 +115,10 @@ def top_keys(path: Path) -> set[str] | None:
     return set(doc) if isinstance(doc, dict) else None
 
 
-def compare(folder: Path, made: Path, left_out: list[str],
-            renamed: dict[str, str]) -> tuple[list[str], list[str]]:
+def compare(folder: Path, made: Path, left_out: list[str], renamed: dict[str, str],
+            outcome_keys: dict[str, set[str]] | None = None) -> tuple[list[str], list[str]]:
     """The committed files the rerun did not make (outside `left_out`'s patterns), and the
-    committed JSON files whose top-level keys the rerun's file lacks."""
+    committed JSON files whose top-level keys (but `outcome_keys`') the rerun's file lacks."""
     missing, keys = [], []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
@@ -125,8 +136,9 @@ def compare(folder: Path, made: Path, left_out: list[str],
             want = top_keys(path)
             if want is not None:
                 have = top_keys(mine) or set()
-                if want - have:
-                    keys.append(f"{rel}: no {sorted(want - have)}")
+                lacks = want - have - (outcome_keys or {}).get(rel, set())
+                if lacks:
+                    keys.append(f"{rel}: no {sorted(lacks)}")
     return missing, keys
 
 
@@ -145,6 +157,8 @@ def test_a_missing_file_and_a_missing_key_are_named(tmp_path: Path) -> None:
     assert compare(committed, made, [], {"old/": "new/"}) == (
         ["smi.txt"], ["probe/verdict.json: no ['claims']"])
     assert compare(committed, made, ["*.txt"], {"old/": "new/"})[0] == []
+    assert compare(committed, made, [], {"old/": "new/"},
+                   {"probe/verdict.json": {"claims"}})[1] == []
 
 
 @pytest.mark.reruns
@@ -178,6 +192,7 @@ def test_the_dry_run_makes_the_results_files(folder: Path, tmp_path: Path) -> No
     assert stand_ins == STAND_INS.get(name, [])
     left_out = [p for _step, _why, files in skips for p in files.split()]
     left_out += list(NOT_RERUN.get(name, {}))
-    missing, keys = compare(folder, out, left_out, RENAMED.get(name, {}))
+    missing, keys = compare(folder, out, left_out, RENAMED.get(name, {}),
+                            OUTCOME_KEYS.get(name))
     assert missing == [], said[-6000:]
     assert keys == []
