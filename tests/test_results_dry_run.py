@@ -36,8 +36,11 @@ SKIPS: dict[str, list[str]] = {
     "2026-11-30-h200-gpu-benchmarks": ["nvidia-smi"],
     "2026-12-01-h200-smollm2-135m-instruct": [
         "run.sh of commit 22bb736 and the SpecForge checks"],
+    "2026-12-01-h200-tiny-llama-64l/drafter-1291k": ["the per-prompt table"],
+    "2026-12-01-h200-tiny-llama-64l/drafter-304k": ["the per-prompt table"],
     "2026-12-03-h200-tiny-llama-4l-eager/faults-kill-stop-refuse-oom": [
         "nvidia-smi before the faults", "nvidia-smi after the faults"],
+    "2026-12-04-h200-llama8b-shapes-concurrency": ["SGLang's bench_serving beside the probe"],
     "2026-12-05-h100-smollm2-135m-instruct-trained-twice": [EARN],
     "2026-12-05-h200-smollm2-135m-instruct-earned": [EARN],
     "2026-12-06-h100-smollm2-135m-instruct-chains": [EARN, EARN,
@@ -85,6 +88,9 @@ NOT_RERUN: dict[str, dict[str, str]] = {
     "2026-12-03-h200-launch-spread": {
         "random-weights/*": "launches recorded by hand on the H200, before launch_records.py "
                             "served random weights; kept as the priors' records"},
+    "2026-12-04-h200-llama8b-shapes-concurrency": {
+        "crossover/speedup-curve.png": "drawn for the README from crossover.json; no harness "
+                                       "draws it"},
     "2026-12-01-h200-tiny-llama-4l-eager/faults-signals-and-memory": {
         "*c_oom_start*": "c_oom_start is no longer one of the suite's runs (its README says "
                          "why: SGLang started the tiny target anyway)"},
@@ -96,6 +102,8 @@ OUTCOME_KEYS: dict[str, dict[str, set[str]]] = {
     # committed run had 15 minutes)
     "2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5": {
         "launch-records.json": {"stopped"}},
+    # the first of the two runs was stopped after one launch
+    "2026-12-03-h200-launch-spread": {"verify-cycle/launch-records-1.json": {"stopped"}},
 }
 # What a result's folder holds besides the rerun's files.
 NOT_MADE = {"README.md", ENTRY}

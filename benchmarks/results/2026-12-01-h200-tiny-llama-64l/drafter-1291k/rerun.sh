@@ -27,3 +27,4 @@ rm -f "$RS_WORK/model/target/model.safetensors"
 OUT=$RERUN/rebuilt-target-probe bash "$RS/loop.sh" --steps 10 --tag -cover-s10-ids \
   --skip-phase1 --fresh-baseline
 as_committed "$RERUN/rebuilt-target-probe"
+cp "$RS_WORK/rebuild.log" "$RERUN/rebuilt-target-probe/"
