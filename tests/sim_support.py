@@ -22,13 +22,22 @@ from specgate.testing.simulator import model
 T = TypeVar("T")
 
 
-def model_dirs(root: Path, timing: Mapping[str, Any], acceptance: list[float]
-               ) -> tuple[Path, Path]:
-    """A target folder with the simulator's timing and a whole drafter (SGLang will not start on
-    a config alone) with its acceptance."""
+def target_and_drafter(root: Path, config: Mapping[str, Any] | None = None,
+                       positions: int = 8192) -> tuple[Path, Path]:
+    """A target folder (with this config.json when given) and a whole tiny drafter of
+    `positions` positions (SGLang will not start on a drafter's config alone)."""
     target, draft = root / "target", root / "draft"
     target.mkdir(parents=True)
-    tiny_drafter(draft, config_overrides={"max_position_embeddings": 8192})
+    if config is not None:
+        (target / "config.json").write_text(json.dumps(dict(config)))
+    tiny_drafter(draft, config_overrides={"max_position_embeddings": positions})
+    return target, draft
+
+
+def model_dirs(root: Path, timing: Mapping[str, Any], acceptance: list[float]
+               ) -> tuple[Path, Path]:
+    """A target folder with the simulator's timing and a whole drafter with its acceptance."""
+    target, draft = target_and_drafter(root)
     (target / model.SIM_FILE).write_text(json.dumps(dict(timing)))
     (draft / model.SIM_FILE).write_text(json.dumps({"acceptance": acceptance}))
     return target, draft

@@ -24,6 +24,7 @@ import psutil
 import pytest
 import requests
 from ckpt_support import rewrite, tiny_drafter
+from sim_support import target_and_drafter
 
 from specgate.io.safetensors_io import TensorSpec
 from specgate.serving.launch import free_port
@@ -104,16 +105,10 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("models")
-    target, draft = root / "target", root / "draft"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps({
+    return target_and_drafter(tmp_path_factory.mktemp("models"), {
         "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
         "max_position_embeddings": 8192, "eos_token_id": 163585,
-    }))
-    # A whole drafter (SGLang will not start on a config alone), of 4096 positions.
-    tiny_drafter(draft, config_overrides={"max_position_embeddings": 4096})
-    return target, draft
+    }, positions=4096)
 
 
 @contextlib.contextmanager

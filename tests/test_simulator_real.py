@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import requests
-from ckpt_support import tiny_drafter
+from sim_support import target_and_drafter
 
 from specgate.testing.simulator import model
 from tests.test_simulator import SPEC_FLAGS, Sim, assert_on_one_clock, free_port, kill_tree
@@ -106,13 +106,8 @@ def raw_request(port: int, body: dict[str, Any], timeout: float = 10) -> bytes:
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("models")
-    target, draft = root / "target", root / "draft"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 2048}))
-    tiny_drafter(draft)  # a whole drafter of 2048 positions: SGLang needs its weights
-    return target, draft
+    return target_and_drafter(tmp_path_factory.mktemp("models"), {
+        "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 2048}, positions=2048)
 
 
 def spec_args(dirs: tuple[Path, Path]) -> list[str]:
@@ -140,6 +135,17 @@ def launched(tmp_path: Path, args: list[str], *, port: int | None = None,
     finally:
         if proc.poll() is None:
             kill_tree(proc)
+
+
+@contextlib.contextmanager
+def launched_with_fault(tmp_path: Path, args: list[str],
+                        fault: str) -> Iterator[tuple[Sim, Path]]:
+    """The simulator with SPECGATE_SIM_FAULT=fault, and the file its ground truth goes to."""
+    truth = tmp_path / "truth.jsonl"
+    env = {"SPECGATE_SIM_FAULT": fault, "SPECGATE_SIM_START_DELAY_S": "0.1",
+           TRUTH_ENV: str(truth)}
+    with launched(tmp_path, args, env=env) as sim:
+        yield sim, truth
 
 
 def port_of(sim: Sim) -> int:
@@ -340,10 +346,7 @@ def test_truth_log_gives_accept_length_and_decode_rate_on_the_servers_clock(spec
 def test_stall_mid_stream_keeps_the_socket_open_and_the_process_alive(
     dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    truth = tmp_path / "truth.jsonl"
-    env = {"SPECGATE_SIM_FAULT": "stall_mid_stream", "SPECGATE_SIM_START_DELAY_S": "0.1",
-           TRUTH_ENV: str(truth)}
-    with launched(tmp_path, spec_args(dirs), env=env) as sim:
+    with launched_with_fault(tmp_path, spec_args(dirs), "stall_mid_stream") as (sim, truth):
         body = {"text": "stall", "stream": True, "sampling_params": {"max_new_tokens": 64}}
         got = []
         with requests.post(sim.url + "/generate", json=body, stream=True,
@@ -368,10 +371,8 @@ def test_stall_mid_stream_keeps_the_socket_open_and_the_process_alive(
 def test_buffer_proxy_delivers_the_whole_stream_in_one_burst(
     dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    truth = tmp_path / "truth.jsonl"
-    env = {"SPECGATE_SIM_FAULT": "buffer_proxy", "SPECGATE_SIM_START_DELAY_S": "0.1",
-           TRUTH_ENV: str(truth)}
-    with launched(tmp_path, ["--model-path", str(dirs[0])], env=env) as sim:
+    with launched_with_fault(tmp_path, ["--model-path", str(dirs[0])],
+                             "buffer_proxy") as (sim, truth):
         body = {"text": "burst", "sampling_params": {"max_new_tokens": 128,
                                                      "ignore_eos": True}}
         started = time.monotonic()
