@@ -76,6 +76,16 @@ def _start(project: Path, tag: str, *args: str, slow: bool = False,
                                 preexec_fn=fh.as_foreground_job)
 
 
+def _start_slow(project: Path) -> subprocess.Popen[str]:
+    """Run A, once it is in its slow claim (which goes on when project/go exists)."""
+    first = _start(project, "A", slow=True)
+    if not _until(lambda: (project / "slow-started").exists()):
+        first.kill()
+        first.wait()
+        pytest.fail(f"A never reached its slow claim:\n{(project / 'A.out').read_text()}")
+    return first
+
+
 def _wait(proc: subprocess.Popen[str], timeout_s: float = 180) -> int:
     try:
         return proc.wait(timeout=timeout_s)
@@ -218,10 +228,8 @@ def test_a_second_run_waits_and_no_verdict_mixes_runs(project: Path) -> None:
 @pytest.mark.slow
 def test_a_run_told_not_to_wait_is_refused_with_its_own_verdict(project: Path) -> None:
     reports = project / "reports"
-    first = _start(project, "A", slow=True)
+    first = _start_slow(project)
     try:
-        assert _until(lambda: (project / "slow-started").exists()), \
-            (project / "A.out").read_text()
         published = (reports / "verdict.json").read_text()
         second = _start(project, "B", "--specgate-reports-wait=0")
         code = _wait(second)
@@ -244,10 +252,8 @@ def test_a_run_told_not_to_wait_is_refused_with_its_own_verdict(project: Path) -
 @pytest.mark.slow
 def test_ctrl_c_while_waiting_leaves_an_interrupted_verdict_of_its_own(project: Path) -> None:
     reports = project / "reports"
-    first = _start(project, "A", slow=True)
+    first = _start_slow(project)
     try:
-        assert _until(lambda: (project / "slow-started").exists()), \
-            (project / "A.out").read_text()
         second = _start(project, "B")
         assert _until(lambda: "waiting up to" in (project / "B.out").read_text())
         second.send_signal(signal.SIGINT)
@@ -271,8 +277,7 @@ def test_ctrl_c_while_waiting_leaves_an_interrupted_verdict_of_its_own(project: 
 def test_a_signal_mid_claim_publishes_an_interrupted_verdict(project: Path,
                                                              sig: signal.Signals) -> None:
     reports = project / "reports"
-    first = _start(project, "A", slow=True)
-    assert _until(lambda: (project / "slow-started").exists()), (project / "A.out").read_text()
+    first = _start_slow(project)
     first.send_signal(sig)
     assert _wait(first, 60) == 2, (project / "A.out").read_text()
     ((_run_id, own),) = _run_ids(project)
@@ -293,8 +298,7 @@ def test_a_signal_mid_claim_publishes_an_interrupted_verdict(project: Path,
 def test_a_killed_run_leaves_its_interim_verdict_and_the_next_run_publishes(
         project: Path) -> None:
     reports = project / "reports"
-    first = _start(project, "A", slow=True)
-    assert _until(lambda: (project / "slow-started").exists()), (project / "A.out").read_text()
+    first = _start_slow(project)
     first.send_signal(signal.SIGKILL)
     _wait(first, 60)
     killed = json.loads((reports / "verdict.json").read_text())
