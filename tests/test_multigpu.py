@@ -23,7 +23,8 @@ from specgate.core.profile import Profile, parse_profile
 from specgate.measure import live, plan, server_session
 from specgate.results import live as live_results
 from specgate.serving import gpu, server
-from specgate.serving.launch import LaunchSettings, plan_server
+from specgate.serving.launch import Config, LaunchSettings, ServerPlan, plan_server
+from specgate.serving.server import StopReport
 from specgate.testing import fake_gpus
 from specgate.testing.simulator import model
 
@@ -69,6 +70,22 @@ def _raw(tmp_path: Path, server_keys: dict[str, Any], *, start_delay_s: float = 
 
 def _profile(tmp_path: Path, server_keys: dict[str, Any], **kw: Any) -> Profile:
     return parse_profile(_raw(tmp_path, server_keys, **kw), source=tmp_path / "profile.toml")
+
+
+def _planned(tmp_path: Path, server_keys: dict[str, Any],
+             config: Config) -> tuple[Profile, ServerPlan]:
+    """The profile of these server keys, and the launch planned for one of its servers."""
+    profile = _profile(tmp_path, server_keys)
+    return profile, plan_server(LaunchSettings.of(profile), config,
+                                tmp_path / f"{config[0]}.log")
+
+
+def _stopped_clean(handle: server.ServerHandle) -> StopReport:
+    """The server stopped: its report clean, and no rank left on a GPU."""
+    report = handle.stop()
+    assert report.clean, report.summary()
+    assert _ranks_on_gpus() == {}
+    return report
 
 
 def _ranks_on_gpus() -> dict[int, int]:
@@ -144,8 +161,7 @@ def test_each_server_gets_its_own_gpus_on_its_command() -> None:
 ])
 def test_ranks_run_on_their_gpus_and_teardown_leaves_none(
         machine: Path, tmp_path: Path, server_keys: dict[str, Any]) -> None:
-    profile = _profile(tmp_path, server_keys)
-    planned = plan_server(LaunchSettings.of(profile), "baseline", tmp_path / "b.log")
+    _, planned = _planned(tmp_path, server_keys, "baseline")
     assert planned.gpus == (2, 3)
     with server.serve(planned, lambda _m: None) as handle:
         on_gpus = _ranks_on_gpus()
@@ -158,32 +174,27 @@ def test_ranks_run_on_their_gpus_and_teardown_leaves_none(
         assert not check.mismatched
         assert not check.rank_mismatched
         assert check.ranks_unread == []
-    report = handle.stop()
-    assert report.clean, report.summary()
-    assert _ranks_on_gpus() == {}
+    _stopped_clean(handle)
 
 
 @pytest.mark.slow
 def test_a_rank_that_ignores_sigterm_is_killed_and_leaves_no_gpu_behind(
         machine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECGATE_SIM_FAULT", "rank_ignores_term")
-    profile = _profile(tmp_path, {"tp": 2, "gpus": [0, 1], "stop_timeout_s": 1})
-    planned = plan_server(LaunchSettings.of(profile), "speculative", tmp_path / "s.log")
+    _, planned = _planned(tmp_path, {"tp": 2, "gpus": [0, 1], "stop_timeout_s": 1},
+                          "speculative")
     with server.serve(planned, lambda _m: None) as handle:
         ranks = [r.pid for r in server.rank_envs(handle)[0]]
         assert set(_ranks_on_gpus()) == set(ranks)
-    report = handle.stop()
+    report = _stopped_clean(handle)
     assert set(ranks) <= set(report.killed), report.summary()
-    assert report.clean, report.summary()
-    assert _ranks_on_gpus() == {}
 
 
 @pytest.mark.slow
 def test_the_profile_env_must_reach_every_tp_rank(
         machine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECGATE_SIM_FAULT", "rank_env_dropped")
-    profile = _profile(tmp_path, {"tp": 2, "gpus": [0, 1]})
-    planned = plan_server(LaunchSettings.of(profile), "speculative", tmp_path / "s.log")
+    profile, planned = _planned(tmp_path, {"tp": 2, "gpus": [0, 1]}, "speculative")
     with server.serve(planned, lambda _m: None) as handle:
         check = server_session.check_env(planned.env, handle, planned.tp)
     assert check.checked
@@ -204,8 +215,7 @@ def test_the_profile_env_must_reach_every_tp_rank(
 @pytest.mark.slow
 def test_a_gpu_index_the_machine_lacks_fails_the_start_as_cuda_would(
         machine: Path, tmp_path: Path) -> None:
-    profile = _profile(tmp_path, {"tp": 2, "gpus": [3, 4]})
-    planned = plan_server(LaunchSettings.of(profile), "baseline", tmp_path / "b.log")
+    _, planned = _planned(tmp_path, {"tp": 2, "gpus": [3, 4]}, "baseline")
     check = server_session.check_gpus(planned)
     assert not check.checked
     assert "GPUs [4] of the server's set [3, 4] are not on this machine" in check.reason
