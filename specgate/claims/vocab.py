@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,16 @@ def _pair(profile: Profile, cid: str) -> tuple[VocabMap, VocabMap, Path, Path] |
     return mine, ref, folder, reference
 
 
-def _compared(profile: Profile, cid: str) -> tuple[MapComparison, Path] | ClaimResult:
-    """The drafter's map against the reference's, and the reference's path."""
+def _on_comparison(profile: Profile, cid: str,
+                   judge: Callable[[Profile, str, MapComparison, Path], ClaimResult]
+                   ) -> ClaimResult:
+    """judge(profile, cid, the drafter's map against the reference's, the reference's path);
+    the claim's broken result when the two maps cannot be read or compared."""
     pair = _pair(profile, cid)
     if isinstance(pair, ClaimResult):
         return pair
     mine, ref, _, reference = pair
-    return compare(mine, ref), reference
+    return judge(profile, cid, compare(mine, ref), reference)
 
 
 def _attachment(cmp: MapComparison) -> tuple[Attachment, ...]:
@@ -109,11 +113,10 @@ def _details(cmp: MapComparison) -> dict[str, Any]:
 
 
 def d2t_match_claim(profile: Profile) -> ClaimResult:
-    cid = ids.D2T_MATCH.id
-    compared = _compared(profile, cid)
-    if isinstance(compared, ClaimResult):
-        return compared
-    cmp, reference = compared
+    return _on_comparison(profile, ids.D2T_MATCH.id, _d2t_match)
+
+
+def _d2t_match(profile: Profile, cid: str, cmp: MapComparison, reference: Path) -> ClaimResult:
     # Judged against the reference's size: a map of 0 or 1 entries cannot match 512 positions.
     need = required_count(profile.thresholds.d2t_match_min, cmp.reference_draft_vocab_size)
     n, total = cmp.d2t_positional_matches, cmp.reference_draft_vocab_size
@@ -140,11 +143,10 @@ def d2t_match_claim(profile: Profile) -> ClaimResult:
 
 
 def t2d_match_claim(profile: Profile) -> ClaimResult:
-    cid = ids.T2D_MATCH.id
-    compared = _compared(profile, cid)
-    if isinstance(compared, ClaimResult):
-        return compared
-    cmp, reference = compared
+    return _on_comparison(profile, ids.T2D_MATCH.id, _t2d_match)
+
+
+def _t2d_match(profile: Profile, cid: str, cmp: MapComparison, reference: Path) -> ClaimResult:
     fraction = profile.thresholds.t2d_match_min
     if fraction is None:
         fraction = profile.thresholds.d2t_match_min
