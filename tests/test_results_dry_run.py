@@ -77,6 +77,10 @@ RENAMED: dict[str, dict[str, str]] = {
     # the committed run was stopped during this probe, and kept under this name
     "2026-12-01-h200-tiny-llama-64l/drafter-1291k": {
         "rebuilt-target-probe-interrupted/": "rebuilt-target-probe/"},
+    # the committed run wrote one file a target; a rerun writes every target into one (README)
+    "2026-12-03-h200-llama-shapes-dummy/launch-records": {
+        "launch-records-llama1b-shapes.json": "launch-records.json",
+        "launch-records-llama8b-shapes.json": "launch-records.json"},
     # the committed run's three launches were made in two runs (one, then two); a rerun makes
     # all three in one file
     "2026-12-03-h200-launch-spread": {
@@ -102,6 +106,9 @@ OUTCOME_KEYS: dict[str, dict[str, set[str]]] = {
     # committed run had 15 minutes)
     "2026-12-07-h100-llama8b-shapes-launches/alternating-6-and-5": {
         "launch-records.json": {"stopped"}},
+    # the 1B-shaped target's time ran out after one launch
+    "2026-12-03-h200-llama-shapes-dummy/launch-records": {
+        "launch-records-llama1b-shapes.json": {"stopped"}},
     # the first of the two runs was stopped after one launch
     "2026-12-03-h200-launch-spread": {"verify-cycle/launch-records-1.json": {"stopped"}},
 }
