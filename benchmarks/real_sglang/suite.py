@@ -1077,24 +1077,27 @@ def run_oom_holder(ctx: Ctx) -> dict[str, Any]:
     return r
 
 
-RUNS: list[tuple[str, float, tuple[str, ...], Callable[[Ctx], dict[str, Any]]]] = [
+Run = tuple[str, float, tuple[str, ...], Callable[[Ctx], dict[str, Any]]]
+
+
+def signalled(name: str, seconds: float, servers: tuple[str, ...],
+              fault: Callable[[Ctx, str, int], dict[str, Any]], sig: int) -> Run:
+    """A fault run that sends `sig` (fault_attached, fault_launched, signal_during_launch)."""
+    return name, seconds, servers, lambda c: fault(c, name, sig)
+
+
+RUNS: list[Run] = [
     # name, estimated seconds on the H200, the suite's attach-mode servers it needs, function
     ("a_launch", 300, NONE, run_a),
     ("b_attach", 130, NONE, run_b),
     ("c_port_taken", 30, BOTH, run_port_taken),
     ("c_wrong_flag", 60, BASE, run_wrong_flag),
-    ("c_sigstop_attached", 60, BOTH, lambda c: fault_attached(c, "c_sigstop_attached",
-                                                               signal.SIGSTOP)),
-    ("c_kill_attached", 40, BOTH, lambda c: fault_attached(c, "c_kill_attached",
-                                                            signal.SIGKILL)),
-    ("c_kill_launched", 100, BASE, lambda c: fault_launched(c, "c_kill_launched",
-                                                             signal.SIGKILL)),
-    ("c_sigstop_launched", 110, BASE, lambda c: fault_launched(c, "c_sigstop_launched",
-                                                                signal.SIGSTOP)),
-    ("c_sigint_launch", 40, NONE, lambda c: signal_during_launch(c, "c_sigint_launch",
-                                                                  signal.SIGINT)),
-    ("c_sigterm_launch", 40, NONE, lambda c: signal_during_launch(c, "c_sigterm_launch",
-                                                                   signal.SIGTERM)),
+    signalled("c_sigstop_attached", 60, BOTH, fault_attached, signal.SIGSTOP),
+    signalled("c_kill_attached", 40, BOTH, fault_attached, signal.SIGKILL),
+    signalled("c_kill_launched", 100, BASE, fault_launched, signal.SIGKILL),
+    signalled("c_sigstop_launched", 110, BASE, fault_launched, signal.SIGSTOP),
+    signalled("c_sigint_launch", 40, NONE, signal_during_launch, signal.SIGINT),
+    signalled("c_sigterm_launch", 40, NONE, signal_during_launch, signal.SIGTERM),
     ("c_drafter_wide", 90, BASE, run_drafter_wide),
     ("c_oom_fraction", 90, NONE, run_oom_fraction),
     ("c_oom_holder", 90, NONE, run_oom_holder),
