@@ -34,3 +34,18 @@ def test_each_run_made_leaves_its_verdict_and_live_results_beside_the_summary(
     assert [p.name for p in (out / "live").iterdir()] == ["a_launch.json"]
     with tarfile.open(out / "runs.tar.gz") as tar:  # and every file of every run, packed
         assert "runs/c_old/reports/verdict.json" in tar.getnames()
+
+
+def test_a_signal_fault_run_sends_its_signal_under_its_own_name() -> None:
+    suite = load_script("suite")
+    calls: list[tuple[str, int]] = []
+
+    def fault(ctx: object, name: str, sig: int) -> dict[str, str]:
+        calls.append((name, sig))
+        return {"name": name}
+
+    name, seconds, servers, run = suite.signalled("c_x", 5, suite.NONE, fault, 15)
+    assert (name, seconds, servers) == ("c_x", 5, suite.NONE)
+    assert run(None) == {"name": "c_x"}
+    assert calls == [("c_x", 15)]
+    assert len({n for n, *_ in suite.RUNS}) == len(suite.RUNS)  # a run is chosen by name
