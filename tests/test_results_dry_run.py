@@ -39,7 +39,8 @@ SKIPS: dict[str, list[str]] = {
     "2026-12-01-h200-tiny-llama-64l/drafter-1291k": ["the per-prompt table"],
     "2026-12-01-h200-tiny-llama-64l/drafter-304k": ["the per-prompt table"],
     "2026-12-03-h200-tiny-llama-4l-eager/faults-kill-stop-refuse-oom": [
-        "nvidia-smi before the faults", "nvidia-smi after the faults"],
+        "nvidia-smi before the faults", "c_oom_fraction and c_oom_holder",
+        "nvidia-smi after the faults"],
     "2026-12-04-h200-llama8b-shapes-concurrency": ["SGLang's bench_serving beside the probe"],
     "2026-12-05-h100-smollm2-135m-instruct-trained-twice": [EARN],
     "2026-12-05-h200-smollm2-135m-instruct-earned": [EARN],
