@@ -28,6 +28,18 @@ def with_root(env: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object a file holds; a ValueError naming the file and `what` it should hold
+    ("a tune result") when it cannot be read or holds something else."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read {what} ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not {what} (a JSON object)")
+    return doc
+
+
 def import_package(root: Path, name: str) -> types.ModuleType:
     """Package `name` from a folder that is not on sys.path (an unpacked wheel): its submodules
     then import as usual (`from name.x import y`), through the package's own path."""

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import json_object
 from benchmarks.models import ShardWriter
 from benchmarks.real_model.sf_train import (
     sha256 as file_sha256,  # the hash the drafters are named by
@@ -67,11 +68,9 @@ def read_config(target: Path) -> dict[str, Any]:
     if not path.is_file():
         raise PadError(f"{path}: no such file (TARGET must be a Hugging Face model folder)")
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise PadError(f"{path}: not JSON ({exc})") from exc
-    if not isinstance(cfg, dict):
-        raise PadError(f"{path}: not a JSON object")
+        cfg = json_object(path, "a model config")
+    except ValueError as exc:
+        raise PadError(str(exc)) from None
     for key in ("num_hidden_layers", "hidden_size", "intermediate_size"):
         if not isinstance(cfg.get(key), int) or cfg[key] <= 0:
             raise PadError(f"{path}: {key} is {cfg.get(key)!r}, not a positive integer")

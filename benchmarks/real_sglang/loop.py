@@ -47,7 +47,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import with_root
+from benchmarks.common import json_object, with_root
 from benchmarks.real_sglang import suite  # the real-SGLang suite's profile writer and server flags
 from benchmarks.servers import free_port
 
@@ -118,12 +118,7 @@ class Served:
     @classmethod
     def from_tune(cls, path: Path) -> tuple[Served, str]:
         """The best configuration of a `specgate tune` result (tune.json), and what it says."""
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: cannot read the tune result ({exc})") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"{path}: not a tune result (a JSON object with 'best')")
+        doc = json_object(path, "a tune result")
         best = doc.get("best")
         if best is None:
             raise ValueError(f"{path}: tune recommends nothing ({doc.get('stop_reason')})")
