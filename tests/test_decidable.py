@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO_SPEEDUP_GATE, GateRun
+from specgate.claims.result import ClaimResult, passed
 from specgate.results import decidable, drift
 from specgate.results.stats import Summary
 
@@ -29,6 +30,15 @@ def _within(mean: float, se_log: float) -> Summary:
 
 def _coverage(sd: float) -> drift.Coverage:
     return drift.Coverage("ab", drift.fixed("tps", sd), drift.fixed("cycle_ms", sd))
+
+
+def _speedup(mean: float) -> ClaimResult:
+    """A passed spec.speedup of this mean, with its covered figure and what it could decide."""
+    covered = drift.cover(_within(mean, 0.02), _coverage(0.01), "speedup")
+    found = decidable.decidable(covered, 1.0, passes=3)
+    assert found is not None
+    return passed("spec.speedup", "phase0", "m", observed=mean, details={
+        "speedup": covered.judged.to_json(), "decidable": found.to_json()})
 
 
 def _decided(mean: float, se_log: float, launch_var: float, threshold: float = 1.0) -> bool:
@@ -162,17 +172,9 @@ def test_an_inconclusive_speedup_says_what_would_decide_it(tmp_path: Path) -> No
 def test_the_verdict_states_what_the_probe_of_its_speedup_figure_could_decide() -> None:
     """Where a verdict holds several spec.speedup results (one per checkpoint of a matrix), its
     `decidable` is that of the claim its speed-up figure is read from."""
-    from specgate.claims import result as claims
     from specgate.claims import verdict
 
-    def speedup(mean: float) -> claims.ClaimResult:
-        covered = drift.cover(_within(mean, 0.02), _coverage(0.01), "speedup")
-        found = decidable.decidable(covered, 1.0, passes=3)
-        assert found is not None
-        return claims.passed("spec.speedup", "phase0", "m", observed=mean, details={
-            "speedup": covered.judged.to_json(), "decidable": found.to_json()})
-
-    first, last = speedup(1.2), speedup(1.6)
+    first, last = _speedup(1.2), _speedup(1.6)
     doc = verdict.build([first, last], profile="p", drafter=None, outcome="passed")
     assert doc["figures"]["speedup"]["value"] == pytest.approx(1.6)
     assert doc["decidable"] == last.details["decidable"]
@@ -221,18 +223,10 @@ def test_the_summary_of_an_undecided_speedup_says_what_would_decide_it() -> None
 def test_a_matrix_verdict_gives_each_checkpoint_its_own_figures_and_none_to_the_matrix() -> None:
     """No one checkpoint's speed-up is a matrix's: each checkpoint's row carries its figures and
     decidable speed-up, the top carries none, and the summary shows each under its name."""
-    from specgate.claims import result as claims
     from specgate.claims import verdict
     from specgate.cli import summary
 
-    def speedup(mean: float) -> claims.ClaimResult:
-        covered = drift.cover(_within(mean, 0.02), _coverage(0.01), "speedup")
-        found = decidable.decidable(covered, 1.0, passes=3)
-        assert found is not None
-        return claims.passed("spec.speedup", "phase0", "m", observed=mean, details={
-            "speedup": covered.judged.to_json(), "decidable": found.to_json()})
-
-    a, b = speedup(1.2), speedup(1.6)
+    a, b = _speedup(1.2), _speedup(1.6)
     doc = verdict.build_matrix(
         [("a", a), ("b", b)], [], profile="p", outcome="passed",
         extra={"checkpoints": [{"checkpoint": "a", "outcome": "passed"},
