@@ -84,6 +84,16 @@ with open(dest, "w", newline="") as fh:
 PYEOF
 }
 
+# earn_trainings TRAININGS STAGES: earn_rerun of the drafters TRAININGS names (earn.py
+# --trainings, comma-separated) on the data committed with
+# 2026-12-05-h200-smollm2-135m-instruct-earned, through STAGES unless EARN_STAGES names others;
+# EARN_ARGS adds earn.py flags. MODEL and SPECFORGE as earn_inputs set them.
+earn_trainings() {
+  EARN_ARGS="--trainings $1 ${EARN_ARGS:-}" EARN_STAGES=${EARN_STAGES:-$2} \
+    earn_rerun "$MODEL" "$SPECFORGE" \
+    "$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned"
+}
+
 # earn_rerun MODEL SPECFORGE [RESULT_DIR]: benchmarks/real_model/earn.sh (EARN_ARGS and
 # EARN_STAGES as the caller exports them, and earn.sh's own flags in EARN_FLAGS: --pad-gb GB,
 # --budget SECONDS) from RESULT_DIR's committed data (data/answers.jsonl.gz,

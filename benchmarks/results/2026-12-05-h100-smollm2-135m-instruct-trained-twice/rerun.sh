@@ -10,9 +10,6 @@ set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
 earn_inputs "[--judge]" "$@"
-SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
-export EARN_ARGS="--trainings trained,trained-again,third,ninth ${EARN_ARGS:-}"
 STAGES="heldout,train"
 [ "${3:-}" = --judge ] && STAGES="heldout,train tune,serve"
-export EARN_STAGES=${EARN_STAGES:-$STAGES}
-earn_rerun "$MODEL" "$SPECFORGE" "$SOURCE"
+earn_trainings trained,trained-again,third,ninth "$STAGES"

@@ -11,7 +11,4 @@ set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "${HERE%/benchmarks/results/*}/benchmarks/rerun_common.sh"
 earn_inputs "" "$@"
-SOURCE=$ROOT/benchmarks/results/2026-12-05-h200-smollm2-135m-instruct-earned
-export EARN_ARGS="--trainings trained,third,ninth ${EARN_ARGS:-}"
-export EARN_STAGES=${EARN_STAGES:-"heldout,train tune,serve"}
-earn_rerun "$MODEL" "$SPECFORGE" "$SOURCE"
+earn_trainings trained,third,ninth "heldout,train tune,serve"
