@@ -3,7 +3,7 @@ history, no stored baseline), judged with the prior of the class and GPU the pro
 simulator's model set to the noise real SGLang showed there (specgate.testing.drift_trials:
 seeded launches whose speed factors and true speed-up are known).
 
-    python -m benchmarks.first_probe [--false-trials 1000] [--trials 200]
+    python -m benchmarks.first_probe [--false-trials 1000] [--trials 200] [--json PATH]
 
 Per deployment: the false-pass rate at a true speed-up of 1.00 (a drafter that does not pay),
 which must stay within the interval's nominal one-sided error (2.5 % at the default 95 %); and
@@ -199,9 +199,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--false-trials", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--json", type=Path, help="also write the result to this file")
     ns = parser.parse_args(argv)
     result = run(ns.false_trials, ns.trials)
     print(json.dumps(result, indent=1))
+    if ns.json is not None:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     for row in rows(result):
         print(" | ".join(row))
     short = misses(result)
