@@ -13,16 +13,12 @@ client's clock against the server's.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import requests
+from benchmarks.servers import simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 # live/<run>.json: each suite run's live/results.json (the per-request figures)
@@ -34,12 +30,6 @@ MODES = {  # name: extra environment of the simulator
     "three steps merged": {"SPECGATE_SIM_FIRST_MERGE": "3"},
     "buffering proxy": {"SPECGATE_SIM_FAULT": "buffer_proxy"},
 }
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
@@ -63,35 +53,17 @@ def simulator_mode(root: Path, name: str, env: dict[str, str], steps: int = 3,
         {"decode_ms": 1.0, "verify_ms": 1.75, "draft_step_ms": 0.125}))
     (draft / "specgate_sim.json").write_text(json.dumps({"acceptance": [0.8, 0.6, 0.5]}))
     truth_file = root / f"truth-{len(list(root.glob('truth-*')))}.jsonl"
-    port = _port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specgate.testing.simulator", "--model-path", str(target),
-         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-         "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
-         "--speculative-num-draft-tokens", str(steps + 1), "--port", str(port)],
-        env={**os.environ, **env, "SPECGATE_SIM_TRUTH": str(truth_file)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"simulator ({name}) did not get ready")
-            time.sleep(0.1)
+    argv = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(draft), "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1)]
+    with simulator(argv, truth_file.with_suffix(".log"),
+                   env={**env, "SPECGATE_SIM_TRUTH": str(truth_file)}) as url:
         b = bench.Sampling(max_new_tokens=max_new_tokens, warmup=0, repeats=1, max_repeats=1)
         chosen = prompts.PromptSet.rendered(
             prompts.select(prompts.load_builtin(), None, per_category),
             prompts.template_named("chatml", "bench"))
         with SGLangClient(url) as client:
             m = passes.measure(client, b, chosen, config="speculative")
-    finally:
-        proc.terminate()
-        proc.wait(10)
     # The requests measured: a stream read in one burst is sent again, and only the second
     # reading counts.
     measured = {s.request_id for s in m.samples}

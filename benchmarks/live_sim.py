@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import requests
-
-from benchmarks.servers import free_port
+from benchmarks.servers import simulator
 from specgate.claims import perf as perf_claims
 from specgate.claims import spec as spec_claims
 from specgate.core.profile import Profile, parse_profile
@@ -29,33 +24,6 @@ STEPS = 2
 LAUNCH_SPREAD = 0.02
 FIXED_PROMPTS = 80
 FIXED_REPEATS = 3
-
-
-@contextmanager
-def simulator(argv: Sequence[str], log: Path) -> Iterator[str]:
-    """One simulator process on a free loopback port; yields its URL, kills it afterwards."""
-    port = free_port()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "specgate.testing.simulator", *argv,
-                                 "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("simulator exited:\n" + log.read_text())
-            try:
-                if requests.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("simulator did not get ready:\n" + log.read_text())
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 def _dirs(root: Path) -> tuple[Path, Path]:

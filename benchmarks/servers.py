@@ -11,14 +11,15 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from specgate.serving.launch import free_port
 from specgate.serving.server import READY_PATH, READY_PROBE_TIMEOUT_S
 
-__all__ = ["Started", "free_port", "free_ports", "start", "until_healthy"]
+__all__ = ["Started", "free_port", "free_ports", "simulator", "start", "until_healthy"]
 
 POLL_S = 1.0
 
@@ -91,9 +92,11 @@ def start(config: str, argv: Sequence[str], port: int, log: Path, *,
 
 
 def until_healthy(servers: Sequence[Started], deadline: float,
-                  on_ready: Callable[[Started], None] | None = None) -> str | None:
+                  on_ready: Callable[[Started], None] | None = None,
+                  poll_s: float = POLL_S) -> str | None:
     """None once every server answers READY_PATH with 200 (each one's ready_s set, on_ready
-    called), else why not: one exited, or `deadline` (Unix time) passed first."""
+    called), else why not: one exited, or `deadline` (Unix time) passed first. Asked again
+    every poll_s seconds."""
     pending = list(servers)
     while pending:
         for srv in list(pending):
@@ -108,5 +111,23 @@ def until_healthy(servers: Sequence[Started], deadline: float,
             return (f"not answering {READY_PATH} before the deadline: "
                     f"{[s.config for s in pending]}")
         if pending:
-            time.sleep(POLL_S)
+            time.sleep(poll_s)
     return None
+
+
+@contextlib.contextmanager
+def simulator(argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
+              ready_s: float = 60.0) -> Iterator[str]:
+    """specgate's SGLang simulator with these arguments on a free loopback port, its output in
+    `log`: its URL once it answers, and stopped afterwards. RuntimeError with the log when it
+    exits or does not answer within ready_s."""
+    port = free_port()
+    srv = start("simulator", [sys.executable, "-m", "specgate.testing.simulator", *argv,
+                              "--port", str(port)], port, log, env=env)
+    try:
+        why = until_healthy([srv], time.time() + ready_s, poll_s=0.05)
+        if why is not None:
+            raise RuntimeError(f"simulator: {why}:\n{log.read_text(errors='replace')}")
+        yield srv.url
+    finally:
+        srv.stop(term_s=10.0)
