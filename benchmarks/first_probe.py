@@ -13,8 +13,8 @@ speed-up that half and that nine in ten first probes pass.
 Nothing here is typed in: each deployment's noise is read from the committed launch records.
 - Launch drift (σ of ln between launches), each server its own: the baseline's decode tok/s and
   the speculative server's verify cycle, the pooled spreads of specgate's prior tables for that
-  class and GPU (specgate/results/drift.py, which tests/test_prior_records.py recomputes from the
-  records).
+  class and GPU (specgate/results/drift.py, which tests/results/test_prior_records.py recomputes
+  from the records).
 - Per-request variation: the median over the records' launches of their within-launch CV, the
   larger of the two servers' (the simulator draws one for both).
 - A stress row per deployment: each server drifting as much as the widest single group of

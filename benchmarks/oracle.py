@@ -1,4 +1,4 @@
-"""The safetensors differential oracle at bench scale: tests/test_safetensors_oracle.py with
+"""The safetensors differential oracle at bench scale: tests/io/test_safetensors_oracle.py with
 SPECGATE_ORACLE_EXAMPLES raised (CI runs 2,000 examples; `tox -e bench` runs 20,000), so more
 generated files go to both safetensors.safe_open and specgate's reader and must agree."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks.common import ROOT
 
-TEST = "tests/test_safetensors_oracle.py::test_specgate_agrees_with_the_safetensors_library"
+TEST = "tests/io/test_safetensors_oracle.py::test_specgate_agrees_with_the_safetensors_library"
 FULL_EXAMPLES = 20_000
 QUICK_EXAMPLES = 200
 

@@ -1,7 +1,7 @@
 """The table of claims: each claim id once, with its phase, family, what it needs and does,
 and the key figures it carries. Claim modules, levels, figures, the history and the report read
-their ids here; the suites' tests name them (tests/test_claim_table.py holds the two together,
-and docs/claims.md to both)."""
+their ids here; the suites' tests name them (tests/claims/test_claim_table.py holds the two
+together, and docs/claims.md to both)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """docs/profile.md, written from the profile model: every key, its type and default come from
 specgate.core.profile; the sentences come from DESCRIPTIONS, which must name every key and no
-other (`specgate profile-doc --check` and tests/test_profile_doc.py hold both to the model)."""
+other (`specgate profile-doc --check` and tests/core/test_profile_doc.py hold both to the model)."""
 
 from __future__ import annotations
 

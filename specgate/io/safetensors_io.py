@@ -133,7 +133,7 @@ def dtype_code(name: str) -> str:
 def read_file_header(path: Path | str) -> SafetensorsHeader:
     """Parse and validate a safetensors header without touching the tensor data.
 
-    Refuses exactly what the safetensors library refuses (tests/test_safetensors_oracle.py
+    Refuses exactly what the safetensors library refuses (tests/io/test_safetensors_oracle.py
     compares the two on generated files): SGLang loads through it, so a file it rejects must fail
     here, naming the file and the reason.
     """

@@ -43,7 +43,7 @@ DESIGN_SPOKEN: dict[str, str] = {"ab": "A–B (baseline, then speculative)",
 
 # The priors: launches of one configuration each on real SGLang 0.5.17, one H200, decode tok/s
 # of the baseline and verify cycle (ms) of the speculative server, as committed under
-# benchmarks/results/ (the folder named beside each group; tests/test_prior_records.py reads
+# benchmarks/results/ (the folder named beside each group; tests/results/test_prior_records.py reads
 # every launch from there again). A group is one configuration launched several times; a prior
 # is the pooled standard deviation of ln(figure) within groups. There is
 # one prior per class of deployment (results/deployment.py): the class says how much of the
