@@ -5,7 +5,8 @@ with a few [drafter.expect] keys (normal); with an extra file of 300,000 zero-si
 valid 21 MB header); with as many expect keys as a profile may hold (MAX_EXPECT_KEYS); and
 with 3,000 keys (refused by the profile check). The cases run interleaved, several rounds, each
 in a fresh reports folder; the figure is the median wall and CPU time (user + system of the
-pytest process and its children) and each case's ratio to the normal one.
+pytest process and its children) and each case's ratio to the normal one, and for the 300,000
+empty tensors the CPU seconds they add to the normal run's (the two medians' difference).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 
 from benchmarks.common import PYTHON
 
-# The offline claims on a pathological input take at most this many times the normal run.
-TARGETS = {"ratio_max": 4.0}
+# The offline claims on a pathological input take at most this many times the normal run, and
+# the 300,000 empty tensors' header adds at most this many CPU seconds to it.
+TARGETS = {"ratio_max": 4.0, "empty_tensors_extra_cpu_s": 1.0}
 FULL = {"empty_tensors": 300_000, "refused_keys": 3000, "rounds": 5}
 QUICK = {"empty_tensors": 20_000, "refused_keys": 300, "rounds": 1}
 
@@ -106,9 +108,12 @@ def run(root: Path, quick: bool = False, warm_up: bool = True) -> dict[str, Any]
         case["ratio_wall"] = case["wall_s"] / normal["wall_s"]
         case["ratio_cpu"] = case["cpu_s"] / normal["cpu_s"]
     worst = max(max(c["ratio_wall"], c["ratio_cpu"]) for c in out["cases"].values())
+    extra = out["cases"]["empty_tensors"]["cpu_s"] - normal["cpu_s"]
     out["targets"] = TARGETS
     out["worst_ratio"] = worst
-    out["meets"] = {"ratio_max": worst <= TARGETS["ratio_max"]}
+    out["empty_tensors_extra_cpu_s"] = extra
+    out["meets"] = {"ratio_max": worst <= TARGETS["ratio_max"],
+                    "empty_tensors_extra_cpu_s": extra <= TARGETS["empty_tensors_extra_cpu_s"]}
     return out
 
 
@@ -124,8 +129,13 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         case = result["cases"][name]
         ok = case["ratio_wall"] <= TARGETS["ratio_max"] and case["ratio_cpu"] <= TARGETS[
             "ratio_max"]
+        extra = ""
+        if name == "empty_tensors":
+            ok = ok and result["meets"]["empty_tensors_extra_cpu_s"]
+            extra = (f" (+{result['empty_tensors_extra_cpu_s']:.2f} s CPU, ≤ "
+                     f"{TARGETS['empty_tensors_extra_cpu_s']:g} s)")
         out.append([f"10 offline claims, {label}",
-                    f"{case['wall_s']:.2f} s wall, {case['cpu_s']:.2f} s CPU, "
+                    f"{case['wall_s']:.2f} s wall, {case['cpu_s']:.2f} s CPU{extra}, "
                     f"{case['claims']} claims",
                     f"normal: {normal['wall_s']:.2f} s wall, {normal['cpu_s']:.2f} s CPU, "
                     f"{normal['claims']} claims",

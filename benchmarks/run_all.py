@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -61,22 +62,10 @@ def _bench6(work: Path, quick: bool) -> dict[str, Any]:
     return tune_bench.run(work)
 
 
-def _rows6(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import tune_bench
-
-    return tune_bench.rows(result)
-
-
 def _bench8(work: Path, quick: bool) -> dict[str, Any]:
     from benchmarks import paired_design
 
     return paired_design.run(trials=50 if quick else 400)
-
-
-def _rows8(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import paired_design
-
-    return paired_design.rows(result)
 
 
 def _bench9(work: Path, quick: bool) -> dict[str, Any]:
@@ -85,34 +74,16 @@ def _bench9(work: Path, quick: bool) -> dict[str, Any]:
     return accuracy.run(work)
 
 
-def _rows9(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import accuracy
-
-    return accuracy.bench_rows(result)
-
-
 def _bench11(work: Path, quick: bool) -> dict[str, Any]:
     from benchmarks import launch_drift
 
     return launch_drift.run(trials=20 if quick else 400)
 
 
-def _rows11(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import launch_drift
-
-    return launch_drift.rows(result)
-
-
 def _bench12(work: Path, quick: bool) -> dict[str, Any]:
     from benchmarks import first_probe
 
     return first_probe.run(false_trials=40, trials=10) if quick else first_probe.run()
-
-
-def _rows12(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import first_probe
-
-    return first_probe.rows(result)
 
 
 def _bench7(work: Path, quick: bool) -> dict[str, Any]:
@@ -123,10 +94,15 @@ def _bench10(work: Path, quick: bool) -> dict[str, Any]:
     return bounded_work.run(work, quick)
 
 
-def _rows4(result: dict[str, Any]) -> list[list[str]]:
-    from benchmarks import live_sim
+def _rows_of(module: str, name: str = "rows") -> Callable[[dict[str, Any]], list[list[str]]]:
+    """benchmarks.<module>'s table rows, the module imported only when the table is made (some
+    import requests and the simulator)."""
+    def rows(result: dict[str, Any]) -> list[list[str]]:
+        made: list[list[str]] = getattr(importlib.import_module(f"benchmarks.{module}"),
+                                        name)(result)
+        return made
 
-    return live_sim.rows(result)
+    return rows
 
 
 BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
@@ -134,15 +110,15 @@ BENCHES: dict[str, tuple[str, Callable[[Path, bool], dict[str, Any]],
     "1": ("offline_claims", _bench1, offline_claims.rows),
     "2": ("health_scan", _bench2, health_scan.rows),
     "3": ("probe_run", _bench3, probe_run.rows),
-    "4": ("live_sim", _bench4, _rows4),
+    "4": ("live_sim", _bench4, _rows_of("live_sim")),
     "5": ("launches", _bench5, launches.rows),
-    "6": ("fewer_launches", _bench6, _rows6),
+    "6": ("fewer_launches", _bench6, _rows_of("tune_bench")),
     "7": ("safetensors_oracle", _bench7, oracle.rows),
-    "8": ("paired_design", _bench8, _rows8),
-    "9": ("accuracy", _bench9, _rows9),
+    "8": ("paired_design", _bench8, _rows_of("paired_design")),
+    "9": ("accuracy", _bench9, _rows_of("accuracy", "bench_rows")),
     "10": ("bounded_work", _bench10, bounded_work.rows),
-    "11": ("launch_drift", _bench11, _rows11),
-    "12": ("first_probe", _bench12, _rows12),
+    "11": ("launch_drift", _bench11, _rows_of("launch_drift")),
+    "12": ("first_probe", _bench12, _rows_of("first_probe")),
 }
 
 

@@ -31,15 +31,15 @@ def _listing(problems: list[str]) -> str:
 def layout_problems(drafter: Drafter) -> tuple[list[str], list[str]]:
     """Mismatches against the config's implied layout, and tensors the config does not explain."""
     layout = expected_layout(drafter.config, max_tensors=len(drafter.tensors))
-    present = drafter.by_canonical()
     problems = []
     for name, want in layout.items():
-        info = present.get(name)
-        if info is None:
+        stored = drafter.stored_name(name)
+        if stored is None:
             if not want.optional:
                 problems.append(f"{name} missing (expected {list(want.shape)})"
                                 + (f": {want.why}" if want.why else ""))
             continue
+        info = drafter.tensors[stored]
         if info.shape != want.shape:
             problems.append(f"{info.name} has shape {list(info.shape)}, config implies "
                             f"{list(want.shape)}")
@@ -47,7 +47,7 @@ def layout_problems(drafter: Drafter) -> tuple[list[str], list[str]]:
             problems.append(f"{info.name} has dtype {info.dtype}, expected a float type")
         elif want.dtype is not None and info.dtype != want.dtype:
             problems.append(f"{info.name} has dtype {info.dtype}, expected {want.dtype}")
-    unexpected = sorted(present[n].name for n in present if n not in layout)
+    unexpected = drafter.unexplained(layout)
     return problems, unexpected
 
 

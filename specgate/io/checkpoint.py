@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import threading
+from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -13,7 +15,13 @@ import numpy as np
 
 from specgate.core import files
 from specgate.core.errors import CheckpointError
-from specgate.io.safetensors_io import TensorInfo, read_array, read_header
+from specgate.io.safetensors_io import (
+    TensorInfo,
+    TensorTables,
+    read_array,
+    read_header,
+    shared_name,
+)
 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -28,6 +36,7 @@ _LEGACY_RENAMES = (
     ("aux_norm_high.", "fc_norm.2."),
 )
 _LEGACY_PREFIXES = tuple(old for old, _ in _LEGACY_RENAMES)
+_RENAMED_PREFIXES = ("model.", *_LEGACY_PREFIXES)  # the names normalize_name changes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,20 +45,43 @@ class Drafter:
 
     path: Path
     config: dict[str, Any]
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]
     files: tuple[Path, ...]
 
     def find(self, canonical: str) -> TensorInfo | None:
         """The tensor whose normalized name is `canonical`, whatever naming the file uses."""
+        name = self.stored_name(canonical)
+        return None if name is None else self.tensors[name]
+
+    def stored_name(self, canonical: str) -> str | None:
+        """The name the files store the tensor of normalized name `canonical` under."""
+        if self._canonical is None:
+            return canonical if canonical in self.tensors else None
         return self._canonical.get(canonical)
 
     def by_canonical(self) -> dict[str, TensorInfo]:
-        return dict(self._canonical)
+        return {canonical: self.tensors[name] for canonical, name in self._names().items()}
+
+    def unexplained(self, known: Container[str]) -> list[str]:
+        """The stored names, sorted, of the tensors whose normalized name is not in `known`."""
+        if self._canonical is None:
+            return sorted(itertools.filterfalse(known.__contains__, self.tensors))
+        return sorted(name for canonical, name in self._canonical.items()
+                      if canonical not in known)
+
+    def _names(self) -> dict[str, str]:
+        return dict(zip(self.tensors, self.tensors, strict=True)) if self._canonical is None else \
+            self._canonical
 
     @functools.cached_property
-    def _canonical(self) -> dict[str, TensorInfo]:
+    def _canonical(self) -> dict[str, str] | None:
+        """Each normalized name with the name the files store it under; None where every name
+        is already normalized (a header may hold 300,000 of them: no dict of them then)."""
+        names = self.tensors
+        if not any(map(str.startswith, names, itertools.repeat(_RENAMED_PREFIXES))):
+            return None
         # Built once: find() per tensor would otherwise be quadratic in the tensor count.
-        return {normalize_name(name): info for name, info in self.tensors.items()}
+        return {normalize_name(name): name for name in names}
 
 
 class ExpectedTensor(NamedTuple):
@@ -183,25 +215,39 @@ def _open(folder: Path) -> Drafter:
         raise CheckpointError(empty_folder(folder))
     config = read_config(folder)
     files = _weight_files(folder, names)
-    tensors: dict[str, TensorInfo] = {}
+    tensors: Mapping[str, TensorInfo]
     if (folder / INDEX_NAME).exists():
         weight_map = _weight_map(folder / INDEX_NAME)
         headers = {f: read_header(folder / f) for f in sorted(set(weight_map.values()))}
+        indexed: dict[str, TensorInfo] = {}
         for name, shard in weight_map.items():
             info = headers[shard].get(name)
             if info is None:
                 raise CheckpointError(f"{folder / INDEX_NAME}: maps tensor {name!r} to {shard}, "
                                       "but that shard has no such tensor; the index and shards "
                                       "come from different exports")
-            tensors[name] = info
+            indexed[name] = info
+        tensors = indexed
     else:
-        for file in files:
-            for name, info in read_header(file).items():
-                if name in tensors:
-                    raise CheckpointError(f"{folder}: tensor {name!r} appears in both "
-                                          f"{tensors[name].file.name} and {file.name}")
-                tensors[name] = info
+        tensors = _merged(folder, [(file, read_header(file)) for file in files])
     return Drafter(folder, config, tensors, tuple(files))
+
+
+def _merged(folder: Path,
+            headers: list[tuple[Path, Mapping[str, TensorInfo]]]) -> Mapping[str, TensorInfo]:
+    """The tensors of every file, refusing a name that two files hold."""
+    if len(headers) == 1:
+        return headers[0][1]
+    parts = [tensors for _, tensors in headers]
+    if shared_name(parts):
+        seen: dict[str, Path] = {}
+        for file, tensors in headers:
+            for name in tensors:
+                if name in seen:
+                    raise CheckpointError(f"{folder}: tensor {name!r} appears in both "
+                                          f"{seen[name].name} and {file.name}")
+                seen[name] = file
+    return TensorTables(parts)
 
 
 def _weight_files(folder: Path, names: list[str]) -> list[Path]:

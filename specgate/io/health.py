@@ -12,7 +12,7 @@ import numpy as np
 
 from specgate.core import files
 from specgate.io.checkpoint import Drafter, is_trainable, normalize_name
-from specgate.io.safetensors_io import TensorInfo
+from specgate.io.safetensors_io import TensorInfo, filled_names
 
 # Small enough that the mask and max passes run from cache: measured on a warm 1.2 GB file,
 # 4 MiB chunks scan at ~13.7 GB/s (cat: ~11), 64 MiB chunks at ~3.8 GB/s.
@@ -93,7 +93,7 @@ def scan(drafter: Drafter, *, workers: int = 1, chunk_bytes: int = CHUNK_BYTES,
     started = time.perf_counter()
     # An empty tensor has nothing to read: counted, not opened, sent to a worker or given a
     # finding each, so 300,000 of them cost a pass over the names and nothing more.
-    filled = sorted((i for i in drafter.tensors.values() if i.end > i.start),
+    filled = sorted(map(drafter.tensors.__getitem__, filled_names(drafter.tensors)),
                     key=lambda i: (str(i.file), i.start))
     empty = len(drafter.tensors) - len(filled)
     total = sum(i.nbytes for i in filled)

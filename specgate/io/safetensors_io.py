@@ -8,10 +8,11 @@ import gc
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,129 @@ class SafetensorsHeader:
     """The parsed header of one file: its tensors, free-form metadata and data offset."""
 
     path: Path
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]
     metadata: dict[str, str]
     data_start: int
     file_size: int
+
+
+# Lookups of a table's tensors by a scan of its names before it builds a dict of their
+# positions: the claims look up a few dozen names, a comparison of two drafters every one.
+_SCANS_BEFORE_INDEX = 64
+
+
+class TensorTable(Mapping[str, TensorInfo]):
+    """The tensors of one file's header as columns (names, dtypes, shapes, byte ranges): a
+    TensorInfo is made when one is asked for, so a header of 300,000 entries costs no object
+    per tensor beyond its name and shape. The columns are tuples of strings and integers, which
+    the cycle collector stops tracking once it has seen them, and arrays: it has nothing to
+    walk in them after that."""
+
+    __slots__ = ("_begins", "_data_start", "_dtypes", "_ends", "_index", "_members", "_names",
+                 "_path", "_scans", "_shapes")
+
+    def __init__(self, path: Path, data_start: int, names: tuple[str, ...],
+                 dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...],
+                 begins: np.ndarray[Any, np.dtype[np.uint64]],
+                 ends: np.ndarray[Any, np.dtype[np.uint64]]) -> None:
+        self._path, self._data_start = path, data_start
+        self._names, self._dtypes, self._shapes = names, dtypes, shapes
+        self._begins, self._ends = begins, ends  # offsets in the data section
+        # Built when first needed: a set of the names answers `in`; the first few lookups
+        # find their position by a scan, the later ones through a dict of positions.
+        self._members: frozenset[str] | None = None
+        self._index: dict[str, int] | None = None
+        self._scans = 0
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        i = self._position(name)
+        return TensorInfo(name, self._dtypes[i], self._shapes[i],
+                          self._data_start + int(self._begins[i]),
+                          self._data_start + int(self._ends[i]), self._path)
+
+    def __contains__(self, name: object) -> bool:
+        if self._index is not None:
+            return name in self._index
+        if self._members is None:
+            self._members = frozenset(self._names)
+        return name in self._members
+
+    def _position(self, name: str) -> int:
+        if self._index is None:
+            if self._scans < _SCANS_BEFORE_INDEX:
+                if name not in self:
+                    raise KeyError(name)
+                self._scans += 1
+                return self._names.index(name)
+            self._index = dict(zip(self._names, range(len(self._names)), strict=True))
+            self._members = None
+        return self._index[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"TensorTable({str(self._path)!r}, {len(self)} tensors)"
+
+    def filled(self) -> list[str]:
+        """The names of the tensors that hold at least one byte, in the header's order."""
+        names = self._names
+        return [names[i] for i in np.flatnonzero(self._ends > self._begins).tolist()]
+
+
+class TensorTables(Mapping[str, TensorInfo]):
+    """The tensors of several files as one mapping, in the files' order, each name looked up
+    in each file in turn: no index of its own over what may be 300,000 names. Built only from
+    files no two of which hold the same name (shared_name finds one)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: Sequence[Mapping[str, TensorInfo]]) -> None:
+        self._parts = tuple(parts)
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        for part in self._parts:
+            if name in part:
+                return part[name]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(name in part for part in self._parts)
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain.from_iterable(self._parts)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._parts))
+
+    def filled(self) -> list[str]:
+        return [name for part in self._parts for name in filled_names(part)]
+
+
+def shared_name(parts: Sequence[Mapping[str, TensorInfo]]) -> bool:
+    """Whether two of the mappings hold the same name: the names of all but the largest are
+    gathered, and the largest is asked about each of them."""
+    if len(parts) < 2:
+        return False
+    largest = max(range(len(parts)), key=lambda k: len(parts[k]))
+    seen: set[str] = set()
+    for k, part in enumerate(parts):
+        if k != largest:
+            if not seen.isdisjoint(part):
+                return True
+            seen.update(part)
+    return any(name in parts[largest] for name in seen)
+
+
+def filled_names(tensors: Mapping[str, TensorInfo]) -> list[str]:
+    """The names of the tensors that hold at least one byte (an empty one has nothing to read),
+    from the columns where the mapping has them."""
+    if isinstance(tensors, (TensorTable, TensorTables)):
+        return tensors.filled()
+    return [name for name, info in tensors.items() if info.end > info.start]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,10 +316,83 @@ def _header_of(path: Path, raw: bytes, data_start: int, file_size: int) -> Safet
     metadata = dict(metadata_raw)
     for name, entry in header.shadowed if isinstance(header, _Dup) else ():
         _tensor_info(path, name, entry, data_start)  # a repeated name: each entry must parse
+    table = _table_of(path, header, data_start, data_size)
+    if table is not None:
+        return SafetensorsHeader(path, table, metadata, data_start, file_size)
+    # Something is unusual or wrong: entry by entry, saying which entry and why.
     tensors = {name: _tensor_info(path, name, entry, data_start)
                for name, entry in header.items()}
     _check_coverage(path, tensors, data_start, data_size)
     return SafetensorsHeader(path, tensors, metadata, data_start, file_size)
+
+
+_DTYPE = operator.itemgetter("dtype")
+_SHAPE = operator.itemgetter("shape")
+_OFFSETS = operator.itemgetter("data_offsets")
+
+
+def _table_of(path: Path, header: dict[str, Any], data_start: int,
+              data_size: int) -> TensorTable | None:
+    """The header as columns when every entry is the usual one and the tensors tile the data
+    section exactly, checked a column at a time (in C where it can be: a header may hold
+    300,000 entries); None for anything else, which _tensor_info and _check_coverage then
+    refuse entry by entry with the reason.
+
+    The usual entry: a plain object (no repeated key) with a known dtype, a shape of integers
+    and two integer offsets; the parse leaves every integer in 0..2**64 - 1. The rules
+    _check_coverage states hold over the whole column: ordered by (begin, end), each range
+    starts where the one before ended, none ends before it begins, each is exactly its shape's
+    size in its dtype, and the last ends where the data does.
+    """
+    entries = list(header.values())
+    count = len(entries)
+    if not count or set(map(type, entries)) != {dict}:
+        return None
+    try:
+        dtypes = list(map(_DTYPE, entries))
+        shapes = list(map(_SHAPE, entries))
+        offsets = list(map(_OFFSETS, entries))
+        if not set(dtypes) <= FORMAT_BITS.keys():
+            return None
+    except (KeyError, TypeError):  # a field missing, a dtype that is a list or an object
+        return None
+    if (set(map(type, shapes)) != {list} or set(map(type, offsets)) != {list}
+            or set(map(len, offsets)) != {2}
+            or set(map(type, itertools.chain.from_iterable(offsets))) != _INT_ONLY
+            or not set(map(type, itertools.chain.from_iterable(shapes))) <= _INT_ONLY):
+        return None
+    numels = list(map(math.prod, shapes))
+    sizes = list(map(operator.mul, numels, map(FORMAT_BITS.__getitem__, dtypes)))
+    if max(sizes) > U64_MAX:
+        return None
+    if 0 in numels and max(map(len, shapes)) > 2:
+        # A zero after two or more dimensions: their product alone may pass 64 bits.
+        zero = [shape for shape, numel in zip(shapes, numels, strict=True) if not numel]
+        if any(map(_prefix_overflows, zero)):
+            return None
+    bits = np.array(sizes, dtype=np.uint64)
+    if (bits & np.uint64(7)).any():
+        return None
+    ranges = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.uint64,
+                         count=2 * count).reshape(count, 2)
+    begins, ends = ranges[:, 0], ranges[:, 1]
+    order = np.lexsort((ends, begins))
+    begin, end = begins[order], ends[order]
+    if not ((end >= begin).all() and begin[0] == 0 and (begin[1:] == end[:-1]).all()
+            and ((end - begin) == (bits >> np.uint64(3))[order]).all()
+            and int(end[-1]) == data_size):
+        return None
+    return TensorTable(path, data_start, tuple(header), tuple(dtypes),
+                       tuple(map(tuple, shapes)), begins, ends)
+
+
+def _prefix_overflows(shape: list[int]) -> bool:
+    count = 1
+    for dim in shape:
+        count *= dim
+        if count > U64_MAX:
+            return True
+    return False
 
 
 class _Dup(dict[str, Any]):
@@ -311,7 +504,7 @@ def _plain_parse(raw: bytes, text: str) -> dict[str, Any] | None:
     if type(header) is not dict:
         return None
     values = header.values()
-    if not all(type(v) is dict for v in values):
+    if not set(map(type, values)) <= {dict}:
         return None
     objects, keys = counts
     if objects != 1 + len(header) or keys != len(header) + sum(map(len, values)):
@@ -411,7 +604,7 @@ def _json_kind(value: Any) -> str:
             type(None): "null", int: "an integer"}.get(type(value), type(value).__name__)
 
 
-def read_header(path: Path | str) -> dict[str, TensorInfo]:
+def read_header(path: Path | str) -> Mapping[str, TensorInfo]:
     """The tensors of a safetensors file by name (metadata: read_file_header(path).metadata)."""
     return read_file_header(path).tensors
 

@@ -157,6 +157,9 @@ def test_bounded_work_runs_every_case(tmp_path: Path) -> None:
     assert cases["expect_keys"]["claims"] == cases["normal"]["claims"] + MAX_EXPECT_KEYS - 2
     assert cases["empty_tensors"]["extra_header_bytes"] > 20_000 * 50
     assert all(math.isfinite(c["ratio_wall"]) for c in cases.values())
+    assert result["empty_tensors_extra_cpu_s"] == (cases["empty_tensors"]["cpu_s"]
+                                                   - cases["normal"]["cpu_s"])
+    assert set(result["meets"]) == {"ratio_max", "empty_tensors_extra_cpu_s"}
     assert len(bounded_work.rows(result)) == 3
 
 

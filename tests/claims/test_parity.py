@@ -229,6 +229,7 @@ def _sim_profile(root: Path, **server: Any) -> Profile:
            "speculative": {"algorithm": "EAGLE3", "num_steps": 2, "eagle_topk": 1,
                            "num_draft_tokens": 3},
            "bench": {"max_new_tokens": 160, "warmup": 0, "repeats": 2, "max_repeats": 2,
+                     "prompts_per_category": 2,
                      "launch_spread": 0.01},
            "thresholds": {"baseline_tps_min": 1.0, "accept_len_min": 1.0}}
     return parse_profile(raw, source=root / "profile.toml")

@@ -545,10 +545,11 @@ def test_a_gpu_bound_deployment_is_judged_with_the_narrow_prior_and_says_its_cla
     # The speculative server's verify cycle takes the GPU-bound launches' prior too: the
     # speed-up of 1.12 that the host-bound priors left inconclusive (the case above) passes.
     speedup = results["speedup_claim"]
-    assert "speculative cycle 2.3 %, the prior of GPU-bound targets (3 launches" in \
-        speedup.message
+    cycle = drift.prior("cycle_ms", "GPU-bound", "NVIDIA H200")
+    tps = drift.prior("tps", "GPU-bound", "NVIDIA H200")
+    assert (f"speculative cycle {cycle.sd * 100:.1f} %, the prior of GPU-bound targets "
+            f"({cycle.prior_launches} launches") in speedup.message
     assert "this deployment: GPU-bound, 62 % of memory bandwidth" in speedup.message
-    cycle, tps = drift.prior("cycle_ms", "GPU-bound"), drift.prior("tps", "GPU-bound")
     assert speedup.details["launch_spread"]["sd"] == pytest.approx(
         math.hypot(cycle.sd, tps.sd), rel=1e-4)
     assert speedup.status is Status.PASSED, speedup.message

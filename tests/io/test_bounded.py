@@ -97,6 +97,32 @@ def test_empty_tensors_are_counted_not_scanned(tmp_path: Path) -> None:
     assert f"{len(drafter.tensors)} tensors" in found.message
 
 
+def test_a_large_header_leaves_no_object_per_tensor(tmp_path: Path) -> None:
+    """A header of many entries is held as columns: opening the drafter, finding its tensors,
+    checking its layout and scanning its health leave nothing per tensor for the cycle
+    collector to walk on every full collection of the run."""
+    import gc
+
+    from specgate.claims.weights import layout_problems
+    from specgate.io import health
+
+    n = 50_000
+    folder = tiny_drafter(tmp_path / "d")
+    _empty_tensors(folder, n)
+    gc.collect()
+    before = len(gc.get_objects())
+    drafter = open_drafter(folder)
+    assert drafter.find("d2t") is not None
+    _, unexpected = layout_problems(drafter)
+    report = health.scan(drafter)
+    gc.collect()
+    assert len(gc.get_objects()) - before < n // 10
+    assert len(unexpected) == n
+    assert report.empty == n
+    info = drafter.tensors[f"extra.t{n - 1}"]
+    assert (info.name, info.dtype, info.shape, info.nbytes) == (f"extra.t{n - 1}", "F32", (0,), 0)
+
+
 COUNTER = """
 import json, os, time
 import importlib

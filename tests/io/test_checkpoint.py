@@ -168,3 +168,22 @@ def test_bad_folders_give_a_clear_error_fast(tmp_path: Path, case: str, match: s
         open_drafter(folder)
     assert time.process_time() - started < 1.0
     assert str(folder) in str(info.value)
+
+
+def test_a_tensor_in_two_files_is_refused_naming_both(tmp_path: Path) -> None:
+    from specgate.io.safetensors_io import TensorSpec, write_sparse
+
+    folder = tiny_drafter(tmp_path / "d")
+    write_sparse(folder / "a-extra.safetensors", {"x": TensorSpec("F32", (2,)),
+                                                  "norm.weight": TensorSpec("F32", (2,))})
+    with pytest.raises(CheckpointError, match=r"tensor 'norm\.weight' appears in both "
+                       r"a-extra\.safetensors and model\.safetensors"):
+        open_drafter(folder)
+    (folder / "a-extra.safetensors").unlink()
+    write_sparse(folder / "a-extra.safetensors", {"x": TensorSpec("F32", (2,))})
+    drafter = open_drafter(folder)
+    assert next(iter(drafter.tensors)) == "x"
+    assert drafter.tensors["x"].file.name == "a-extra.safetensors"
+    assert drafter.tensors["norm.weight"].file.name == "model.safetensors"
+    assert "x" in drafter.tensors
+    assert "y" not in drafter.tensors

@@ -208,3 +208,29 @@ def test_a_number_across_the_scans_pieces_is_seen_whole() -> None:
     for chunk in range(2, len(raw)):
         assert st._plain_counts(raw, chunk=chunk) is None, chunk
     assert st._plain_counts(b'{"a": [' + b"1" * 19 + b"]}", chunk=9) == (1, 1)
+
+
+def test_a_header_read_as_columns_gives_what_each_entry_says(tmp_path: Path) -> None:
+    """Every tensor, looked up before and after the table has built its index of positions, is
+    the entry the header wrote; a name the header lacks is not there."""
+    from specgate.io import safetensors_io
+
+    count = 3 * safetensors_io._SCANS_BEFORE_INDEX
+    specs = {f"w{i}": TensorSpec("F16" if i % 2 else "I32", (i % 3 + 1, 2)) for i in range(count)}
+    file = write_sparse(tmp_path / "many.safetensors", specs)
+    header = read_file_header(file)
+    assert isinstance(header.tensors, safetensors_io.TensorTable)
+    raw = json.loads(file.read_bytes()[8:8 + struct.unpack("<Q", file.read_bytes()[:8])[0]])
+    for name in reversed(list(specs)):  # past the scans, then through the index
+        info = header.tensors[name]
+        begin, end = raw[name]["data_offsets"]
+        assert (info.name, info.dtype, info.shape, info.file) == (
+            name, raw[name]["dtype"], tuple(raw[name]["shape"]), file)
+        assert (info.start, info.end) == (header.data_start + begin, header.data_start + end)
+        assert name in header.tensors
+    assert "w" not in header.tensors
+    with pytest.raises(KeyError):
+        header.tensors["w"]
+    assert list(header.tensors) == list(specs)
+    assert len(header.tensors) == count
+    assert safetensors_io.filled_names(header.tensors) == list(specs)
