@@ -327,6 +327,7 @@ def _header_of(path: Path, raw: bytes, data_start: int, file_size: int) -> Safet
 
 
 _DTYPE = operator.itemgetter("dtype")
+_DTYPE_CODES = {code: code for code in FORMAT_BITS}
 _SHAPE = operator.itemgetter("shape")
 _OFFSETS = operator.itemgetter("data_offsets")
 
@@ -382,8 +383,12 @@ def _table_of(path: Path, header: dict[str, Any], data_start: int,
             and ((end - begin) == (bits >> np.uint64(3))[order]).all()
             and int(end[-1]) == data_size):
         return None
-    return TensorTable(path, data_start, tuple(header), tuple(dtypes),
-                       tuple(map(tuple, shapes)), begins, ends)
+    # One object for each distinct dtype and shape, however many tensors share it.
+    shaped = list(map(tuple, shapes))
+    distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
+    codes = tuple(map(_DTYPE_CODES.__getitem__, dtypes))
+    return TensorTable(path, data_start, tuple(header), codes,
+                       tuple(map(distinct.setdefault, shaped, shaped)), begins, ends)
 
 
 def _prefix_overflows(shape: list[int]) -> bool:
