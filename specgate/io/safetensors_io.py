@@ -167,22 +167,24 @@ class TensorTable(Mapping[str, TensorInfo]):
 
 class TensorTables(Mapping[str, TensorInfo]):
     """The tensors of several files as one mapping, in the files' order, each name looked up
-    in each file in turn: no index of its own over what may be 300,000 names. Built only from
-    files no two of which hold the same name (shared_name finds one)."""
+    in each file in turn, the smallest first: no index of its own over what may be 300,000
+    names, and a large file is asked only about names the others lack. Built only from files no
+    two of which hold the same name (shared_name finds one)."""
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_lookup", "_parts")
 
     def __init__(self, parts: Sequence[Mapping[str, TensorInfo]]) -> None:
         self._parts = tuple(parts)
+        self._lookup = tuple(sorted(self._parts, key=len))
 
     def __getitem__(self, name: str) -> TensorInfo:
-        for part in self._parts:
+        for part in self._lookup:
             if name in part:
                 return part[name]
         raise KeyError(name)
 
     def __contains__(self, name: object) -> bool:
-        return any(name in part for part in self._parts)
+        return any(name in part for part in self._lookup)
 
     def __iter__(self) -> Iterator[str]:
         return itertools.chain.from_iterable(self._parts)
