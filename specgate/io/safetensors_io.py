@@ -167,22 +167,24 @@ class TensorTable(Mapping[str, TensorInfo]):
 
 class TensorTables(Mapping[str, TensorInfo]):
     """The tensors of several files as one mapping, in the files' order, each name looked up
-    in each file in turn: no index of its own over what may be 300,000 names. Built only from
-    files no two of which hold the same name (shared_name finds one)."""
+    in each file in turn, the smallest first: no index of its own over what may be 300,000
+    names, and a large file is asked only about names the others lack. Built only from files no
+    two of which hold the same name (shared_name finds one)."""
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_lookup", "_parts")
 
     def __init__(self, parts: Sequence[Mapping[str, TensorInfo]]) -> None:
         self._parts = tuple(parts)
+        self._lookup = tuple(sorted(self._parts, key=len))
 
     def __getitem__(self, name: str) -> TensorInfo:
-        for part in self._parts:
+        for part in self._lookup:
             if name in part:
                 return part[name]
         raise KeyError(name)
 
     def __contains__(self, name: object) -> bool:
-        return any(name in part for part in self._parts)
+        return any(name in part for part in self._lookup)
 
     def __iter__(self) -> Iterator[str]:
         return itertools.chain.from_iterable(self._parts)
@@ -301,8 +303,11 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def _header_of(path: Path, raw: bytes, data_start: int, file_size: int) -> SafetensorsHeader:
-    header = _parse_header_json(path, raw)
     data_size = file_size - data_start
+    scanned = _scanned_table(path, raw, data_start, data_size)
+    if scanned is not None:
+        return SafetensorsHeader(path, scanned, {}, data_start, file_size)
+    header = _parse_header_json(path, raw)
     metadata_raw = header.pop("__metadata__", None)
     if metadata_raw is None:
         metadata_raw = {}
@@ -327,6 +332,7 @@ def _header_of(path: Path, raw: bytes, data_start: int, file_size: int) -> Safet
 
 
 _DTYPE = operator.itemgetter("dtype")
+_DTYPE_CODES = {code: code for code in FORMAT_BITS}
 _SHAPE = operator.itemgetter("shape")
 _OFFSETS = operator.itemgetter("data_offsets")
 
@@ -352,14 +358,26 @@ def _table_of(path: Path, header: dict[str, Any], data_start: int,
         dtypes = list(map(_DTYPE, entries))
         shapes = list(map(_SHAPE, entries))
         offsets = list(map(_OFFSETS, entries))
-        if not set(dtypes) <= FORMAT_BITS.keys():
-            return None
     except (KeyError, TypeError):  # a field missing, a dtype that is a list or an object
         return None
     if (set(map(type, shapes)) != {list} or set(map(type, offsets)) != {list}
             or set(map(len, offsets)) != {2}
             or set(map(type, itertools.chain.from_iterable(offsets))) != _INT_ONLY
             or not set(map(type, itertools.chain.from_iterable(shapes))) <= _INT_ONLY):
+        return None
+    ranges = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.uint64,
+                         count=2 * count).reshape(count, 2)
+    return _table_from(path, data_start, data_size, tuple(header), dtypes, shapes,
+                       ranges[:, 0], ranges[:, 1])
+
+
+def _table_from(path: Path, data_start: int, data_size: int, names: tuple[str, ...],
+                dtypes: list[Any], shapes: list[list[int]],
+                begins: np.ndarray[Any, np.dtype[np.uint64]],
+                ends: np.ndarray[Any, np.dtype[np.uint64]]) -> TensorTable | None:
+    """The columns of _table_of, each entry already a dtype, a list of integer dimensions and
+    its two offsets, checked as _table_of says."""
+    if not set(dtypes) <= FORMAT_BITS.keys():
         return None
     numels = list(map(math.prod, shapes))
     sizes = list(map(operator.mul, numels, map(FORMAT_BITS.__getitem__, dtypes)))
@@ -373,17 +391,63 @@ def _table_of(path: Path, header: dict[str, Any], data_start: int,
     bits = np.array(sizes, dtype=np.uint64)
     if (bits & np.uint64(7)).any():
         return None
-    ranges = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.uint64,
-                         count=2 * count).reshape(count, 2)
-    begins, ends = ranges[:, 0], ranges[:, 1]
     order = np.lexsort((ends, begins))
     begin, end = begins[order], ends[order]
     if not ((end >= begin).all() and begin[0] == 0 and (begin[1:] == end[:-1]).all()
             and ((end - begin) == (bits >> np.uint64(3))[order]).all()
             and int(end[-1]) == data_size):
         return None
-    return TensorTable(path, data_start, tuple(header), tuple(dtypes),
-                       tuple(map(tuple, shapes)), begins, ends)
+    # One object for each distinct dtype and shape, however many tensors share it.
+    shaped = list(map(tuple, shapes))
+    distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
+    codes = tuple(map(_DTYPE_CODES.__getitem__, dtypes))
+    return TensorTable(path, data_start, names, codes,
+                       tuple(map(distinct.setdefault, shaped, shaped)), begins, ends)
+
+
+# One tensor entry as writers lay it out, keys in the format's order, in JSON's own grammar: a
+# name without quote, backslash or control character, integers without sign, fraction, exponent
+# or leading zero and of at most 19 digits (below 2**64), JSON's four white-space characters.
+# Any other character is caught alone by the last group, so one scan both reads the entries and
+# finds whatever is not one.
+_WS = r"[ \t\n\r]*"
+_UINT = r"(?:0|[1-9][0-9]{0,18})"
+_ENTRIES = re.compile(
+    _WS + r"([{,])" + _WS + r'"([^"\\\x00-\x1f]*)"' + _WS + ":" + _WS
+    + r"\{" + _WS + r'"dtype"' + _WS + ":" + _WS + r'"([A-Z0-9_]*)"' + _WS + "," + _WS
+    + r'"shape"' + _WS + ":" + _WS + r"\[((?:" + _WS + _UINT + _WS
+    + r"(?:," + _WS + _UINT + _WS + r")*)?)\]" + _WS + "," + _WS
+    + r'"data_offsets"' + _WS + ":" + _WS + r"\[" + _WS + "(" + _UINT + ")" + _WS + ","
+    + _WS + "(" + _UINT + ")" + _WS + r"\]" + _WS + r"\}" + r"|(.)", re.DOTALL)
+_JSON_WS = " \t\n\r"
+
+
+def _scanned_table(path: Path, raw: bytes, data_start: int,
+                   data_size: int) -> TensorTable | None:
+    """The header as columns read straight from its text, when all of it is one object of the
+    usual entries (_ENTRIES, one after another, nothing else: no __metadata__) with distinct
+    names that tile the data section; None for anything else, which the JSON parse then reads.
+    What it accepts, the JSON parse and _table_of would read to the same table; it builds no
+    object for an entry, which on a header of 300,000 entries is most of the time."""
+    try:
+        text = raw.decode("utf-8").rstrip(_JSON_WS)
+    except UnicodeDecodeError:
+        return None
+    if not text.endswith("}"):
+        return None
+    found = _ENTRIES.findall(text, 0, len(text) - 1)
+    if not found:
+        return None
+    opens, names, dtypes, shapes, begins, ends, other = zip(*found, strict=True)
+    if any(other) or opens[0] != "{" or "{" in opens[1:] or len(set(names)) != len(names):
+        return None
+    parsed = {shape: [int(d) for d in shape.split(",")] if shape.strip(_JSON_WS) else []
+              for shape in set(shapes)}
+    count = len(names)
+    return _table_from(path, data_start, data_size, names, list(dtypes),
+                       list(map(parsed.__getitem__, shapes)),
+                       np.fromiter(map(int, begins), dtype=np.uint64, count=count),
+                       np.fromiter(map(int, ends), dtype=np.uint64, count=count))
 
 
 def _prefix_overflows(shape: list[int]) -> bool:

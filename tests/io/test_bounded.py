@@ -376,13 +376,14 @@ def test_the_cycle_collector_is_held_off_while_a_header_is_parsed(
     from specgate.io import safetensors_io
 
     seen: list[bool] = []
-    real = safetensors_io._parse_header_json
+    real = safetensors_io._header_of
 
-    def parse(path: Path, raw: bytes) -> dict[str, object]:
+    def parse(path: Path, raw: bytes, data_start: int,
+              file_size: int) -> safetensors_io.SafetensorsHeader:
         seen.append(gc.isenabled())
-        return real(path, raw)
+        return real(path, raw, data_start, file_size)
 
-    monkeypatch.setattr(safetensors_io, "_parse_header_json", parse)
+    monkeypatch.setattr(safetensors_io, "_header_of", parse)
     folder = tiny_drafter(tmp_path / "d")
     _empty_tensors(folder, 10)
     (folder / "bad.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00[]")

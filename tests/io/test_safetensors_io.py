@@ -234,3 +234,88 @@ def test_a_header_read_as_columns_gives_what_each_entry_says(tmp_path: Path) -> 
     assert list(header.tensors) == list(specs)
     assert len(header.tensors) == count
     assert safetensors_io.filled_names(header.tensors) == list(specs)
+
+
+# -- the scan of a usual header -----------------------------------------------------------------
+
+def _scan_and_parse(text: str, data_size: int) -> tuple[object, object]:
+    """The header read by the scan and by the JSON parse, each None where it gives no table."""
+    from specgate.io import safetensors_io as sio
+
+    raw, path = text.encode("utf-8"), Path("h.safetensors")
+    scanned = sio._scanned_table(path, raw, 8 + len(raw), data_size)
+    header = sio._parse_header_json(path, raw) if raw.strip() else None
+    parsed = (sio._table_of(path, header, 8 + len(raw), data_size)
+              if isinstance(header, dict) and "__metadata__" not in header else None)
+
+    def columns(table: object) -> object:
+        if table is None:
+            return None
+        assert isinstance(table, sio.TensorTable)
+        return (table._names, table._dtypes, table._shapes, table._begins.tolist(),
+                table._ends.tolist())
+    return columns(scanned), columns(parsed)
+
+
+def _entry(name: str, shape: str = "[2, 3]", begin: int = 0, end: int = 24,
+           dtype: str = "F32") -> str:
+    return f'"{name}": {{"dtype": "{dtype}", "shape": {shape}, "data_offsets": [{begin}, {end}]}}'
+
+
+def test_the_scan_reads_a_usual_header_as_the_json_parse_does() -> None:
+    text = "{" + ", ".join([_entry("a"), _entry("b", "[]", 24, 26, "BF16"),
+                            _entry("é.w", "[0]", 26, 26), _entry("c", "[1,\n 2]", 26, 30,
+                                                                 "I16")]) + "}\n  "
+    scanned, parsed = _scan_and_parse(text, 30)
+    assert scanned is not None
+    assert scanned == parsed
+
+
+_B = _entry("b", begin=24, end=48)
+
+
+@pytest.mark.parametrize("text", [
+    "{" + _entry("a") + ", " + _entry("a", begin=24, end=48) + "}",  # a name twice
+    "{" + _entry("a") + "}{" + _B + "}",
+    "{" + _entry("a") + " " + _B + "}",  # no comma
+    "{" + _entry("a") + " x, " + _B + "}",  # a stray character between entries
+    "{" + _entry("a") + "}, " + _B + "}",
+    "," + _entry("a") + ", " + _B + "}",
+    "{" + _entry("a", "[02, 3]") + ", " + _B + "}",  # a leading zero: not JSON
+    "{" + _entry("a", "[2, -3]") + ", " + _B + "}",
+    "{" + _entry("a", "[2, 3.0]") + ", " + _B + "}",
+    "{" + _entry("a\u0001") + ", " + _B + "}",  # a control character in a name
+    "{" + _entry("a") + ", " + _B + "} x",
+    "{" + _entry("a") + ", " + _B + "}\x0b",  # not JSON white space
+    '{"__metadata__": {"format": "pt"}, ' + _entry("a") + ", " + _B + "}",
+    '{"a": {"shape": [2, 3], "dtype": "F32", "data_offsets": [0, 24]}, ' + _B + "}",
+    "{}",
+    "",
+])
+def test_the_scan_leaves_anything_else_to_the_json_parse(text: str) -> None:
+    from specgate.io import safetensors_io as sio
+
+    raw = text.encode("utf-8")
+    assert sio._scanned_table(Path("h.safetensors"), raw, 8 + len(raw), 48) is None
+
+
+def test_the_refused_cases_differ_from_a_scanned_header_in_that_alone() -> None:
+    """The two entries of the cases above, written plainly, tile 48 bytes and are scanned."""
+    scanned, parsed = _scan_and_parse("{" + _entry("a") + ", " + _B + "}", 48)
+    assert scanned is not None
+    assert scanned == parsed
+
+
+def test_a_twenty_digit_offset_is_left_to_the_json_parse() -> None:
+    from specgate.io import safetensors_io as sio
+
+    raw = ("{" + _entry("a", "[0]", 10**19, 10**19) + ", " + _entry("b", "[6]", 0, 24)
+           + "}").encode()
+    assert sio._scanned_table(Path("h.safetensors"), raw, 8 + len(raw), 24) is None
+
+
+@pytest.mark.parametrize("size", [23, 25])
+def test_the_scan_takes_only_entries_that_tile_the_data(size: int) -> None:
+    scanned, parsed = _scan_and_parse("{" + _entry("a") + "}", size)
+    assert scanned is None
+    assert parsed is None
