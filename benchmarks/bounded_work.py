@@ -144,10 +144,22 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
     import tempfile
 
-    work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
-    found = run(work, quick="--quick" in sys.argv)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workdir", type=Path, nargs="?",
+                        help="where the cases' drafters are written (default: a new temporary "
+                             "folder)")
+    parser.add_argument("--quick", action="store_true", help="small cases, one round")
+    ns = parser.parse_args(argv)
+    found = run(ns.workdir or Path(tempfile.mkdtemp()), quick=ns.quick)
     print(json.dumps(found, indent=1))
     print("\n".join(" | ".join(r) for r in rows(found)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

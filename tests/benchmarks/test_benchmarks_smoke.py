@@ -239,3 +239,16 @@ def test_launch_spread_model_sets_each_prior_group_against_the_model(tmp_path: P
     classes = {c["target"]: c["class"] for c in doc["coverage"]}
     assert classes == {"llama8b-shapes": "GPU-bound", "llama1b-shapes": "between",
                        "smollm2-135m-instruct": "host-bound"}
+
+
+def test_bounded_work_takes_its_flags_and_never_a_flag_for_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bounded_work
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        bounded_work.main(["--help"])
+    assert stopped.value.code == 0
+    assert "--quick" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
