@@ -338,8 +338,8 @@ def test_a_dtype_that_is_not_a_string_is_refused_naming_the_tensor(tmp_path: Pat
 def test_a_tensor_named_metadata_is_refused_as_the_library_refuses_it(tmp_path: Path) -> None:
     from specgate.io import safetensors_io as sio
 
-    header = ('{"__metadata__": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}'
-              ).encode()
+    header = (b'{"__metadata__": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}'
+              )
     path = tmp_path / "m.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(24))
     with pytest.raises(CheckpointError, match=r"__metadata__"):
