@@ -18,8 +18,9 @@ Nothing here is typed in: each deployment's noise is read from the committed lau
 - Per-request variation: the median over the records' launches of their within-launch CV, the
   larger of the two servers' (the simulator draws one for both).
 - A stress row per deployment: each server drifting as much as the widest single group of
-  launches of its figure in the class's records, the prior unchanged: what a machine that moves
-  more than the pool says does to the false-pass rate.
+  launches of its figure in the class's records on any GPU, the prior unchanged: what a machine
+  that moves more than its prior says (another build, another machine) does to the false-pass
+  rate.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ class Setting:
 
 H200_8B = "2026-12-03-h200-llama-shapes-dummy/launch-records/launch-records-llama8b-shapes.json"
 H200_CYCLE = "2026-12-03-h200-launch-spread/verify-cycle/launch-records-*.json"
-H200_RUNS = "2026-12-08-h200-llama8b-shapes-launches/*/launch-records.json"
 H100_RUNS = "2026-12-07-h100-llama8b-shapes-launches/*/launch-records.json"
 HOST_RECORDS = "2026-12-03-h200-launch-spread/launch-records/launch-records.json"
 SETTINGS: tuple[Setting, ...] = (
@@ -69,8 +69,7 @@ SETTINGS: tuple[Setting, ...] = (
             ((HOST_RECORDS, "smollm2-135m-instruct"),),
             ((HOST_RECORDS, "smollm2-135m-instruct"),)),
     Setting("GPU-bound, H200 (Llama-3-8B shapes)", "GPU-bound", "NVIDIA H200",
-            ((H200_8B, "llama8b-shapes"), (H200_RUNS, "llama8b-shapes-target")),
-            ((H200_CYCLE, "llama8b-shapes-eagle3"), (H200_RUNS, "llama8b-shapes-eagle3"))),
+            ((H200_8B, "llama8b-shapes"),), ((H200_CYCLE, "llama8b-shapes-eagle3"),)),
     Setting("GPU-bound, H100 (Llama-3-8B shapes)", "GPU-bound", "NVIDIA H100 80GB HBM3",
             ((H100_RUNS, "llama8b-shapes-target"),),
             ((H100_RUNS, "llama8b-shapes-eagle3"),)),
@@ -81,9 +80,11 @@ def launches(records: Records, root: Path = RESULTS) -> list[dict[str, Any]]:
     """Every launch of the target in the records' files, in file order."""
     out: list[dict[str, Any]] = []
     for pattern, name in records:
-        for path in sorted(root.glob(pattern)):
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            target = doc.get("targets", {}).get(name)
+        found = [json.loads(path.read_text(encoding="utf-8")).get("targets", {}).get(name)
+                 for path in sorted(root.glob(pattern))]
+        if not any(found):
+            raise SystemExit(f"no launch records of {name} in {root / pattern}")
+        for target in found:
             if target is not None:
                 out.extend(target["launches"])
     return out
@@ -102,9 +103,8 @@ def noise_of(setting: Setting, root: Path = RESULTS) -> dict[str, float]:
     base = drift.prior("tps", setting.kind, setting.gpu)
     spec = drift.prior("cycle_ms", setting.kind, setting.gpu)
     def widest(figure: str, prior: drift.Prior) -> float:
-        groups = (drift.gpu_bound_groups(figure, setting.gpu)[0] if prior == "GPU-bound"
-                  else drift.PRIOR_LAUNCHES[figure])
-        return max(drift.pooled_sd([values])[0] for values in groups.values() if len(values) > 1)
+        return max(drift.pooled_sd([values])[0]
+                   for values in drift.PRIORS[prior][figure].values() if len(values) > 1)
 
     return {"baseline_spread": base.sd, "speculative_spread": spec.sd,
             "noise": max(within(setting.baseline, root), within(setting.speculative, root)),

@@ -377,7 +377,7 @@ def _table_from(path: Path, data_start: int, data_size: int, names: tuple[str, .
                 ends: np.ndarray[Any, np.dtype[np.uint64]]) -> TensorTable | None:
     """The columns of _table_of, each entry already a dtype, a list of integer dimensions and
     its two offsets, checked as _table_of says."""
-    if not set(dtypes) <= FORMAT_BITS.keys():
+    if set(map(type, dtypes)) != {str} or not set(dtypes) <= FORMAT_BITS.keys():
         return None
     numels = list(map(math.prod, shapes))
     sizes = list(map(operator.mul, numels, map(FORMAT_BITS.__getitem__, dtypes)))
@@ -439,7 +439,8 @@ def _scanned_table(path: Path, raw: bytes, data_start: int,
     if not found:
         return None
     opens, names, dtypes, shapes, begins, ends, other = zip(*found, strict=True)
-    if any(other) or opens[0] != "{" or "{" in opens[1:] or len(set(names)) != len(names):
+    if (any(other) or opens[0] != "{" or "{" in opens[1:] or len(set(names)) != len(names)
+            or "__metadata__" in names):
         return None
     parsed = {shape: [int(d) for d in shape.split(",")] if shape.strip(_JSON_WS) else []
               for shape in set(shapes)}

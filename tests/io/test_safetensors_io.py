@@ -288,6 +288,7 @@ _B = _entry("b", begin=24, end=48)
     "{" + _entry("a") + ", " + _B + "} x",
     "{" + _entry("a") + ", " + _B + "}\x0b",  # not JSON white space
     '{"__metadata__": {"format": "pt"}, ' + _entry("a") + ", " + _B + "}",
+    "{" + _entry("__metadata__") + ", " + _B + "}",  # metadata is strings, never a tensor
     '{"a": {"shape": [2, 3], "dtype": "F32", "data_offsets": [0, 24]}, ' + _B + "}",
     "{}",
     "",
@@ -319,3 +320,27 @@ def test_the_scan_takes_only_entries_that_tile_the_data(size: int) -> None:
     scanned, parsed = _scan_and_parse("{" + _entry("a") + "}", size)
     assert scanned is None
     assert parsed is None
+
+
+@pytest.mark.parametrize("dtype", ['["F32"]', '{"x": 1}', "7"])
+def test_a_dtype_that_is_not_a_string_is_refused_naming_the_tensor(tmp_path: Path,
+                                                                   dtype: str) -> None:
+    from specgate.io import safetensors_io as sio
+
+    header = ('{"a": {"dtype": ' + dtype + ', "shape": [2, 3], "data_offsets": [0, 24]}}'
+              ).encode()
+    path = tmp_path / "d.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(24))
+    with pytest.raises(CheckpointError, match=r"d\.safetensors.*'a'"):
+        sio.read_file_header(path)
+
+
+def test_a_tensor_named_metadata_is_refused_as_the_library_refuses_it(tmp_path: Path) -> None:
+    from specgate.io import safetensors_io as sio
+
+    header = (b'{"__metadata__": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}'
+              )
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(24))
+    with pytest.raises(CheckpointError, match=r"__metadata__"):
+        sio.read_file_header(path)
