@@ -97,8 +97,8 @@ NOT_RERUN: dict[str, dict[str, str]] = {
         "crossover/speedup-curve.png": "drawn for the README from crossover.json; no harness "
                                        "draws it"},
     "2026-12-01-h200-tiny-llama-4l-eager/faults-signals-and-memory": {
-        "*c_oom_start*": "c_oom_start is no longer one of the suite's runs (its README says "
-                         "why: SGLang started the tiny target anyway)"},
+        "*c_oom_start*": "c_oom_start is not one of the suite's runs (its README says why: "
+                         "SGLang started the tiny target anyway)"},
 }
 # Committed top-level keys that a harness writes only on some outcomes, which the committed run
 # had: a dry run is not made to have them.
