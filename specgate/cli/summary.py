@@ -96,6 +96,10 @@ def render(doc: Mapping[str, Any]) -> str:
             out += [f"| `{cell(row.get('checkpoint'))}` | {cell(f.label)} | "
                     f"{_value(f)} | {_interval(f)} |" for row, f in own]
             out.append("")
+        for row in rows:
+            could = decidable_line(row.get("decidable")) if isinstance(row, Mapping) else None
+            if could is not None:
+                out += [f"**`{cell(row.get('checkpoint'))}` {could[0]}**: {could[1]}", ""]
     causes = [c for c in doc.get("causes") or [] if isinstance(c, Mapping) and c.get("claims")]
     by_cause = {cid for c in causes for cid in c["claims"]}
     shown = [c for c in doc["claims"] if isinstance(c, Mapping)

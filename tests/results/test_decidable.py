@@ -244,4 +244,6 @@ def test_a_matrix_verdict_gives_each_checkpoint_its_own_figures_and_none_to_the_
     text = summary.render(doc)
     assert "| `a` | speed-up | 1.200× |" in text, text
     assert "| `b` | speed-up | 1.600× |" in text, text
+    for name, claim in (("a", a), ("b", b)):
+        assert f"**`{name}` decidable**: {claim.details['decidable']['text']}" in text, text
     assert "\n| figure | value | interval |" not in text
